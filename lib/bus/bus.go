@@ -1,0 +1,168 @@
+// Package bus defines how auditlens services hand messages to each other: publish with an
+// idempotency key, consume with an explicit acknowledgement after the downstream write.
+//
+// Implementations live in bus/natsbus (NATS JetStream, embedded or remote) and bus/kafkabus
+// (Kafka); package transport picks one from flags.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Stream names one flow of messages between two stages.
+type Stream string
+
+const (
+	// Events carries one kube-apiserver audit Event (JSON) per message, from ingest to classify.
+	Events Stream = "events"
+	// Findings carries one auditlens.v1.Finding (protobuf) per message, from classify to report.
+	Findings Stream = "findings"
+	// DeadLetter keeps input that could not be processed (bad lines, undecodable events),
+	// with headers saying where it came from and why.
+	DeadLetter Stream = "deadletter"
+)
+
+// Streams lists every stream, in pipeline order.
+var Streams = []Stream{Events, Findings, DeadLetter}
+
+// Header names every implementation carries with a message.
+const (
+	HeaderCluster = "Auditlens-Cluster"
+	HeaderNode    = "Auditlens-Node"
+	HeaderMsgID   = "Auditlens-Msg-Id"
+	// HeaderSource says where a message came from, e.g. "/var/log/audit.log:1234" or "webhook".
+	HeaderSource = "Auditlens-Source"
+	// HeaderReason says why a message went to the dead-letter stream.
+	HeaderReason = "Auditlens-Reason"
+)
+
+// Message is one unit of data on a stream.
+type Message struct {
+	Stream Stream
+	// Cluster selects the subject (auditlens.<stream>.<cluster>) or Kafka key. Required.
+	Cluster string
+	// ID is the idempotency key: a message republished with the same ID within the
+	// de-duplication window is stored once. Required.
+	ID string
+	// Header holds extra metadata (HeaderNode, HeaderSource, ...). May be nil.
+	Header map[string]string
+	Data   []byte
+}
+
+// Delivery is a received message. The consumer must call exactly one of Ack, Nak or Term
+// once the message has been written downstream (or definitely rejected).
+type Delivery struct {
+	Message
+	// Position identifies the message in its stream for logs: "stream:seq" or "topic/partition@offset".
+	Position string
+	// Delivered counts deliveries of this message, 1 for the first.
+	Delivered int
+
+	Acker Acker
+}
+
+// Acker settles a delivery. Implementations are safe to call from any goroutine.
+type Acker interface {
+	// Ack confirms the message was processed; it will not be delivered again.
+	Ack(ctx context.Context) error
+	// Nak asks for redelivery after delay.
+	Nak(delay time.Duration) error
+	// Term gives up on the message for good (it is poison); it will not be redelivered.
+	Term(reason string) error
+}
+
+// Ack confirms d. See Acker.
+func (d *Delivery) Ack(ctx context.Context) error { return d.Acker.Ack(ctx) }
+
+// Nak asks for redelivery of d after delay.
+func (d *Delivery) Nak(delay time.Duration) error { return d.Acker.Nak(delay) }
+
+// Term gives up on d.
+func (d *Delivery) Term(reason string) error { return d.Acker.Term(reason) }
+
+// Publisher stores messages on the bus.
+type Publisher interface {
+	// Publish stores every message and returns once the bus has acknowledged all of them,
+	// or the first error. It blocks while too many messages are in flight (back-pressure).
+	// Publishing the same IDs again after an error is safe.
+	Publish(ctx context.Context, msgs ...Message) error
+}
+
+// Handler receives deliveries, one at a time, in the order the bus hands them out.
+// It must not block for long: hand work to another goroutine and settle the delivery there.
+type Handler func(ctx context.Context, d *Delivery)
+
+// HandlerFunc is an alias kept for readability at call sites.
+type HandlerFunc = Handler
+
+// Consumer reads a stream as a member of a named group: members of one group share the
+// work, each message goes to one member, unsettled messages are redelivered.
+type Consumer interface {
+	// Consume calls h for every delivery until ctx is done or the bus fails. It returns nil
+	// when ctx was cancelled.
+	Consume(ctx context.Context, h Handler) error
+}
+
+// Bus is an open connection to the message bus.
+type Bus interface {
+	Publisher
+	// Consumer returns a consumer of stream s for group (a durable name shared by replicas).
+	Consumer(s Stream, group string, opts ConsumerOptions) (Consumer, error)
+	// Ready reports whether the bus is connected and usable now.
+	Ready() error
+	// Close releases the connection. It is idempotent.
+	Close() error
+}
+
+// ConsumerOptions tunes a consumer. Zero values take defaults.
+type ConsumerOptions struct {
+	// MaxUnacked bounds deliveries handed out but not yet settled (default 4096).
+	MaxUnacked int
+	// AckWait is how long an unsettled delivery waits before it is redelivered (default 30s).
+	AckWait time.Duration
+}
+
+// WithDefaults returns o with zero values replaced by defaults.
+func (o ConsumerOptions) WithDefaults() ConsumerOptions {
+	if o.MaxUnacked <= 0 {
+		o.MaxUnacked = 4096
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	return o
+}
+
+// ErrUnavailable wraps errors caused by the bus being unreachable; callers back off and retry.
+var ErrUnavailable = errors.New("bus unavailable")
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateCluster checks that a cluster name can be used as a subject token and a key:
+// 1 to 64 of letters, digits, '-' and '_'.
+func ValidateCluster(name string) error {
+	if !tokenRE.MatchString(name) {
+		return fmt.Errorf("cluster name %q: use 1 to 64 letters, digits, '-' or '_'", name)
+	}
+	return nil
+}
+
+// Validate checks the fields every implementation needs.
+func (m *Message) Validate() error {
+	switch m.Stream {
+	case Events, Findings, DeadLetter:
+	default:
+		return fmt.Errorf("unknown stream %q", m.Stream)
+	}
+	if err := ValidateCluster(m.Cluster); err != nil {
+		return err
+	}
+	if m.ID == "" {
+		return errors.New("message without id")
+	}
+	return nil
+}

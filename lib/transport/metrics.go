@@ -1,0 +1,68 @@
+package transport
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/bus"
+)
+
+// instrumented counts what passes through a bus.
+type instrumented struct {
+	bus.Bus
+	published, publishErrors, delivered *prometheus.CounterVec
+}
+
+// Instrument wraps b so published messages, publish errors and deliveries are counted per
+// stream on reg. A nil reg returns b unchanged.
+func Instrument(b bus.Bus, reg prometheus.Registerer) bus.Bus {
+	if reg == nil {
+		return b
+	}
+	i := &instrumented{
+		Bus: b,
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_bus_published_messages_total", Help: "Messages acknowledged by the bus, per stream.",
+		}, []string{"stream"}),
+		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_bus_publish_errors_total", Help: "Publish calls that failed, per stream of their first message.",
+		}, []string{"stream"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_bus_delivered_messages_total", Help: "Messages delivered to a consumer, redeliveries included, per stream.",
+		}, []string{"stream"}),
+	}
+	reg.MustRegister(i.published, i.publishErrors, i.delivered)
+	return i
+}
+
+func (i *instrumented) Publish(ctx context.Context, msgs ...bus.Message) error {
+	if err := i.Bus.Publish(ctx, msgs...); err != nil {
+		if len(msgs) > 0 {
+			i.publishErrors.WithLabelValues(string(msgs[0].Stream)).Inc()
+		}
+		return err
+	}
+	for _, m := range msgs {
+		i.published.WithLabelValues(string(m.Stream)).Inc()
+	}
+	return nil
+}
+
+func (i *instrumented) Consumer(s bus.Stream, group string, o bus.ConsumerOptions) (bus.Consumer, error) {
+	c, err := i.Bus.Consumer(s, group, o)
+	if err != nil {
+		return nil, err
+	}
+	counter := i.delivered.WithLabelValues(string(s))
+	return consumerFunc(func(ctx context.Context, h bus.Handler) error {
+		return c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+			counter.Inc()
+			h(ctx, d)
+		})
+	}), nil
+}
+
+type consumerFunc func(ctx context.Context, h bus.Handler) error
+
+func (f consumerFunc) Consume(ctx context.Context, h bus.Handler) error { return f(ctx, h) }

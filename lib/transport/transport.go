@@ -1,0 +1,83 @@
+// Package transport turns the common bus flags (--nats-url, --kafka-brokers, --cluster, ...)
+// into an open, instrumented bus.Bus.
+package transport
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/kafkabus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/flagenv"
+)
+
+// Config holds the bus flags shared by every service.
+type Config struct {
+	Cluster string
+	NATS    natsbus.Config
+	Kafka   kafkabus.Config
+}
+
+// RegisterFlags adds the bus flags to fs. defaultStore is the embedded server's store directory.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultStore string) {
+	fs.StringVar(&c.Cluster, "cluster", "default", "name of the cluster the audit events come from")
+	fs.StringVar(&c.NATS.URL, "nats-url", natsbus.Embedded, "NATS `URL`(s), comma-separated, or \"embedded\" for an in-process server")
+	fs.StringVar(&c.NATS.StoreDir, "nats-store-dir", defaultStore, "JetStream store `dir` of the embedded server")
+	fs.StringVar(&c.NATS.EmbeddedListen, "nats-embedded-listen", "", "also expose the embedded server on `host:port` for other processes")
+	fs.StringVar(&c.NATS.User, "nats-user", "", "NATS user name")
+	fs.StringVar(&c.NATS.Password, "nats-password", "", "NATS password (prefer the env twin)")
+	fs.StringVar(&c.NATS.Token, "nats-token", "", "NATS token (prefer the env twin)")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", "", "NATS credentials `file` (JWT + NKey)")
+	fs.StringVar(&c.NATS.NKeyFile, "nats-nkey-file", "", "NATS NKey seed `file`")
+	fs.StringVar(&c.NATS.TLSCAFile, "nats-tls-ca", "", "CA `file` to verify the NATS server")
+	fs.StringVar(&c.NATS.TLSCertFile, "nats-tls-cert", "", "client certificate `file` for NATS mTLS")
+	fs.StringVar(&c.NATS.TLSKeyFile, "nats-tls-key", "", "client key `file` for NATS mTLS")
+	fs.DurationVar(&c.NATS.Duplicates, "nats-dedup-window", 2*time.Minute, "JetStream de-duplication window of the streams")
+	fs.DurationVar(&c.NATS.MaxAge, "nats-max-age", 7*24*time.Hour, "how long the streams keep messages")
+	fs.IntVar(&c.NATS.Replicas, "nats-replicas", 1, "replicas of each stream on a NATS cluster")
+	fs.Var((*flagenv.StringList)(&c.Kafka.Brokers), "kafka-brokers", "use Kafka instead of NATS: `host:port` list, comma-separated")
+	fs.BoolVar(&c.Kafka.CreateTopics, "kafka-create-topics", true, "create the Kafka topics when missing")
+	fs.IntVar(&c.Kafka.Partitions, "kafka-partitions", 6, "partitions of created Kafka topics")
+}
+
+// UseKafka reports whether Kafka was chosen.
+func (c *Config) UseKafka() bool { return len(c.Kafka.Brokers) > 0 }
+
+// Validate checks the chosen transport's settings.
+func (c *Config) Validate() error {
+	if err := bus.ValidateCluster(c.Cluster); err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	if c.UseKafka() {
+		return c.Kafka.Validate()
+	}
+	return c.NATS.Validate()
+}
+
+// Open connects the chosen bus and instruments it with metrics registered on reg (may be nil).
+func Open(ctx context.Context, c Config, log *slog.Logger, reg prometheus.Registerer) (bus.Bus, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		b   bus.Bus
+		err error
+	)
+	if c.UseKafka() {
+		c.Kafka.Logger = log
+		b, err = kafkabus.Open(ctx, c.Kafka)
+	} else {
+		c.NATS.Logger = log
+		b, err = natsbus.Open(ctx, c.NATS)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return Instrument(b, reg), nil
+}

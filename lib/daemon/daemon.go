@@ -1,0 +1,219 @@
+// Package daemon is the shared skeleton of every auditlens command: flags with env twins,
+// logging, metrics and health endpoints, the bus, and one run group that shuts the stages down
+// upstream first on SIGINT/SIGTERM.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/telemetry"
+	"github.com/auditlens/auditlens/lib/transport"
+)
+
+// Component is one long-running stage.
+type Component interface {
+	// Run works until ctx is cancelled, then drains what it holds and returns nil.
+	Run(ctx context.Context) error
+	// Ready reports whether the stage can do its work now (for /readyz).
+	Ready() error
+}
+
+// Deps is what Build receives.
+type Deps struct {
+	Bus      bus.Bus
+	Cluster  string
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+}
+
+// Spec describes one command.
+type Spec struct {
+	Name     string // binary name, used in logs and as the default consumer group
+	Synopsis string // first lines of --help
+	// DefaultMetricsAddr of --metrics-addr.
+	DefaultMetricsAddr string
+	// Flags registers the command's own flags; it runs before parsing.
+	Flags func(fs *flag.FlagSet)
+	// Validate checks the command's own flags after parsing; nil means no check.
+	Validate func() error
+	// NoBus skips opening the bus (for commands that do not need one).
+	NoBus bool
+	// Build makes the stages once the bus is open, in pipeline order (upstream first).
+	Build func(ctx context.Context, d Deps) ([]Component, error)
+}
+
+// ExitUsage is the exit code of a bad flag or value.
+const ExitUsage = 2
+
+// Main runs spec with args (without the program name) and returns the process exit code.
+func Main(spec Spec, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(spec.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var tel telemetry.Config
+	var tr transport.Config
+	tel.RegisterFlags(fs, spec.DefaultMetricsAddr)
+	if !spec.NoBus {
+		tr.RegisterFlags(fs, filepath.Join(DefaultDataDir(), "nats"))
+	}
+	if spec.Flags != nil {
+		spec.Flags(fs)
+	}
+	flagenv.Usage(fs, spec.Synopsis)
+	if err := flagenv.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", spec.Name, err)
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (see --help)\n", spec.Name, fs.Arg(0))
+		return ExitUsage
+	}
+	check := []func() error{tel.Validate}
+	if !spec.NoBus {
+		check = append(check, tr.Validate)
+	}
+	if spec.Validate != nil {
+		check = append(check, spec.Validate)
+	}
+	for _, v := range check {
+		if err := v(); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", spec.Name, err)
+			return ExitUsage
+		}
+	}
+	log, _ := telemetry.NewLogger(tel.LogFormat, tel.LogLevel, stderr)
+	log = log.With("service", spec.Name)
+	if err := run(spec, tel, tr, log); err != nil {
+		log.Error("exiting", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	reg := telemetry.NewRegistry()
+	d := Deps{Cluster: tr.Cluster, Logger: log, Registry: reg}
+	if !spec.NoBus {
+		b, err := transport.Open(ctx, tr, log, reg)
+		if err != nil {
+			return fmt.Errorf("open bus: %w", err)
+		}
+		defer b.Close()
+		d.Bus = b
+	}
+	comps, err := spec.Build(ctx, d)
+	if err != nil {
+		return err
+	}
+	checks := map[string]telemetry.Check{}
+	if d.Bus != nil {
+		checks["bus"] = d.Bus.Ready
+	}
+	for i, c := range comps {
+		checks[fmt.Sprintf("stage%d", i)] = c.Ready
+	}
+	if tel.MetricsAddr != "" {
+		srv, err := telemetry.NewServer(tel.MetricsAddr, reg, checks)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			if err := srv.Run(sctx); err != nil {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		log.Info("serving metrics", "addr", srv.Addr())
+	}
+	log.Info("started", "stages", len(comps))
+	return RunStages(ctx, comps, log)
+}
+
+// RunStages runs the components until ctx is done or one fails, then stops them upstream
+// first: each is cancelled only after the one before it has returned, so what it still
+// holds flows downstream before the next drains.
+func RunStages(ctx context.Context, comps []Component, log *slog.Logger) error {
+	type result struct {
+		i   int
+		err error
+	}
+	cancels := make([]context.CancelFunc, len(comps))
+	dones := make([]chan error, len(comps))
+	failed := make(chan result, len(comps))
+	for i, c := range comps {
+		cctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		dones[i] = make(chan error, 1)
+		go func() {
+			err := c.Run(cctx)
+			dones[i] <- err
+			if err != nil {
+				failed <- result{i, err}
+			}
+		}()
+	}
+	var firstErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining upstream first")
+	case r := <-failed:
+		firstErr = fmt.Errorf("stage %d: %w", r.i, r.err)
+	}
+	for i := range comps {
+		cancels[i]()
+		select {
+		case err := <-dones[i]:
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		case <-time.After(60 * time.Second):
+			log.Error("stage did not stop within 60s", "stage", i)
+		}
+	}
+	return firstErr
+}
+
+// DefaultDataDir is where embedded engines keep data when no directory is given:
+// $AUDITLENS_DATA_DIR, else ./.data.
+func DefaultDataDir() string {
+	if d := os.Getenv("AUDITLENS_DATA_DIR"); d != "" {
+		return d
+	}
+	return ".data"
+}
+
+// ComponentFuncs adapts two functions to a Component.
+type ComponentFuncs struct {
+	RunFunc   func(ctx context.Context) error
+	ReadyFunc func() error
+}
+
+// Run implements Component.
+func (c ComponentFuncs) Run(ctx context.Context) error { return c.RunFunc(ctx) }
+
+// Ready implements Component; nil ReadyFunc is always ready.
+func (c ComponentFuncs) Ready() error {
+	if c.ReadyFunc == nil {
+		return nil
+	}
+	return c.ReadyFunc()
+}

@@ -1,2 +1,165 @@
-// Package weekly builds the weekly upgrade-risk report from ClickHouse and sends it by e-mail.
+// Package weekly builds the weekly upgrade-risk report from the findings in ClickHouse.
 package weekly
+
+import (
+	"time"
+)
+
+// Report is one week of findings for one cluster, judged against a target Kubernetes version.
+// Every count counts a finding once by its identity (cluster, audit_id, rule_id).
+type Report struct {
+	Cluster string  `json:"cluster"`
+	Target  Version `json:"target_version"`
+	// WeekStart and WeekEnd bound the week: [WeekStart, WeekEnd), UTC.
+	WeekStart time.Time `json:"week_start"`
+	WeekEnd   time.Time `json:"week_end"`
+	// WeekEnding is the last day of the week (WeekEnd minus one day).
+	WeekEnding  Date      `json:"week_ending"`
+	GeneratedAt time.Time `json:"generated_at"`
+
+	Totals Totals `json:"totals"`
+	// Blockers are what breaks on the upgrade to Target, most findings first.
+	Blockers []Blocker `json:"blockers"`
+	// New are the blocker callers seen this week but not the week before.
+	New []Change `json:"new"`
+	// Resolved are the blocker callers seen the week before but not this week.
+	Resolved []Change `json:"resolved"`
+	// Daily is the trend over the days of this week, Weekly over the last weeks (oldest first,
+	// this week last).
+	Daily  []Point `json:"daily"`
+	Weekly []Point `json:"weekly"`
+	// Truncated is set when more blocker callers existed than the report holds.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Totals sums the week.
+type Totals struct {
+	Findings         uint64      `json:"findings"`
+	Blocking         uint64      `json:"blocking"`
+	PreviousFindings uint64      `json:"previous_findings"`
+	PreviousBlocking uint64      `json:"previous_blocking"`
+	BlockerCallers   int         `json:"blocker_callers"`
+	ByRule           []RuleCount `json:"by_rule"`
+}
+
+// RuleCount is the number of findings of one rule this week and the week before.
+type RuleCount struct {
+	RuleID   string `json:"rule_id"`
+	Findings uint64 `json:"findings"`
+	Previous uint64 `json:"previous"`
+	Blocking uint64 `json:"blocking"`
+}
+
+// Key says what blocks: a rule and, for API removals, the API used.
+type Key struct {
+	RuleID     string `json:"rule_id"`
+	APIGroup   string `json:"api_group"`
+	APIVersion string `json:"api_version"`
+	Resource   string `json:"resource"`
+	RemovedIn  string `json:"removed_in"`
+}
+
+// API is "group/version resource" ("v1 resource" for the core group), or "" when the key
+// names no API.
+func (k Key) API() string {
+	gv := k.APIVersion
+	if k.APIGroup != "" {
+		gv = k.APIGroup + "/" + k.APIVersion
+	}
+	switch {
+	case gv == "" && k.Resource == "":
+		return ""
+	case gv == "":
+		return k.Resource
+	case k.Resource == "":
+		return gv
+	}
+	return gv + " " + k.Resource
+}
+
+// Blocker is one thing that breaks on the upgrade, with who still relies on it.
+type Blocker struct {
+	Key
+	Replacement string `json:"replacement"`
+	Message     string `json:"message"`
+	Findings    uint64 `json:"findings"`
+	// New is set when nobody relied on it the week before.
+	New     bool     `json:"new"`
+	Callers []Caller `json:"callers"`
+}
+
+// Caller is who relied on a blocker this week.
+type Caller struct {
+	Username  string    `json:"username"`
+	UserAgent string    `json:"user_agent"`
+	Namespace string    `json:"namespace"`
+	Count     uint64    `json:"count"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// New is set when this caller did not rely on the blocker the week before.
+	New bool `json:"new"`
+}
+
+// Change is a blocker caller that appeared or went away since the week before.
+type Change struct {
+	Key
+	Username  string `json:"username"`
+	UserAgent string `json:"user_agent"`
+	Namespace string `json:"namespace"`
+	// Count is this week's findings for New, the previous week's for Resolved.
+	Count uint64 `json:"count"`
+}
+
+// Point is one day or week of the trend.
+type Point struct {
+	Start    time.Time `json:"start"`
+	Findings uint64    `json:"findings"`
+	Blocking uint64    `json:"blocking"`
+}
+
+// Date is a calendar day, written as 2006-01-02.
+type Date struct{ time.Time }
+
+// DateLayout is how a Date is written and parsed.
+const DateLayout = "2006-01-02"
+
+// ParseDate parses a 2006-01-02 day as midnight UTC.
+func ParseDate(s string) (Date, error) {
+	t, err := time.Parse(DateLayout, s)
+	if err != nil {
+		return Date{}, err
+	}
+	return Date{t}, nil
+}
+
+// DateOf is the calendar day of t in its location, as midnight UTC.
+func DateOf(t time.Time) Date {
+	y, m, d := t.Date()
+	return Date{time.Date(y, m, d, 0, 0, 0, 0, time.UTC)}
+}
+
+func (d Date) String() string { return d.Format(DateLayout) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Date) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Date) UnmarshalText(b []byte) error {
+	v, err := ParseDate(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// LastWeekEnding is the last day of the latest full Monday-to-Sunday week before the day of
+// now: on a Monday, the day before; on a Sunday, the Sunday a week before.
+func LastWeekEnding(now time.Time) Date {
+	d := DateOf(now)
+	back := int(d.Weekday()) // Sunday 0 .. Saturday 6
+	if back == 0 {
+		back = 7
+	}
+	return Date{d.AddDate(0, 0, -back)}
+}

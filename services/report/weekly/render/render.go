@@ -1,0 +1,276 @@
+// Package render writes a weekly report as HTML, plain text, JSON or CSV.
+package render
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+// Formats are the names Write accepts.
+var Formats = []string{"html", "text", "json", "csv"}
+
+// Images are the sources of the charts in the HTML report: "cid:..." URLs in an e-mail,
+// data: URLs in a standalone file, empty to leave a chart out.
+type Images struct {
+	Daily  template.URL
+	Weekly template.URL
+}
+
+// Write renders r in format (one of Formats) to w; HTML gets img as its chart sources.
+func Write(w io.Writer, format string, r *weekly.Report, img Images) error {
+	switch format {
+	case "html":
+		return HTML(w, r, img)
+	case "text":
+		return Text(w, r)
+	case "json":
+		return JSON(w, r)
+	case "csv":
+		return CSV(w, r)
+	}
+	return fmt.Errorf("format %q: want one of %s", format, strings.Join(Formats, ", "))
+}
+
+// Subject is the one-line title of the report (the e-mail subject).
+func Subject(r *weekly.Report) string {
+	return fmt.Sprintf("auditlens weekly: %s, week ending %s: %d upgrade blocker%s for %s",
+		clean(r.Cluster), r.WeekEnding, len(r.Blockers), plural(len(r.Blockers)), r.Target)
+}
+
+//go:embed report.html.tmpl
+var htmlSrc string
+
+var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"ts":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"day":    func(t time.Time) string { return t.UTC().Format("Mon 2006-01-02") },
+	"delta":  delta,
+	"dash":   orDash,
+	"plural": plural,
+}).Parse(htmlSrc))
+
+// HTML writes r as one HTML document; everything taken from audit events is escaped by
+// html/template for the context it lands in.
+func HTML(w io.Writer, r *weekly.Report, img Images) error {
+	var buf bytes.Buffer
+	if err := htmlTmpl.Execute(&buf, struct {
+		R       *weekly.Report
+		Img     Images
+		Subject string
+	}{printable(r), img, Subject(r)}); err != nil {
+		return fmt.Errorf("render html: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// printable is a copy of r whose strings from audit events have their control characters
+// escaped (see clean): harmless in HTML, but unreadable and invalid there.
+func printable(r *weekly.Report) *weekly.Report {
+	c := *r
+	key := func(k weekly.Key) weekly.Key {
+		return weekly.Key{RuleID: clean(k.RuleID), APIGroup: clean(k.APIGroup), APIVersion: clean(k.APIVersion),
+			Resource: clean(k.Resource), RemovedIn: clean(k.RemovedIn)}
+	}
+	c.Cluster = clean(r.Cluster)
+	c.Blockers = make([]weekly.Blocker, len(r.Blockers))
+	for i, b := range r.Blockers {
+		b.Key, b.Replacement, b.Message = key(b.Key), clean(b.Replacement), clean(b.Message)
+		callers := make([]weekly.Caller, len(b.Callers))
+		for j, cl := range b.Callers {
+			cl.Username, cl.UserAgent, cl.Namespace = clean(cl.Username), clean(cl.UserAgent), clean(cl.Namespace)
+			callers[j] = cl
+		}
+		b.Callers = callers
+		c.Blockers[i] = b
+	}
+	changes := func(in []weekly.Change) []weekly.Change {
+		out := make([]weekly.Change, len(in))
+		for i, ch := range in {
+			ch.Key, ch.Username, ch.UserAgent, ch.Namespace = key(ch.Key), clean(ch.Username), clean(ch.UserAgent), clean(ch.Namespace)
+			out[i] = ch
+		}
+		return out
+	}
+	c.New, c.Resolved = changes(r.New), changes(r.Resolved)
+	c.Totals.ByRule = make([]weekly.RuleCount, len(r.Totals.ByRule))
+	for i, rc := range r.Totals.ByRule {
+		rc.RuleID = clean(rc.RuleID)
+		c.Totals.ByRule[i] = rc
+	}
+	return &c
+}
+
+// JSON writes r as one indented JSON document.
+func JSON(w io.Writer, r *weekly.Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// CSVHeader is the first line of the CSV: one row per blocker caller of the week.
+var CSVHeader = []string{"cluster", "week_ending", "target_version", "rule_id", "api_group", "api_version",
+	"resource", "removed_in", "replacement", "username", "user_agent", "namespace", "count",
+	"first_seen", "last_seen", "new"}
+
+// CSV writes one row per blocker caller. A cell that a spreadsheet would take for a formula
+// (starting with = + - @ or a control character) is prefixed with a single quote.
+func CSV(w io.Writer, r *weekly.Report) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	for _, b := range r.Blockers {
+		for _, c := range b.Callers {
+			row := []string{r.Cluster, r.WeekEnding.String(), r.Target.String(), b.RuleID, b.APIGroup, b.APIVersion,
+				b.Resource, b.RemovedIn, b.Replacement, c.Username, c.UserAgent, c.Namespace,
+				strconv.FormatUint(c.Count, 10), c.FirstSeen.UTC().Format(time.RFC3339), c.LastSeen.UTC().Format(time.RFC3339),
+				strconv.FormatBool(c.New)}
+			for i := range row {
+				row[i] = defuse(row[i])
+			}
+			if err := cw.Write(row); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func defuse(s string) string {
+	if s == "" {
+		return s
+	}
+	switch s[0] {
+	case '=', '+', '-', '@', '\t', '\r', '\n':
+		return "'" + s
+	}
+	return s
+}
+
+// Text writes r as plain text. Control characters from audit events are written escaped
+// (\x1b, \n), so the text cannot drive a terminal or forge lines.
+func Text(w io.Writer, r *weekly.Report) error {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("%s\n\n", Subject(r))
+	p("Cluster %s, target version %s, week %s to %s (UTC).\n", clean(r.Cluster), r.Target,
+		r.WeekStart.Format("2006-01-02"), r.WeekEnding)
+	t := r.Totals
+	p("Findings: %d (%s on the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
+		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))
+	p("Blockers: %d with %d caller%s; new callers: %d; resolved callers: %d.\n",
+		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), len(r.New), len(r.Resolved))
+	if r.Truncated {
+		p("(Only the busiest blocker callers are listed: there were more.)\n")
+	}
+	p("\nBLOCKERS for %s\n", r.Target)
+	if len(r.Blockers) == 0 {
+		p("  none: nothing seen this week is removed at or before %s.\n", r.Target)
+	}
+	for i, bl := range r.Blockers {
+		p("\n%d. %s %s, removed in %s", i+1, clean(bl.RuleID), clean(bl.API()), clean(bl.RemovedIn))
+		if bl.Replacement != "" {
+			p(", use %s", clean(bl.Replacement))
+		}
+		p(": %d finding%s", bl.Findings, plural(int(bl.Findings)))
+		if bl.New {
+			p(" [new]")
+		}
+		p("\n")
+		if bl.Message != "" {
+			p("   %s\n", clean(bl.Message))
+		}
+		for _, c := range bl.Callers {
+			p("   - %s, agent %s, namespace %s: %d, first %s, last %s", orDash(clean(c.Username)),
+				orDash(clean(c.UserAgent)), orDash(clean(c.Namespace)), c.Count,
+				c.FirstSeen.Format(time.RFC3339), c.LastSeen.Format(time.RFC3339))
+			if c.New {
+				p(" [new]")
+			}
+			p("\n")
+		}
+	}
+	changes := func(title string, cs []weekly.Change) {
+		p("\n%s: %d\n", title, len(cs))
+		for _, c := range cs {
+			p("  - %s %s: %s, agent %s, namespace %s (%d)\n", clean(c.RuleID), clean(c.API()),
+				orDash(clean(c.Username)), orDash(clean(c.UserAgent)), orDash(clean(c.Namespace)), c.Count)
+		}
+	}
+	changes("NEW since the week before", r.New)
+	changes("RESOLVED since the week before", r.Resolved)
+	p("\nBY RULE (this week / week before / blocking)\n")
+	for _, rc := range t.ByRule {
+		p("  %-32s %8d %8d %8d\n", clean(rc.RuleID), rc.Findings, rc.Previous, rc.Blocking)
+	}
+	p("\nDAILY (findings / blocking)\n")
+	for _, d := range r.Daily {
+		p("  %s %8d %8d\n", d.Start.Format("Mon 2006-01-02"), d.Findings, d.Blocking)
+	}
+	p("\nWEEKLY (week starting, findings / blocking)\n")
+	for _, d := range r.Weekly {
+		p("  %s %8d %8d\n", d.Start.Format("2006-01-02"), d.Findings, d.Blocking)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// clean escapes control and other non-printing characters, keeping printable unicode.
+func clean(s string) string {
+	ok := true
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToASCII(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
+
+func delta(now, before uint64) string {
+	switch {
+	case now > before:
+		return fmt.Sprintf("+%d", now-before)
+	case now < before:
+		return fmt.Sprintf("-%d", before-now)
+	}
+	return "±0"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

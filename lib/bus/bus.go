@@ -124,6 +124,9 @@ type ConsumerOptions struct {
 	MaxUnacked int
 	// AckWait is how long an unsettled delivery waits before it is redelivered (default 30s).
 	AckWait time.Duration
+	// DrainTimeout bounds how long a stopping consumer waits for deliveries in flight to be
+	// settled before it leaves them to redelivery (default 30s).
+	DrainTimeout time.Duration
 }
 
 // WithDefaults returns o with zero values replaced by defaults.
@@ -133,6 +136,9 @@ func (o ConsumerOptions) WithDefaults() ConsumerOptions {
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
 	}
 	return o
 }

@@ -190,7 +190,11 @@ type consumer struct {
 }
 
 // Consume reads with FetchMessage and commits, per partition, the highest offset below which
-// every message has been settled.
+// every message has been settled. Kafka has no publish-side de-duplication, so a message whose
+// ID this consumer already received within its window (the last 2^17 ids) is settled without
+// being handed out again; this is safe because offsets are only committed up to settled
+// messages, so after a restart the window starts empty and nothing unsettled is skipped.
+// On cancellation it waits (up to DrainTimeout) for deliveries in flight to be settled, then leaves.
 func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:           c.b.cfg.Brokers,
@@ -207,19 +211,34 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	})
 	defer r.Close()
 	tr := newTracker()
+	seen := newWindow(1 << 17)
 	sem := make(chan struct{}, c.opts.MaxUnacked)
 	commitErr := make(chan error, 1)
+	drain := func() {
+		deadline := time.After(c.opts.DrainTimeout)
+		for i := 0; i < cap(sem); i++ {
+			select {
+			case sem <- struct{}{}:
+			case <-deadline:
+				c.b.cfg.Logger.Warn("kafka consumer left with unsettled deliveries; they will be redelivered", "topic", Topic(c.stream))
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			drain()
 			return nil
 		case err := <-commitErr:
 			return err
 		}
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
+			<-sem
 			if ctx.Err() != nil {
+				drain()
 				return nil
 			}
 			return fmt.Errorf("fetch from %s: %w: %w", Topic(c.stream), bus.ErrUnavailable, err)
@@ -232,43 +251,60 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 			d.Header[hd.Key] = string(hd.Value)
 		}
 		d.Cluster, d.ID = d.Header[bus.HeaderCluster], d.Header[bus.HeaderMsgID]
-		d.Acker = &acker{settle: func(ctx context.Context) error {
-			<-sem
+		a := &acker{settle: func() error {
+			defer func() { <-sem }()
 			upTo, ok := tr.done(m.Partition, m.Offset)
 			if !ok {
 				return nil
 			}
-			err := r.CommitMessages(ctx, kafka.Message{Topic: m.Topic, Partition: m.Partition, Offset: upTo})
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := r.CommitMessages(cctx, kafka.Message{Topic: m.Topic, Partition: m.Partition, Offset: upTo})
 			if err != nil {
+				err = fmt.Errorf("commit %s/%d@%d: %w", m.Topic, m.Partition, upTo, err)
 				select {
-				case commitErr <- fmt.Errorf("commit %s/%d@%d: %w", m.Topic, m.Partition, upTo, err):
+				case commitErr <- err:
 				default:
 				}
 			}
 			return err
-		}, redeliver: func(delay time.Duration) {
+		}}
+		a.abandoned = func() { <-sem }
+		d.Acker = a
+		a.redeliver = func(delay time.Duration) {
 			time.AfterFunc(delay, func() {
 				if ctx.Err() == nil {
 					d.Delivered++
 					h(ctx, d)
+				} else {
+					a.abandon()
 				}
 			})
-		}}
+		}
+		if d.ID != "" && !seen.add(d.ID) {
+			_ = a.Ack(ctx)
+			continue
+		}
 		h(ctx, d)
 	}
 }
 
 type acker struct {
 	once      sync.Once
-	settle    func(context.Context) error
+	settle    func() error
 	redeliver func(time.Duration)
+	abandoned func()
 }
 
-func (a *acker) Ack(ctx context.Context) error {
+// Ack settles the delivery and commits what is now contiguous in its partition.
+func (a *acker) Ack(context.Context) error {
 	var err error
-	a.once.Do(func() { err = a.settle(ctx) })
+	a.once.Do(func() { err = a.settle() })
 	return err
 }
+
+// abandon gives up the delivery's slot without committing; it is redelivered after a restart.
+func (a *acker) abandon() { a.once.Do(a.abandoned) }
 
 // Nak redelivers the message to this consumer after delay; Kafka offsets cannot move past an
 // unsettled message, so nothing later in its partition is committed meanwhile.
@@ -279,6 +315,34 @@ func (a *acker) Nak(delay time.Duration) error {
 
 // Term settles a poison message so the partition can move on.
 func (a *acker) Term(string) error { return a.Ack(context.Background()) }
+
+// window remembers the last n ids.
+type window struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newWindow(n int) *window {
+	return &window{ids: make(map[string]struct{}, n), ring: make([]string, n)}
+}
+
+// add records id and reports whether it was new.
+func (w *window) add(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.ids[id]; ok {
+		return false
+	}
+	if old := w.ring[w.next]; old != "" {
+		delete(w.ids, old)
+	}
+	w.ring[w.next] = id
+	w.next = (w.next + 1) % len(w.ring)
+	w.ids[id] = struct{}{}
+	return true
+}
 
 // tracker finds, per partition, the offset up to which every fetched message is settled.
 type tracker struct {

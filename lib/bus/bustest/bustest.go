@@ -1,0 +1,244 @@
+// Package bustest is the conformance suite every bus.Bus implementation passes, run against
+// the real engine (embedded nats-server, kfake Kafka cluster).
+package bustest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/bus"
+)
+
+// Opener opens a fresh, empty bus for one subtest; it registers its own cleanup.
+type Opener func(t *testing.T) bus.Bus
+
+// Messages returns n messages for stream s spread over the given number of clusters, with
+// ids "<prefix>-<i>" and a ~1.2 KB body.
+func Messages(s bus.Stream, prefix string, n, clusters int) []bus.Message {
+	body := make([]byte, 1200)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	out := make([]bus.Message, n)
+	for i := range out {
+		out[i] = bus.Message{
+			Stream:  s,
+			Cluster: fmt.Sprintf("c%d", i%clusters),
+			ID:      fmt.Sprintf("%s-%d", prefix, i),
+			Header:  map[string]string{bus.HeaderNode: "node-a"},
+			Data:    body,
+		}
+	}
+	return out
+}
+
+// Collector gathers deliveries by ID.
+type Collector struct {
+	mu     sync.Mutex
+	byID   map[string]int
+	total  int
+	notify chan struct{}
+}
+
+// NewCollector returns an empty collector.
+func NewCollector() *Collector {
+	return &Collector{byID: map[string]int{}, notify: make(chan struct{}, 1)}
+}
+
+// Add records one delivery.
+func (c *Collector) Add(id string) {
+	c.mu.Lock()
+	c.byID[id]++
+	c.total++
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Counts returns distinct ids and total deliveries.
+func (c *Collector) Counts() (distinct, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID), c.total
+}
+
+// WaitDistinct polls until at least n distinct ids arrived or the timeout passes.
+func (c *Collector) WaitDistinct(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if d, _ := c.Counts(); d >= n {
+			return
+		}
+		select {
+		case <-c.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			d, tot := c.Counts()
+			t.Fatalf("after %s: %d distinct ids (%d deliveries), want %d", timeout, d, tot, n)
+		}
+	}
+}
+
+// consume runs a consumer in the background until the returned stop is called.
+func consume(t *testing.T, b bus.Bus, s bus.Stream, group string, o bus.ConsumerOptions, h bus.Handler) (stop func()) {
+	t.Helper()
+	c, err := b.Consumer(s, group, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Consume(ctx, h) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("consume: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func ackAll(col *Collector) bus.Handler {
+	return func(ctx context.Context, d *bus.Delivery) {
+		col.Add(d.ID)
+		_ = d.Ack(ctx)
+	}
+}
+
+// quiet waits a short, fixed period in which nothing more may arrive. It is the only way to
+// observe "no more deliveries"; it asserts absence, never speed.
+const quiet = 700 * time.Millisecond
+
+// Run runs the conformance suite.
+func Run(t *testing.T, open Opener) {
+	ctx := context.Background()
+
+	t.Run("PublishNConsumeExactlyN", func(t *testing.T) {
+		b := open(t)
+		const n = 2000
+		msgs := Messages(bus.Findings, "pc", n, 3)
+		for i := 0; i < n; i += 500 {
+			if err := b.Publish(ctx, msgs[i:i+500]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		col := NewCollector()
+		var hdrOK sync.Once
+		seenHeader := false
+		stop := consume(t, b, bus.Findings, "g1", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+			hdrOK.Do(func() { seenHeader = d.Header[bus.HeaderNode] == "node-a" && d.Cluster != "" && len(d.Data) == 1200 })
+			ackAll(col)(ctx, d)
+		})
+		col.WaitDistinct(t, n, 30*time.Second)
+		time.Sleep(quiet)
+		stop()
+		if d, tot := col.Counts(); d != n || tot != n {
+			t.Fatalf("distinct=%d total=%d, want %d and %d", d, tot, n, n)
+		}
+		if !seenHeader {
+			t.Fatal("delivery lost its cluster, headers or body")
+		}
+	})
+
+	t.Run("UnackedRedeliveredAfterRestart", func(t *testing.T) {
+		b := open(t)
+		const n = 200
+		if err := b.Publish(ctx, Messages(bus.Events, "re", n, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		first := NewCollector()
+		var mu sync.Mutex
+		acked := map[string]bool{}
+		opts := bus.ConsumerOptions{AckWait: time.Second, DrainTimeout: time.Second}
+		stop := consume(t, b, bus.Events, "g2", opts, func(ctx context.Context, d *bus.Delivery) {
+			first.Add(d.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(acked) < n/2 {
+				acked[d.ID] = true
+				_ = d.Ack(ctx)
+			}
+		})
+		first.WaitDistinct(t, n, 30*time.Second)
+		stop()
+
+		second := NewCollector()
+		consume(t, b, bus.Events, "g2", opts, ackAll(second))
+		second.WaitDistinct(t, n-len(acked), 30*time.Second)
+		second.mu.Lock()
+		defer second.mu.Unlock()
+		for id := range acked {
+			if second.byID[id] > 0 {
+				t.Fatalf("acknowledged %s was delivered again", id)
+			}
+		}
+	})
+
+	// NATS stores a republished id once (Nats-Msg-Id); Kafka stores it again and its consumer
+	// drops the copy (see kafkabus). Either way a consumer sees each id once.
+	t.Run("RepublishedIDDeliveredOnce", func(t *testing.T) {
+		b := open(t)
+		msgs := Messages(bus.Findings, "dup", 100, 2)
+		for range 3 {
+			if err := b.Publish(ctx, msgs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		col := NewCollector()
+		stop := consume(t, b, bus.Findings, "g3", bus.ConsumerOptions{}, ackAll(col))
+		col.WaitDistinct(t, 100, 30*time.Second)
+		time.Sleep(quiet)
+		stop()
+		if d, tot := col.Counts(); d != 100 || tot != 100 {
+			t.Fatalf("distinct=%d total=%d after publishing each id 3 times, want 100/100", d, tot)
+		}
+	})
+
+	t.Run("TwoConsumersShareTheWork", func(t *testing.T) {
+		b := open(t)
+		const n = 3000
+		a, c := NewCollector(), NewCollector()
+		all := NewCollector()
+		slow := func(col *Collector) bus.Handler {
+			return func(ctx context.Context, d *bus.Delivery) {
+				col.Add(d.ID)
+				all.Add(d.ID)
+				time.Sleep(200 * time.Microsecond) // give the other member a share
+				_ = d.Ack(ctx)
+			}
+		}
+		opts := bus.ConsumerOptions{MaxUnacked: 64}
+		stopA := consume(t, b, bus.Events, "shared", opts, slow(a))
+		stopC := consume(t, b, bus.Events, "shared", opts, slow(c))
+		// Let both members join before publishing (Kafka assigns partitions on join).
+		time.Sleep(2 * time.Second)
+		msgs := Messages(bus.Events, "sh", n, 12)
+		for i := 0; i < n; i += 500 {
+			if err := b.Publish(ctx, msgs[i:i+500]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all.WaitDistinct(t, n, 60*time.Second)
+		stopA()
+		stopC()
+		da, _ := a.Counts()
+		dc, _ := c.Counts()
+		if da == 0 || dc == 0 {
+			t.Fatalf("work not shared: %d and %d", da, dc)
+		}
+		if d, _ := all.Counts(); d != n {
+			t.Fatalf("distinct=%d want %d", d, n)
+		}
+		t.Logf("split %d / %d", da, dc)
+	})
+}

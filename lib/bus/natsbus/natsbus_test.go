@@ -1,0 +1,139 @@
+package natsbus_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/bustest"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server keeps a few process-wide goroutines after Shutdown.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startRateLimitLogExpiration.func1"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+func openEmbedded(t *testing.T) bus.Bus {
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	bustest.Run(t, openEmbedded)
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// A nats-server restarted on the same file store mid-stream loses nothing: publishes during
+// the outage fail (the caller retries the same ids), and the consumer resumes after it.
+func TestServerRestartLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir, addr := t.TempDir(), freePort(t)
+	srv, err := natsbus.StartServer(dir, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := natsbus.Open(ctx, natsbus.Config{URL: "nats://" + addr, AckTimeout: 2 * time.Second, StallWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	const n = 3000
+	msgs := bustest.Messages(bus.Events, "rs", n, 2)
+	publish := func(from, to int) {
+		for i := from; i < to; i += 100 {
+			for attempt := 0; ; attempt++ {
+				err := b.Publish(ctx, msgs[i:min(i+100, to)]...)
+				if err == nil {
+					break
+				}
+				if attempt > 200 {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	col := bustest.NewCollector()
+	c, _ := b.Consumer(bus.Events, "restart", bus.ConsumerOptions{AckWait: 2 * time.Second})
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(cctx, func(ctx context.Context, d *bus.Delivery) { col.Add(d.ID); _ = d.Ack(ctx) })
+	}()
+	publish(0, n/2)
+	col.WaitDistinct(t, n/4, 30*time.Second)
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		s, err := natsbus.StartServer(dir, addr)
+		if err == nil {
+			t.Cleanup(s.Shutdown)
+		}
+		restarted <- err
+	}()
+	publish(n/2, n) // retries through the outage
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	col.WaitDistinct(t, n, 60*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Logf("consume ended with %v", err)
+	}
+	if d, _ := col.Counts(); d != n {
+		t.Fatalf("distinct %d, want %d", d, n)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		cfg  natsbus.Config
+		want string
+	}{
+		{natsbus.Config{}, "--nats-url is empty"},
+		{natsbus.Config{URL: "embedded"}, "--nats-store-dir"},
+		{natsbus.Config{URL: "localhost/4222"}, "not a NATS URL"},
+		{natsbus.Config{URL: "nats://x:1", TLSCertFile: "c"}, "go together"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestUnreachableServerFailsClearly(t *testing.T) {
+	_, err := natsbus.Open(context.Background(), natsbus.Config{URL: "nats://" + freePort(t)})
+	if err == nil || !contains(err.Error(), "connect to nats") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Stages stop upstream first: a stage is cancelled only after the one before it returned.
+func TestRunStagesDrainsUpstreamFirst(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	stage := func(name string, linger time.Duration) Component {
+		return ComponentFuncs{RunFunc: func(ctx context.Context) error {
+			<-ctx.Done()
+			time.Sleep(linger) // upstream still flushing: downstream must still be running
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			return nil
+		}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	err := RunStages(ctx, []Component{stage("ingest", 30*time.Millisecond), stage("classify", 0), stage("report", 0)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ","); got != "ingest,classify,report" {
+		t.Fatalf("stop order %s", got)
+	}
+}
+
+func TestRunStagesReportsFailure(t *testing.T) {
+	boom := errors.New("boom")
+	stopped := make(chan struct{})
+	err := RunStages(context.Background(), []Component{
+		ComponentFuncs{RunFunc: func(ctx context.Context) error { <-ctx.Done(); close(stopped); return nil }},
+		ComponentFuncs{RunFunc: func(ctx context.Context) error { return boom }},
+	}, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("healthy stage not stopped after another failed")
+	}
+}
+
+func TestMainBadInput(t *testing.T) {
+	spec := Spec{Name: "x", Synopsis: "x [flags]", Build: func(context.Context, Deps) ([]Component, error) { return nil, nil }}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--nope"}, ExitUsage, "flag provided but not defined: -nope"},
+		{[]string{"--log-format", "xml"}, ExitUsage, "--log-format"},
+		{[]string{"--cluster", "a.b"}, ExitUsage, "--cluster"},
+		{[]string{"--nats-url", "embedded", "--nats-store-dir", ""}, ExitUsage, "--nats-store-dir"},
+		{[]string{"stray"}, ExitUsage, `unexpected argument "stray"`},
+		{[]string{"--help"}, 0, "AUDITLENS_NATS_URL"},
+	} {
+		var out bytes.Buffer
+		code := Main(spec, c.args, &out)
+		if code != c.code || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v: code %d, output %q; want %d and %q", c.args, code, out.String(), c.code, c.want)
+		}
+	}
+}

@@ -1,6 +1,6 @@
 # auditlens: the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-MODULES := lib proto services/ingest services/classify services/report
+MODULES := lib proto deploy services/ingest services/classify services/report
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb

@@ -19,7 +19,7 @@ type Options struct {
 	// WeekEnding is the last day of the week reported; the week is the seven UTC days
 	// ending with it.
 	WeekEnding Date
-	// Table holding the findings; default "auditlens.findings".
+	// Table holding the findings; default "findings" (in the connection's database).
 	Table string
 	// TrendWeeks is how many weeks the weekly trend covers, this one included; default 8.
 	TrendWeeks int
@@ -30,8 +30,8 @@ type Options struct {
 }
 
 const (
-	// DefaultTable is where part of the store keeps the findings.
-	DefaultTable      = "auditlens.findings"
+	// DefaultTable is where the store keeps the raw findings.
+	DefaultTable      = "findings"
 	defaultTrendWeeks = 8
 	defaultMaxCallers = 5000
 )
@@ -75,10 +75,9 @@ func (o *Options) Validate() error {
 
 // blockingExpr is true for a finding that blocks the upgrade to the target bound as its one
 // parameter (Version.Ordinal): what it uses is removed in a release at or before the target.
-// Versions compare numerically (1.9 < 1.16): MAJOR*1000+MINOR of removed_in, whose major
-// must be at least 1 (an empty or malformed removed_in never blocks).
-const blockingExpr = `(toUInt32OrZero(splitByChar('.', removed_in)[1]) >= 1 AND ` +
-	`toUInt32OrZero(splitByChar('.', removed_in)[1]) * 1000 + toUInt32OrZero(splitByChar('.', removed_in)[2]) <= ?)`
+// removed_in_key is the store's numeric form of removed_in (MAJOR*1000+MINOR, 0 when empty or
+// malformed), so versions compare as numbers (1.9 < 1.16) and an unknown removal never blocks.
+const blockingExpr = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
 
 // identity counts each finding once, however often it was stored.
 const identity = `uniqExact(cluster, audit_id, rule_id)`

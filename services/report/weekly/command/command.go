@@ -1,0 +1,227 @@
+// Package command is the `report weekly` command: flags, building the report of one week,
+// writing it in a format and, with --send, mailing it once per week.
+package command
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/services/report/weekly"
+	"github.com/auditlens/auditlens/services/report/weekly/chart"
+	"github.com/auditlens/auditlens/services/report/weekly/mail"
+	"github.com/auditlens/auditlens/services/report/weekly/render"
+	"github.com/auditlens/auditlens/services/report/weekly/schedule"
+)
+
+// Store is an open auditlens database: queries through DB, inserts through Insert.
+type Store interface {
+	DB() *sql.DB
+	weekly.Inserter
+	Close() error
+}
+
+// Opener opens the store: a ClickHouse server when dsn is set, else embedded ClickHouse
+// keeping its data in dataDir.
+type Opener func(ctx context.Context, dsn, dataDir string) (Store, error)
+
+// Synopsis is the head of --help.
+const Synopsis = `report weekly [flags]
+
+Builds the weekly upgrade report of one cluster: what blocks the upgrade to --target-version
+(findings whose API or feature is removed at or before it), who still calls it, what is new
+or resolved since the week before, totals and trend. Writes it as html, text, json or csv;
+with --send, mails it (HTML with inline charts, plain-text part, CSV attachment) once per
+(cluster, week, target version): a rerun does not mail a sent week again unless --force.`
+
+// Config holds the flags of the command.
+type Config struct {
+	Target     weekly.Version
+	WeekEnding string
+	Format     string
+	Out        string
+	Send       bool
+	Force      bool
+	DSN        string
+	DataDir    string
+	Cluster    string
+	MaxCallers int
+	Timeout    time.Duration
+	Mail       mail.Config
+}
+
+// RegisterFlags adds the command's flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
+	c.Target = schedule.DefaultTarget
+	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against")
+	fs.StringVar(&c.WeekEnding, "week-ending", "", "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
+	fs.StringVar(&c.Format, "format", "text", "output format: html, text, json or csv")
+	fs.StringVar(&c.Out, "out", "", "write the report to `file` (default: standard output; with --send and no --out: nothing)")
+	fs.BoolVar(&c.Send, "send", false, "mail the report to --mail-to (once per cluster, week and target version)")
+	fs.BoolVar(&c.Force, "force", false, "with --send, mail the week again even if it was sent")
+	fs.StringVar(&c.DSN, "clickhouse-dsn", "", "ClickHouse server, e.g. clickhouse://HOST:9000/auditlens (empty: embedded ClickHouse in --data-dir)")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
+	fs.StringVar(&c.Cluster, "cluster", "default", "cluster whose findings are reported")
+	fs.IntVar(&c.MaxCallers, "max-callers", 5000, "most blocker callers read for the report")
+	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	c.Mail.RegisterFlags(fs)
+}
+
+// Validate checks the flags and returns the week to report.
+func (c *Config) Validate(now time.Time) (weekly.Date, error) {
+	if c.Target.IsZero() {
+		return weekly.Date{}, errors.New("--target-version is required")
+	}
+	week := weekly.LastWeekEnding(now.UTC())
+	if c.WeekEnding != "" {
+		d, err := weekly.ParseDate(c.WeekEnding)
+		if err != nil {
+			return weekly.Date{}, fmt.Errorf("--week-ending %q: want YYYY-MM-DD", c.WeekEnding)
+		}
+		if d.After(now) {
+			return weekly.Date{}, fmt.Errorf("--week-ending %s is in the future", c.WeekEnding)
+		}
+		week = d
+	}
+	ok := false
+	for _, f := range render.Formats {
+		ok = ok || f == c.Format
+	}
+	if !ok {
+		return weekly.Date{}, fmt.Errorf("--format %q: want one of %s", c.Format, strings.Join(render.Formats, ", "))
+	}
+	if c.Cluster == "" {
+		return weekly.Date{}, errors.New("--cluster is empty")
+	}
+	if c.MaxCallers < 1 {
+		return weekly.Date{}, fmt.Errorf("--max-callers %d: want at least 1", c.MaxCallers)
+	}
+	if c.Force && !c.Send {
+		return weekly.Date{}, errors.New("--force only makes sense with --send")
+	}
+	if c.Send {
+		if err := c.Mail.Validate(); err != nil {
+			return weekly.Date{}, err
+		}
+	}
+	return week, nil
+}
+
+// Main runs `report weekly` with args and returns the exit code: 0 done, 1 failed, 2 bad usage.
+func Main(args []string, stdout, stderr io.Writer, open Opener, defaultDataDir string) int {
+	fs := flag.NewFlagSet("report weekly", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c Config
+	c.RegisterFlags(fs, defaultDataDir)
+	flagenv.Usage(fs, Synopsis)
+	if err := flagenv.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "report weekly: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "report weekly: unexpected argument %q (see --help)\n", fs.Arg(0))
+		return 2
+	}
+	week, err := c.Validate(time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "report weekly: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	if err := run(ctx, c, week, stdout, stderr, open); err != nil {
+		fmt.Fprintf(stderr, "report weekly: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writer, open Opener) error {
+	st, err := open(ctx, c.DSN, c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, MaxCallers: c.MaxCallers}
+	if c.Out != "" || !c.Send {
+		r, err := weekly.Build(ctx, st.DB(), opts)
+		if err != nil {
+			return err
+		}
+		if err := write(c, r, stdout); err != nil {
+			return err
+		}
+	}
+	if !c.Send {
+		return nil
+	}
+	snd, err := mail.New(c.Mail)
+	if err != nil {
+		return err
+	}
+	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Sender: snd,
+		Recipients: c.Mail.To, Options: opts}
+	out, err := d.Deliver(ctx, week, c.Force)
+	if err != nil {
+		return err
+	}
+	switch out {
+	case schedule.Sent:
+		fmt.Fprintf(stderr, "report weekly: sent the week ending %s to %s\n", week, strings.Join(c.Mail.To, ", "))
+	case schedule.AlreadySent:
+		fmt.Fprintf(stderr, "report weekly: the week ending %s was already sent (--force sends it again)\n", week)
+	case schedule.Interrupted:
+		return fmt.Errorf("an earlier attempt to send the week ending %s was interrupted; check the mailbox and use --force to send it again", week)
+	}
+	return nil
+}
+
+// write renders r to --out (atomically) or to stdout.
+func write(c Config, r *weekly.Report, stdout io.Writer) error {
+	var buf bytes.Buffer
+	img := render.Images{}
+	if c.Format == "html" {
+		for _, ch := range []struct {
+			draw func(*weekly.Report) ([]byte, error)
+			dst  *template.URL
+		}{{chart.Daily, &img.Daily}, {chart.Weekly, &img.Weekly}} {
+			b, err := ch.draw(r)
+			if err != nil {
+				return err
+			}
+			*ch.dst = template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(b))
+		}
+	}
+	if err := render.Write(&buf, c.Format, r, img); err != nil {
+		return err
+	}
+	if c.Out == "" {
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	tmp := c.Out + ".tmp"
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := os.Rename(tmp, c.Out); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}

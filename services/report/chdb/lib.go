@@ -1,0 +1,139 @@
+package chdb
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrNoLibrary is returned when libchdb.so cannot be found or loaded.
+var ErrNoLibrary = errors.New("libchdb.so not available (set CHDB_LIB_PATH or run `make chdb`)")
+
+// The C API of libchdb (chdb.h), bound lazily on first use so that a missing library is an
+// error from Open, not a panic at program start.
+var (
+	libOnce sync.Once
+	libErr  error
+
+	cConnect       func(argc int, argv []*byte) *cConnection
+	cCloseConn     func(conn *cConnection)
+	cQuery         func(conn unsafe.Pointer, query string, format string) *cResult
+	cDestroyResult func(res *cResult)
+	cResultBuffer  func(res *cResult) *byte
+	cResultLength  func(res *cResult) uintptr
+	cResultRows    func(res *cResult) uint64
+	cResultError   func(res *cResult) string
+)
+
+// cConnection is chdb_connection's target: a struct holding one pointer.
+type cConnection struct{ internal unsafe.Pointer }
+
+// cResult is chdb_result: a struct holding one pointer.
+type cResult struct{ internal unsafe.Pointer }
+
+// LibraryPath returns where libchdb.so is looked for: $CHDB_LIB_PATH, else
+// <repo>/.cache/chdb/libchdb.so found by walking up from the working directory, else
+// /usr/local/lib/libchdb.so. The path may not exist.
+func LibraryPath() string {
+	if p := os.Getenv("CHDB_LIB_PATH"); p != "" {
+		return p
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			p := filepath.Join(dir, ".cache", "chdb", "libchdb.so")
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "/usr/local/lib/libchdb.so"
+}
+
+func loadLibrary() error {
+	libOnce.Do(func() {
+		path := LibraryPath()
+		if _, err := os.Stat(path); err != nil {
+			libErr = fmt.Errorf("%w: %v", ErrNoLibrary, err)
+			return
+		}
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			libErr = fmt.Errorf("%w: load %s: %v", ErrNoLibrary, path, err)
+			return
+		}
+		defer func() {
+			// RegisterLibFunc panics on a missing symbol (an incompatible library).
+			if r := recover(); r != nil {
+				libErr = fmt.Errorf("%w: %s: %v", ErrNoLibrary, path, r)
+			}
+		}()
+		purego.RegisterLibFunc(&cConnect, h, "chdb_connect")
+		purego.RegisterLibFunc(&cCloseConn, h, "chdb_close_conn")
+		purego.RegisterLibFunc(&cQuery, h, "chdb_query")
+		purego.RegisterLibFunc(&cDestroyResult, h, "chdb_destroy_query_result")
+		purego.RegisterLibFunc(&cResultBuffer, h, "chdb_result_buffer")
+		purego.RegisterLibFunc(&cResultLength, h, "chdb_result_length")
+		purego.RegisterLibFunc(&cResultRows, h, "chdb_result_rows_read")
+		purego.RegisterLibFunc(&cResultError, h, "chdb_result_error")
+	})
+	return libErr
+}
+
+// Available reports whether libchdb.so can be loaded, and why not.
+func Available() error { return loadLibrary() }
+
+// connect opens the process's one chDB connection on dir.
+func connect(dir string) (*cConnection, error) {
+	if err := loadLibrary(); err != nil {
+		return nil, err
+	}
+	args := []string{"clickhouse", "--path=" + dir}
+	argv := make([]*byte, len(args))
+	keep := make([][]byte, len(args))
+	for i, a := range args {
+		keep[i] = append([]byte(a), 0)
+		argv[i] = &keep[i][0]
+	}
+	c := cConnect(len(argv), argv)
+	if c == nil || c.internal == nil {
+		return nil, fmt.Errorf("open chdb in %s: connection refused (is the directory used by another process? chDB logs the reason to stderr)", dir)
+	}
+	return c, nil
+}
+
+// query runs q on c and returns the output in format, or the engine's error.
+func query(c *cConnection, q, format string) ([]byte, uint64, error) {
+	if c == nil || c.internal == nil {
+		return nil, 0, errors.New("chdb: connection closed")
+	}
+	res := cQuery(c.internal, q, format)
+	if res == nil {
+		return nil, 0, nil
+	}
+	defer cDestroyResult(res)
+	if msg := cResultError(res); msg != "" {
+		return nil, 0, errors.New(msg)
+	}
+	n := cResultLength(res)
+	rows := cResultRows(res)
+	if n == 0 {
+		return nil, rows, nil
+	}
+	buf := cResultBuffer(res)
+	if buf == nil {
+		return nil, rows, nil
+	}
+	out := make([]byte, n)
+	copy(out, unsafe.Slice(buf, n))
+	return out, rows, nil
+}

@@ -1,0 +1,110 @@
+package chtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/report/chdb"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+// The test binary's one chDB session (chDB allows one per process), held open until exit.
+var (
+	embOnce sync.Once
+	embDir  string
+	embHold *store.Store
+	embErr  error
+	embSeq  atomic.Int64
+)
+
+// EmbeddedDir is the data directory of the test binary's chDB session, opening it if needed.
+func EmbeddedDir(t testing.TB) string {
+	t.Helper()
+	openEmbedded(t)
+	return embDir
+}
+
+func openEmbedded(t testing.TB) {
+	t.Helper()
+	embOnce.Do(func() {
+		if err := chdb.Available(); err != nil {
+			embErr = err
+			return
+		}
+		embDir, embErr = os.MkdirTemp("", "auditlens-chdb-test-")
+		if embErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		embHold, embErr = chdb.Open(ctx, embDir, "default")
+	})
+	if embErr != nil {
+		enginetest.Unavailable(t, "chdb", embErr)
+	}
+}
+
+// CleanupEmbedded removes the chDB data directory; call it from TestMain after m.Run in
+// packages that use EmbeddedStore. The session itself ends with the process.
+func CleanupEmbedded() {
+	if embDir != "" {
+		_ = os.RemoveAll(embDir)
+	}
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// EmbeddedStore returns a migrated store on the process's chDB session in a database of its
+// own, dropped when t ends.
+func EmbeddedStore(t testing.TB) *store.Store {
+	t.Helper()
+	openEmbedded(t)
+	name := unsafeName.ReplaceAllString(t.Name(), "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	db := fmt.Sprintf("t%d_%s", embSeq.Add(1), strings.ToLower(name))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := chdb.Open(ctx, embDir, db)
+	if err != nil {
+		t.Fatalf("open chdb database %s: %v", db, err)
+	}
+	t.Cleanup(func() {
+		_, _ = st.DB().Exec("DROP DATABASE IF EXISTS " + db)
+		_ = st.Close()
+	})
+	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30}); err != nil {
+		t.Fatalf("migrate chdb database %s: %v", db, err)
+	}
+	return st
+}
+
+// Engine names one engine for EachEngine.
+type Engine string
+
+const (
+	EngineServer   Engine = "clickhouse-server"
+	EngineEmbedded Engine = "chdb"
+)
+
+// EachEngine runs f as a subtest on a fresh migrated store of each engine: a
+// clickhouse-server started for the subtest, and embedded chDB.
+func EachEngine(t *testing.T, f func(t *testing.T, e Engine, st *store.Store)) {
+	t.Helper()
+	t.Run(string(EngineServer), func(t *testing.T) {
+		_, st := ServerStore(t)
+		f(t, EngineServer, st)
+	})
+	t.Run(string(EngineEmbedded), func(t *testing.T) {
+		f(t, EngineEmbedded, EmbeddedStore(t))
+	})
+}

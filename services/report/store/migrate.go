@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MigrateOptions tunes Migrate.
+type MigrateOptions struct {
+	// RetentionDays is how long raw findings are kept (TTL on event_time), on servers that
+	// support TTL; 0 keeps them forever. Rollups and weekly_reports are kept forever.
+	RetentionDays int
+}
+
+// Migrate brings the schema up to date: it applies the steps of Migrations not yet recorded in
+// schema_migrations, then sets the retention where the server supports TTL. It returns the
+// versions it applied. Running it again changes nothing.
+func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
+	if o.RetentionDays < 0 {
+		return nil, fmt.Errorf("retention of %d days: want 0 (forever) or more", o.RetentionDays)
+	}
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table("schema_migrations")+` (
+    version    UInt32,
+    name       String,
+    applied_at DateTime('UTC')
+) ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	applied, err := s.AppliedMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vars := varsFor(s.database, s.version)
+	var did []int
+	for _, m := range Migrations {
+		if applied[m.Version] {
+			continue
+		}
+		stmts, err := m.render(vars)
+		if err != nil {
+			return did, fmt.Errorf("migrate %d (%s): %w", m.Version, m.Name, err)
+		}
+		for _, q := range stmts {
+			if _, err := s.db.ExecContext(ctx, q); err != nil {
+				return did, fmt.Errorf("migrate %d (%s): %w\n%s", m.Version, m.Name, err, strings.TrimSpace(q))
+			}
+		}
+		row := []any{uint32(m.Version), m.Name, time.Now().UTC()}
+		if err := s.Insert(ctx, "schema_migrations", []string{"version", "name", "applied_at"}, [][]any{row}); err != nil {
+			return did, fmt.Errorf("migrate %d (%s): record: %w", m.Version, m.Name, err)
+		}
+		did = append(did, m.Version)
+	}
+	if err := s.setRetention(ctx, o.RetentionDays); err != nil {
+		return did, err
+	}
+	return did, nil
+}
+
+// AppliedMigrations returns the versions recorded in schema_migrations.
+func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT DISTINCT version FROM "+s.Table("schema_migrations"))
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]bool{}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		out[int(v)] = true
+	}
+	return out, rows.Err()
+}
+
+// SupportsTTL reports whether the engine gets TTL retention.
+func (s *Store) SupportsTTL() bool { return s.version.Modern() }
+
+// setRetention applies the raw findings TTL when the server supports it and it differs from
+// the current one (MODIFY TTL rewrites parts, so it is not repeated at every start).
+func (s *Store) setRetention(ctx context.Context, days int) error {
+	if !s.SupportsTTL() {
+		return nil
+	}
+	cur, err := s.Retention(ctx)
+	if err != nil {
+		return err
+	}
+	if cur == days {
+		return nil
+	}
+	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", s.Table("findings"), days)
+	if days == 0 {
+		q = "ALTER TABLE " + s.Table("findings") + " REMOVE TTL"
+	}
+	if _, err := s.db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("set retention of findings to %d days: %w", days, err)
+	}
+	return nil
+}
+
+// Retention returns the TTL of raw findings in days, 0 when they are kept forever.
+func (s *Store) Retention(ctx context.Context) (int, error) {
+	var engine string
+	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = 'findings'", s.database).Scan(&engine)
+	if err != nil {
+		return 0, fmt.Errorf("read the findings table definition: %w", err)
+	}
+	const marker = "toIntervalDay("
+	i := strings.Index(engine, marker)
+	if i < 0 {
+		return 0, nil
+	}
+	var days int
+	if _, err := fmt.Sscanf(engine[i+len(marker):], "%d", &days); err != nil {
+		return 0, fmt.Errorf("read the findings TTL from %q: %w", engine, err)
+	}
+	return days, nil
+}

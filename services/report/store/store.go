@@ -1,0 +1,154 @@
+// Package store keeps auditlens findings in ClickHouse: the versioned schema (database
+// auditlens, raw table findings, daily rollups, weekly_reports), batched writes, and one
+// database/sql handle that runs the same SQL on a ClickHouse server (18.16 or current,
+// native protocol through clickhouse-go) and on embedded chDB (package chdb).
+//
+// # Counting exactly once
+//
+// Delivery is at-least-once, so the same finding, identified by (cluster, audit_id,
+// rule_id), may be inserted several times. The raw table is a ReplacingMergeTree ordered by
+// exactly that identity, so duplicates collapse when parts merge, but until then they are
+// separate rows. Every query that counts findings must therefore count the identity, never
+// rows:
+//
+//	uniqExact(cluster, rule_id, audit_id)   -- or uniqExact(audit_id) inside GROUP BY cluster, rule_id
+//
+// (FINAL also works but reads slower). The daily rollups hold uniq states of audit_id per
+// (day, cluster, rule_id, ...), so a re-inserted finding adds nothing: read them with
+// uniqMerge(findings), minMerge(first_seen), maxMerge(last_seen). uniq is exact up to 65536
+// distinct findings per group and within about 2% above that; take uniqExact over findings
+// where exact large counts matter.
+//
+// # One schema, two generations of ClickHouse
+//
+// The schema is written for ClickHouse 18.16 and adds, on servers from 20.3 on,
+// LowCardinality(String) for low-cardinality columns and TTL retention of raw findings.
+// Queries must stick to what 18.16 understands (see DESIGN.md): no WITH subqueries, window
+// functions, JSON functions, toStartOfInterval; toMonday instead of toStartOfWeek; only
+// positional ? arguments, which both drivers bind client-side as escaped literals.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultDatabase is the database of a DSN that names none.
+const DefaultDatabase = "auditlens"
+
+// Backend writes blocks of rows into one engine. Tables are qualified with the database.
+type Backend interface {
+	// Insert writes rows (one value per column, in columns order) into table as one block.
+	Insert(ctx context.Context, table string, columns []string, rows [][]any) error
+	// Close releases the backend's connections. It is idempotent.
+	Close() error
+}
+
+// Store is an open auditlens database.
+type Store struct {
+	db       *sql.DB
+	be       Backend
+	database string
+	version  Version
+}
+
+// New makes a Store over an engine: db runs queries with database as the default database,
+// be writes rows. It asks the engine for its version.
+func New(ctx context.Context, db *sql.DB, be Backend, database string) (*Store, error) {
+	if err := ValidateIdent(database); err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
+		return nil, fmt.Errorf("ask clickhouse for its version: %w", err)
+	}
+	ver, err := ParseVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, be: be, database: database, version: ver}, nil
+}
+
+// DB is a database/sql handle whose default database is the store's: use unqualified table
+// names and positional ? arguments; it behaves the same on both engines.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Database is the name of the auditlens database.
+func (s *Store) Database() string { return s.database }
+
+// Version is the engine's ClickHouse version.
+func (s *Store) Version() Version { return s.version }
+
+// Table qualifies name with the store's database.
+func (s *Store) Table(name string) string { return s.database + "." + name }
+
+// Insert writes rows into table (unqualified) in one block, naming the columns.
+func (s *Store) Insert(ctx context.Context, table string, columns []string, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := ValidateIdent(table); err != nil {
+		return fmt.Errorf("insert: table: %w", err)
+	}
+	for _, c := range columns {
+		if err := ValidateIdent(c); err != nil {
+			return fmt.Errorf("insert into %s: column: %w", table, err)
+		}
+	}
+	if err := s.be.Insert(ctx, s.Table(table), columns, rows); err != nil {
+		return fmt.Errorf("insert %d rows into %s: %w", len(rows), table, err)
+	}
+	return nil
+}
+
+// Ping checks that the engine answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Close releases the store. It is idempotent.
+func (s *Store) Close() error {
+	return errors.Join(s.db.Close(), s.be.Close())
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,127}$`)
+
+// ValidateIdent accepts plain ClickHouse identifiers (letters, digits, '_', and '.' for
+// nested columns), the only ones auditlens puts into SQL text.
+func ValidateIdent(name string) error {
+	if !identRE.MatchString(name) {
+		return fmt.Errorf("%q is not a plain identifier (letters, digits, '_')", name)
+	}
+	return nil
+}
+
+// Version is a ClickHouse release.
+type Version struct{ Major, Minor int }
+
+// ParseVersion reads the output of version(), e.g. "18.16.1" or "26.7.2.1".
+func ParseVersion(s string) (Version, error) {
+	parts := strings.SplitN(strings.TrimSpace(s), ".", 3)
+	if len(parts) < 2 {
+		return Version{}, fmt.Errorf("clickhouse version %q: want MAJOR.MINOR", s)
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	min, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return Version{}, fmt.Errorf("clickhouse version %q: want MAJOR.MINOR", s)
+	}
+	return Version{maj, min}, nil
+}
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
+
+// AtLeast reports whether v is major.minor or later.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+// Modern reports whether the server has what the schema uses when available:
+// non-experimental LowCardinality and TTL (both settled by 20.3).
+func (v Version) Modern() bool { return v.AtLeast(20, 3) }

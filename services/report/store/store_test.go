@@ -1,0 +1,270 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	chtest.CleanupEmbedded()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+var day = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+func finding(rule, audit, user string, at time.Time) *auditlensv1.Finding {
+	return &auditlensv1.Finding{
+		RuleId: rule, Severity: auditlensv1.Severity_SEVERITY_CRITICAL, Cluster: "prod",
+		AuditId: audit, EventTime: timestamppb.New(at), Verb: "list",
+		RequestUri: "/apis/policy/v1beta1/podsecuritypolicies", ApiGroup: "policy", ApiVersion: "v1beta1",
+		Resource: "podsecuritypolicies", Username: user, UserAgent: "kubectl/v1.24.0", SourceIp: "10.0.0.1",
+		ResponseCode: 200, DeprecatedIn: "1.21", RemovedIn: "1.25", Replacement: "Pod Security Admission",
+		Message: "migrate", Stage: "ResponseComplete", Confidence: auditlensv1.Confidence_CONFIDENCE_HIGH,
+		Evidence: []*auditlensv1.Evidence{{Path: "objectRef.apiVersion", Value: "v1beta1"}},
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		did, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(did) != 0 {
+			t.Errorf("second Migrate applied %v, want nothing", did)
+		}
+		applied, err := st.AppliedMigrations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range store.Migrations {
+			if !applied[m.Version] {
+				t.Errorf("migration %d not recorded", m.Version)
+			}
+		}
+		var tables []string
+		rows, err := st.DB().QueryContext(ctx, "SELECT name FROM system.tables WHERE database = ? ORDER BY name", st.Database())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			tables = append(tables, n)
+		}
+		rows.Close()
+		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations"} {
+			if !slices.Contains(tables, want) {
+				t.Errorf("table %s missing; have %v", want, tables)
+			}
+		}
+		ret, err := st.Retention(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRet := 0
+		if st.SupportsTTL() {
+			wantRet = 30
+		}
+		if ret != wantRet {
+			t.Errorf("retention %d days on %s %s, want %d", ret, e, st.Version(), wantRet)
+		}
+		if st.SupportsTTL() {
+			if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 0}); err != nil {
+				t.Fatal(err)
+			}
+			if ret, _ := st.Retention(ctx); ret != 0 {
+				t.Errorf("retention after removing the TTL: %d", ret)
+			}
+		}
+	})
+}
+
+func TestDuplicatesCountOnce(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		batch := []*auditlensv1.Finding{
+			finding("psp", "a1", "alice", day),
+			finding("psp", "a2", "alice", day.Add(time.Hour)),
+			finding("removed-api", "a1", "bob", day), // same audit event, other rule: distinct
+		}
+		for range 3 { // delivered three times, in separate blocks
+			if err := st.WriteFindings(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// and once more inside one block
+		if err := st.WriteFindings(ctx, append(slices.Clone(batch), batch...)); err != nil {
+			t.Fatal(err)
+		}
+		var raw, exact uint64
+		if err := st.DB().QueryRowContext(ctx, "SELECT count(), uniqExact(cluster, rule_id, audit_id) FROM findings").Scan(&raw, &exact); err != nil {
+			t.Fatal(err)
+		}
+		if raw < 3 || exact != 3 {
+			t.Errorf("rows %d, distinct findings %d; want 3 distinct", raw, exact)
+		}
+		var final uint64
+		if err := st.DB().QueryRowContext(ctx, "SELECT count() FROM findings FINAL").Scan(&final); err != nil {
+			t.Fatal(err)
+		}
+		if final != 3 {
+			t.Errorf("count() FINAL = %d, want 3", final)
+		}
+		type ruleCount struct {
+			rule        string
+			n           uint64
+			first, last time.Time
+		}
+		rows, err := st.DB().QueryContext(ctx, `SELECT rule_id, uniqMerge(findings), minMerge(first_seen), maxMerge(last_seen)
+			FROM daily_rules WHERE cluster = ? GROUP BY rule_id ORDER BY rule_id`, "prod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []ruleCount
+		for rows.Next() {
+			var r ruleCount
+			if err := rows.Scan(&r.rule, &r.n, &r.first, &r.last); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r)
+		}
+		rows.Close()
+		want := []ruleCount{{"psp", 2, day, day.Add(time.Hour)}, {"removed-api", 1, day, day}}
+		if len(got) != len(want) {
+			t.Fatalf("daily_rules: %+v, want %+v", got, want)
+		}
+		for i := range want {
+			if got[i].rule != want[i].rule || got[i].n != want[i].n || !got[i].first.Equal(want[i].first) || !got[i].last.Equal(want[i].last) {
+				t.Errorf("daily_rules row %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		var callers uint64
+		if err := st.DB().QueryRowContext(ctx, "SELECT uniqMerge(findings) FROM daily_callers WHERE rule_id = 'psp' AND username = ?", "alice").Scan(&callers); err != nil {
+			t.Fatal(err)
+		}
+		if callers != 2 {
+			t.Errorf("daily_callers alice psp = %d, want 2", callers)
+		}
+		var apiFindings, apiCallers uint64
+		if err := st.DB().QueryRowContext(ctx, "SELECT uniqMerge(findings), uniqMerge(callers) FROM daily_apis WHERE rule_id = 'psp' AND removed_in_key = ?", store.VersionKey("1.25")).Scan(&apiFindings, &apiCallers); err != nil {
+			t.Fatal(err)
+		}
+		if apiFindings != 2 || apiCallers != 1 {
+			t.Errorf("daily_apis psp: %d findings %d callers, want 2 and 1", apiFindings, apiCallers)
+		}
+	})
+}
+
+func TestHostileStringsStoredVerbatim(t *testing.T) {
+	hostile := []string{
+		`<script>alert("x")</script>`,
+		`'; DROP TABLE findings; --`,
+		`O'Brien \' \\ "quoted" ? {p:String}`,
+		"tab\there\nnewline\x00nul",
+		"not utf-8: \xff\xfe",
+	}
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		var fs []*auditlensv1.Finding
+		for i, h := range hostile {
+			f := finding("psp", fmt.Sprintf("h%d", i), h, day)
+			f.UserAgent = h
+			f.Evidence = []*auditlensv1.Evidence{{Path: h, Value: h}}
+			fs = append(fs, f)
+		}
+		if err := st.WriteFindings(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		for i, h := range hostile {
+			var user, ua string
+			var ev []string
+			err := st.DB().QueryRowContext(ctx, "SELECT username, user_agent, evidence_value FROM findings WHERE audit_id = ? AND username = ?", fmt.Sprintf("h%d", i), h).Scan(&user, &ua, &ev)
+			if err != nil {
+				t.Fatalf("%q: %v", h, err)
+			}
+			if user != h || ua != h || len(ev) != 1 || ev[0] != h {
+				t.Errorf("stored %q %q %q, want %q", user, ua, ev, h)
+			}
+		}
+		var n uint64
+		if err := st.DB().QueryRowContext(ctx, "SELECT uniqExact(audit_id) FROM findings").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != uint64(len(hostile)) {
+			t.Errorf("%d findings, want %d (table intact)", n, len(hostile))
+		}
+	})
+}
+
+// TestScanTypes pins the Go types both engines hand to Scan, which the weekly report relies on.
+func TestScanTypes(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		var (
+			s   string
+			u64 uint64
+			u32 uint32
+			i32 int32
+			f   float64
+			d   time.Time
+			dt  time.Time
+			arr []string
+			n   int
+		)
+		err := st.DB().QueryRowContext(ctx, `SELECT toString(?), toUInt64(?), toUInt32(7), toInt32(-3), 1.5,
+			toDate(?), toDateTime(?, 'UTC'), ['a', ?], count() FROM system.one`,
+			"x", 42, "2026-11-23", "2026-11-23 10:00:00", "b").Scan(&s, &u64, &u32, &i32, &f, &d, &dt, &arr, &n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != "x" || u64 != 42 || u32 != 7 || i32 != -3 || f != 1.5 || n != 1 {
+			t.Errorf("scalars: %q %d %d %d %v %d", s, u64, u32, i32, f, n)
+		}
+		if !d.Equal(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)) || !dt.Equal(day) {
+			t.Errorf("times: %v %v", d, dt)
+		}
+		if !slices.Equal(arr, []string{"a", "b"}) {
+			t.Errorf("array: %q", arr)
+		}
+		// A time.Time argument compares with DateTime columns the same way on both engines.
+		var ok uint8
+		if err := st.DB().QueryRowContext(ctx, "SELECT toDateTime('2026-11-23 10:00:00', 'UTC') = ?", day).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok != 1 {
+			t.Errorf("time argument did not match")
+		}
+	})
+}
+
+func TestVersionKey(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint32
+	}{{"1.22", 1022}, {"v1.25.3", 1025}, {"", 0}, {"1", 0}, {"x.y", 0}, {"2.0", 2000}} {
+		if got := store.VersionKey(c.in); got != c.want {
+			t.Errorf("VersionKey(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

@@ -33,9 +33,16 @@ type Store interface {
 	Close() error
 }
 
-// Opener opens the store: a ClickHouse server when dsn is set, else embedded ClickHouse
-// keeping its data in dataDir.
-type Opener func(ctx context.Context, dsn, dataDir string) (Store, error)
+// Engine is how the command reaches the store; the report binary passes its engine flags
+// (--clickhouse-dsn, --data-dir, ...) so the command opens what the service writes.
+type Engine struct {
+	// RegisterFlags adds the engine's flags.
+	RegisterFlags func(fs *flag.FlagSet)
+	// Validate checks them; nil means no check.
+	Validate func() error
+	// Open opens the store chosen by the flags.
+	Open func(ctx context.Context) (Store, error)
+}
 
 // Synopsis is the head of --help.
 const Synopsis = `report weekly [flags]
@@ -54,8 +61,6 @@ type Config struct {
 	Out        string
 	Send       bool
 	Force      bool
-	DSN        string
-	DataDir    string
 	Cluster    string
 	MaxCallers int
 	Timeout    time.Duration
@@ -63,7 +68,7 @@ type Config struct {
 }
 
 // RegisterFlags adds the command's flags to fs.
-func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Target = schedule.DefaultTarget
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against")
 	fs.StringVar(&c.WeekEnding, "week-ending", "", "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
@@ -71,8 +76,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
 	fs.StringVar(&c.Out, "out", "", "write the report to `file` (default: standard output; with --send and no --out: nothing)")
 	fs.BoolVar(&c.Send, "send", false, "mail the report to --mail-to (once per cluster, week and target version)")
 	fs.BoolVar(&c.Force, "force", false, "with --send, mail the week again even if it was sent")
-	fs.StringVar(&c.DSN, "clickhouse-dsn", "", "ClickHouse server, e.g. clickhouse://HOST:9000/auditlens (empty: embedded ClickHouse in --data-dir)")
-	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster whose findings are reported")
 	fs.IntVar(&c.MaxCallers, "max-callers", 5000, "most blocker callers read for the report")
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
@@ -120,11 +123,14 @@ func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 }
 
 // Main runs `report weekly` with args and returns the exit code: 0 done, 1 failed, 2 bad usage.
-func Main(args []string, stdout, stderr io.Writer, open Opener, defaultDataDir string) int {
+func Main(args []string, stdout, stderr io.Writer, eng Engine) int {
 	fs := flag.NewFlagSet("report weekly", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c Config
-	c.RegisterFlags(fs, defaultDataDir)
+	c.RegisterFlags(fs)
+	if eng.RegisterFlags != nil {
+		eng.RegisterFlags(fs)
+	}
 	flagenv.Usage(fs, Synopsis)
 	if err := flagenv.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -138,6 +144,9 @@ func Main(args []string, stdout, stderr io.Writer, open Opener, defaultDataDir s
 		return 2
 	}
 	week, err := c.Validate(time.Now())
+	if err == nil && eng.Validate != nil {
+		err = eng.Validate()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "report weekly: %v\n", err)
 		return 2
@@ -146,15 +155,15 @@ func Main(args []string, stdout, stderr io.Writer, open Opener, defaultDataDir s
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	if err := run(ctx, c, week, stdout, stderr, open); err != nil {
+	if err := run(ctx, c, week, stdout, stderr, eng.Open); err != nil {
 		fmt.Fprintf(stderr, "report weekly: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writer, open Opener) error {
-	st, err := open(ctx, c.DSN, c.DataDir)
+func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writer, open func(context.Context) (Store, error)) error {
+	st, err := open(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,399 @@
+package auditevent
+
+import (
+	"bytes"
+	"fmt"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// maxDepth is encoding/json's nesting limit: deeper input is rejected by both decoders.
+const maxDepth = 10000
+
+// scanner walks JSON text without building a tree. Strings without escapes are returned as
+// views into the input; escaped ones are unquoted into arena with encoding/json's rules
+// (invalid surrogates become U+FFFD).
+type scanner struct {
+	b     []byte
+	i     int
+	arena *[]byte
+}
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s at offset %d", ErrNotJSON, fmt.Sprintf(format, args...), s.i)
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.i >= len(s.b) {
+		return 0
+	}
+	return s.b[s.i]
+}
+
+func (s *scanner) expect(c byte) error {
+	if s.peek() != c {
+		if s.i >= len(s.b) {
+			return s.errorf("unexpected end, want %q", c)
+		}
+		return s.errorf("got %q, want %q", s.b[s.i], c)
+	}
+	s.i++
+	return nil
+}
+
+// literal consumes true, false or null.
+func (s *scanner) literal(word string) error {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return s.errorf("invalid literal, want %s", word)
+	}
+	s.i += len(word)
+	return nil
+}
+
+// isNull consumes a null literal if one is next.
+func (s *scanner) isNull() (bool, error) {
+	if s.peek() != 'n' {
+		return false, nil
+	}
+	return true, s.literal("null")
+}
+
+// str reads a JSON string. Control characters are let through (encoding/json rejects them;
+// the fast decoder is lenient there).
+func (s *scanner) str() (string, error) {
+	if err := s.expect('"'); err != nil {
+		return "", err
+	}
+	start := s.i
+	q := bytes.IndexByte(s.b[start:], '"')
+	if q < 0 {
+		return "", s.errorf("unterminated string")
+	}
+	seg := s.b[start : start+q]
+	if bytes.IndexByte(seg, '\\') < 0 {
+		s.i = start + q + 1
+		return b2s(seg), nil
+	}
+	s.i = start + bytes.IndexByte(seg, '\\')
+	return s.strSlow(start)
+}
+
+// strSlow unquotes a string with escapes, starting over at start (just after the quote).
+func (s *scanner) strSlow(start int) (string, error) {
+	a := *s.arena
+	off := len(a)
+	a = append(a, s.b[start:s.i]...)
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			*s.arena = a
+			return b2s(a[off:len(a):len(a)]), nil
+		case c != '\\':
+			a = append(a, c)
+			s.i++
+			continue
+		}
+		if s.i+1 >= len(s.b) {
+			return "", s.errorf("unterminated escape")
+		}
+		e := s.b[s.i+1]
+		switch e {
+		case '"', '\\', '/':
+			a = append(a, e)
+		case 'b':
+			a = append(a, '\b')
+		case 'f':
+			a = append(a, '\f')
+		case 'n':
+			a = append(a, '\n')
+		case 'r':
+			a = append(a, '\r')
+		case 't':
+			a = append(a, '\t')
+		case 'u':
+			r := getu4(s.b[s.i:])
+			if r < 0 {
+				return "", s.errorf("invalid \\u escape")
+			}
+			s.i += 6
+			if utf16.IsSurrogate(r) {
+				r1 := getu4(s.b[s.i:])
+				if dec := utf16.DecodeRune(r, r1); dec != unicode.ReplacementChar {
+					s.i += 6
+					a = utf8.AppendRune(a, dec)
+					continue
+				}
+				r = unicode.ReplacementChar
+			}
+			a = utf8.AppendRune(a, r)
+			continue
+		default:
+			return "", s.errorf("invalid escape \\%c", e)
+		}
+		s.i += 2
+	}
+	return "", s.errorf("unterminated string")
+}
+
+// getu4 decodes \uXXXX at the start of b, or returns -1 (as encoding/json does).
+func getu4(b []byte) rune {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return -1
+	}
+	var r rune
+	for _, c := range b[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
+
+// skipString passes over a string, checking escapes.
+func (s *scanner) skipString() error {
+	s.i++ // opening quote, checked by the caller
+	for {
+		q := bytes.IndexByte(s.b[s.i:], '"')
+		if q < 0 {
+			return s.errorf("unterminated string")
+		}
+		bs := bytes.IndexByte(s.b[s.i:s.i+q], '\\')
+		if bs < 0 {
+			s.i += q + 1
+			return nil
+		}
+		s.i += bs
+		if s.i+1 >= len(s.b) {
+			return s.errorf("unterminated escape")
+		}
+		switch s.b[s.i+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			s.i += 2
+		case 'u':
+			if getu4(s.b[s.i:]) < 0 {
+				return s.errorf("invalid \\u escape")
+			}
+			s.i += 6
+		default:
+			return s.errorf("invalid escape")
+		}
+	}
+}
+
+// number passes over a number with JSON's grammar and returns its text.
+func (s *scanner) number() ([]byte, error) {
+	start := s.i
+	b := s.b
+	if s.i < len(b) && b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(b) && b[s.i] == '0':
+		s.i++
+	case s.i < len(b) && b[s.i] >= '1' && b[s.i] <= '9':
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+	default:
+		return nil, s.errorf("invalid number")
+	}
+	if s.i < len(b) && b[s.i] == '.' {
+		s.i++
+		d := s.i
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+		if s.i == d {
+			return nil, s.errorf("invalid number")
+		}
+	}
+	if s.i < len(b) && (b[s.i] == 'e' || b[s.i] == 'E') {
+		s.i++
+		if s.i < len(b) && (b[s.i] == '+' || b[s.i] == '-') {
+			s.i++
+		}
+		d := s.i
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+		if s.i == d {
+			return nil, s.errorf("invalid number")
+		}
+	}
+	return b[start:s.i], nil
+}
+
+// skip passes over one value of any type and returns its exact text.
+func (s *scanner) skip(depth int) ([]byte, error) {
+	c := s.peek()
+	start := s.i
+	var err error
+	switch {
+	case c == '"':
+		err = s.skipString()
+	case c == '{':
+		var more bool
+		more, err = s.objBegin(depth + 1)
+		for more && err == nil {
+			if _, err = s.objKey(); err != nil {
+				break
+			}
+			if _, err = s.skip(depth + 1); err != nil {
+				break
+			}
+			more, err = s.objNext()
+		}
+	case c == '[':
+		var more bool
+		more, err = s.arrBegin(depth + 1)
+		for more && err == nil {
+			if _, err = s.skip(depth + 1); err != nil {
+				break
+			}
+			more, err = s.arrNext()
+		}
+	case c == 't':
+		err = s.literal("true")
+	case c == 'f':
+		err = s.literal("false")
+	case c == 'n':
+		err = s.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		_, err = s.number()
+	case c == 0:
+		return nil, s.errorf("unexpected end of input")
+	default:
+		return nil, s.errorf("invalid character %q", c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.b[start:s.i], nil
+}
+
+// objBegin consumes '{' and reports whether a member follows. Walk an object with
+//
+//	more, err := s.objBegin(depth)
+//	for more && err == nil { k, err := s.objKey(); /* consume the value */; more, err = s.objNext() }
+func (s *scanner) objBegin(depth int) (bool, error) {
+	if depth > maxDepth {
+		return false, s.errorf("exceeded max depth")
+	}
+	if err := s.expect('{'); err != nil {
+		return false, err
+	}
+	if s.peek() == '}' {
+		s.i++
+		return false, nil
+	}
+	return true, nil
+}
+
+// objKey reads a member's key and the colon after it.
+func (s *scanner) objKey() (string, error) {
+	if s.peek() != '"' {
+		return "", s.errorf("want an object key")
+	}
+	k, err := s.str()
+	if err != nil {
+		return "", err
+	}
+	if err := s.expect(':'); err != nil {
+		return "", err
+	}
+	s.ws()
+	return k, nil
+}
+
+// objNext consumes ',' (another member follows) or '}' (the end).
+func (s *scanner) objNext() (bool, error) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return true, nil
+	case '}':
+		s.i++
+		return false, nil
+	}
+	return false, s.errorf("want ',' or '}' in object")
+}
+
+// arrBegin consumes '[' and reports whether an element follows; arrNext consumes ',' or ']'.
+func (s *scanner) arrBegin(depth int) (bool, error) {
+	if depth > maxDepth {
+		return false, s.errorf("exceeded max depth")
+	}
+	if err := s.expect('['); err != nil {
+		return false, err
+	}
+	if s.peek() == ']' {
+		s.i++
+		return false, nil
+	}
+	s.ws()
+	return true, nil
+}
+
+func (s *scanner) arrNext() (bool, error) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		s.ws()
+		return true, nil
+	case ']':
+		s.i++
+		return false, nil
+	}
+	return false, s.errorf("want ',' or ']' in array")
+}
+
+// kindName names the JSON type starting with c, for error messages.
+func kindName(c byte) string {
+	switch {
+	case c == '"':
+		return "string"
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	case c == 0:
+		return "nothing"
+	}
+	return "number"
+}
+
+func b2s(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -52,7 +52,7 @@ func Open(ctx context.Context, dir, database string) (*store.Store, error) {
 		return nil, fmt.Errorf("chdb: create database %s: %w", database, err)
 	}
 	db := sql.OpenDB(&connector{s: s, database: database})
-	st, err := store.New(ctx, db, &backend{s: s, database: database}, database)
+	st, err := store.New(db, &backend{s: s, database: database}, database, nil)
 	if err != nil {
 		_ = db.Close()
 		release(s)

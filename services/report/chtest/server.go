@@ -283,7 +283,7 @@ func OpenMigrated(t testing.TB, dsn string) *store.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := store.OpenServer(ctx, dsn)
+	st, err := store.OpenServer(dsn)
 	if err != nil {
 		t.Fatalf("open %s: %v", dsn, err)
 	}

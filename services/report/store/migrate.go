@@ -21,6 +21,15 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if o.RetentionDays < 0 {
 		return nil, fmt.Errorf("retention of %d days: want 0 (forever) or more", o.RetentionDays)
 	}
+	if s.createDB != nil {
+		if err := s.createDB(ctx); err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	ver, err := s.Version(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table("schema_migrations")+` (
     version    UInt32,
     name       String,
@@ -32,7 +41,7 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	vars := varsFor(s.database, s.version)
+	vars := varsFor(s.database, ver)
 	var did []int
 	for _, m := range Migrations {
 		if applied[m.Version] {
@@ -53,7 +62,7 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 		}
 		did = append(did, m.Version)
 	}
-	if err := s.setRetention(ctx, o.RetentionDays); err != nil {
+	if err := s.setRetention(ctx, ver, o.RetentionDays); err != nil {
 		return did, err
 	}
 	return did, nil
@@ -77,13 +86,10 @@ func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
 	return out, rows.Err()
 }
 
-// SupportsTTL reports whether the engine gets TTL retention.
-func (s *Store) SupportsTTL() bool { return s.version.Modern() }
-
 // setRetention applies the raw findings TTL when the server supports it and it differs from
 // the current one (MODIFY TTL rewrites parts, so it is not repeated at every start).
-func (s *Store) setRetention(ctx context.Context, days int) error {
-	if !s.SupportsTTL() {
+func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
+	if !ver.Modern() {
 		return nil
 	}
 	cur, err := s.Retention(ctx)

@@ -12,8 +12,8 @@ import (
 
 // OpenServer connects to a ClickHouse server over the native protocol, e.g.
 // "clickhouse://user:pass@host:9000/auditlens?dial_timeout=5s" (see clickhouse-go's DSN).
-// The database (default auditlens) is created when missing; run Migrate for the tables.
-func OpenServer(ctx context.Context, dsn string) (*Store, error) {
+// Nothing is dialled yet; Migrate creates the database (default auditlens) and the tables.
+func OpenServer(dsn string) (*Store, error) {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse dsn: %w", err)
@@ -35,14 +35,17 @@ func OpenServer(ctx context.Context, dsn string) (*Store, error) {
 	// database that does not exist yet.
 	boot := *opts
 	boot.Auth.Database = "default"
-	bconn, err := clickhouse.Open(&boot)
-	if err != nil {
-		return nil, fmt.Errorf("connect to clickhouse %s: %w", strings.Join(opts.Addr, ","), err)
-	}
-	err = bconn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database)
-	_ = bconn.Close()
-	if err != nil {
-		return nil, fmt.Errorf("connect to clickhouse %s: create database %s: %w", strings.Join(opts.Addr, ","), database, err)
+	boot.MaxOpenConns = 1
+	createDB := func(ctx context.Context) error {
+		bconn, err := clickhouse.Open(&boot)
+		if err != nil {
+			return fmt.Errorf("connect to clickhouse %s: %w", strings.Join(opts.Addr, ","), err)
+		}
+		defer bconn.Close()
+		if err := bconn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
+			return fmt.Errorf("clickhouse %s: create database %s: %w", strings.Join(opts.Addr, ","), database, err)
+		}
+		return nil
 	}
 	opts.Auth.Database = database
 	conn, err := clickhouse.Open(opts)
@@ -50,7 +53,7 @@ func OpenServer(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("connect to clickhouse: %w", err)
 	}
 	db := clickhouse.OpenDB(opts)
-	s, err := New(ctx, db, &serverBackend{conn: conn}, database)
+	s, err := New(db, &serverBackend{conn: conn}, database, createDB)
 	if err != nil {
 		_ = db.Close()
 		_ = conn.Close()

@@ -36,6 +36,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultDatabase is the database of a DSN that names none.
@@ -49,29 +50,46 @@ type Backend interface {
 	Close() error
 }
 
-// Store is an open auditlens database.
+// Store is an open auditlens database. Opening one does not contact the engine: a server
+// that is down makes queries and inserts fail until it is back, and Migrate (which also
+// creates the database) is the first thing to retry.
 type Store struct {
 	db       *sql.DB
 	be       Backend
 	database string
-	version  Version
+	// createDB creates the database on engines where the default connection cannot.
+	createDB func(ctx context.Context) error
+
+	mu      sync.Mutex
+	version Version
 }
 
 // New makes a Store over an engine: db runs queries with database as the default database,
-// be writes rows. It asks the engine for its version.
-func New(ctx context.Context, db *sql.DB, be Backend, database string) (*Store, error) {
+// be writes rows, createDB (may be nil) creates the database before migrations.
+func New(db *sql.DB, be Backend, database string, createDB func(ctx context.Context) error) (*Store, error) {
 	if err := ValidateIdent(database); err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
+	return &Store{db: db, be: be, database: database, createDB: createDB}, nil
+}
+
+// Version asks the engine for its ClickHouse version (once).
+func (s *Store) Version(ctx context.Context) (Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version != (Version{}) {
+		return s.version, nil
+	}
 	var v string
-	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
-		return nil, fmt.Errorf("ask clickhouse for its version: %w", err)
+	if err := s.db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
+		return Version{}, fmt.Errorf("ask clickhouse for its version: %w", err)
 	}
 	ver, err := ParseVersion(v)
 	if err != nil {
-		return nil, err
+		return Version{}, err
 	}
-	return &Store{db: db, be: be, database: database, version: ver}, nil
+	s.version = ver
+	return ver, nil
 }
 
 // DB is a database/sql handle whose default database is the store's: use unqualified table
@@ -80,9 +98,6 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // Database is the name of the auditlens database.
 func (s *Store) Database() string { return s.database }
-
-// Version is the engine's ClickHouse version.
-func (s *Store) Version() Version { return s.version }
 
 // Table qualifies name with the store's database.
 func (s *Store) Table(name string) string { return s.database + "." + name }

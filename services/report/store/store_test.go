@@ -82,14 +82,18 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		ver, err := st.Version(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		wantRet := 0
-		if st.SupportsTTL() {
+		if ver.Modern() {
 			wantRet = 30
 		}
 		if ret != wantRet {
-			t.Errorf("retention %d days on %s %s, want %d", ret, e, st.Version(), wantRet)
+			t.Errorf("retention %d days on %s %s, want %d", ret, e, ver, wantRet)
 		}
-		if st.SupportsTTL() {
+		if ver.Modern() {
 			if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 0}); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,88 @@
+// Package engine opens the auditlens store on the engine the flags choose: a ClickHouse
+// server when --clickhouse-dsn is set, else embedded ClickHouse (chDB) in --data-dir.
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/auditlens/auditlens/services/report/chdb"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+// Config selects and tunes the engine.
+type Config struct {
+	// DSN of a ClickHouse server (native protocol); empty means embedded chDB.
+	DSN string
+	// DataDir keeps the embedded engine's data.
+	DataDir string
+	// RetentionDays of raw findings where the server supports TTL; 0 keeps them forever.
+	RetentionDays int
+}
+
+// DefaultRetentionDays is how long raw findings are kept by default.
+const DefaultRetentionDays = 400
+
+// RegisterFlags adds --clickhouse-dsn, --data-dir and --retention-days to fs; defaultDataDir
+// is the root data directory (chDB keeps its data in its chdb subdirectory).
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
+	fs.StringVar(&c.DSN, "clickhouse-dsn", "", "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --data-dir)")
+	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(defaultDataDir, "chdb"), "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
+	fs.IntVar(&c.RetentionDays, "retention-days", DefaultRetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
+}
+
+// Validate checks the flags.
+func (c *Config) Validate() error {
+	if c.DSN != "" && !strings.HasPrefix(c.DSN, "clickhouse://") && !strings.HasPrefix(c.DSN, "tcp://") {
+		return fmt.Errorf("--clickhouse-dsn %q: want clickhouse://HOST:9000/DATABASE (the native protocol)", redact(c.DSN))
+	}
+	if c.DSN == "" && c.DataDir == "" {
+		return errors.New("--data-dir is empty: give a directory for the embedded ClickHouse, or --clickhouse-dsn")
+	}
+	if c.RetentionDays < 0 {
+		return fmt.Errorf("--retention-days %d: want 0 (forever) or more", c.RetentionDays)
+	}
+	return nil
+}
+
+// Embedded reports whether the embedded engine is chosen.
+func (c *Config) Embedded() bool { return c.DSN == "" }
+
+// Open opens the store; a server is not contacted until first use.
+func (c *Config) Open(ctx context.Context) (*store.Store, error) {
+	return Open(ctx, c.DSN, c.DataDir)
+}
+
+// Open opens the store on the server at dsn, or, with dsn empty, on embedded chDB in dataDir
+// (database auditlens).
+func Open(ctx context.Context, dsn, dataDir string) (*store.Store, error) {
+	if dsn != "" {
+		return store.OpenServer(dsn)
+	}
+	st, err := chdb.Open(ctx, dataDir, store.DefaultDatabase)
+	if err != nil {
+		return nil, fmt.Errorf("embedded clickhouse in %s: %w", dataDir, err)
+	}
+	return st, nil
+}
+
+// Describe names the engine for logs without credentials.
+func (c *Config) Describe() string {
+	if c.DSN == "" {
+		return "embedded chdb in " + c.DataDir
+	}
+	return redact(c.DSN)
+}
+
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "@"); i >= 0 {
+		if j := strings.Index(dsn, "://"); j >= 0 && j < i {
+			return dsn[:j+3] + "***" + dsn[i:]
+		}
+	}
+	return dsn
+}

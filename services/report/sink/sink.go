@@ -1,0 +1,462 @@
+// Package sink is the report service: it consumes findings from the bus, writes them to
+// ClickHouse in batches and acknowledges each message only after its batch is committed;
+// with a weekly schedule configured it also mails the weekly report.
+package sink
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/daemon"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/store"
+	"github.com/auditlens/auditlens/services/report/weekly/schedule"
+)
+
+// Config of the report service.
+type Config struct {
+	Engine engine.Config
+	// Group is the consumer group (durable name) shared by report replicas.
+	Group string
+	// BatchSize is the most findings written in one insert.
+	BatchSize int
+	// MaxWait is the longest a received finding waits for its batch to fill.
+	MaxWait time.Duration
+	// AckWait is how long the bus waits for an acknowledgement before redelivering; writes
+	// that keep failing for longer get redelivered duplicates, which count once.
+	AckWait time.Duration
+	// RetryMin and RetryMax bound the backoff while ClickHouse is unavailable.
+	RetryMin, RetryMax time.Duration
+	// DrainTimeout bounds the last write at shutdown.
+	DrainTimeout time.Duration
+	// MaxFindingBytes caps one message; larger ones go to the dead-letter stream.
+	MaxFindingBytes int
+	// Weekly is the weekly report schedule; it runs when it has a schedule and recipients.
+	Weekly schedule.Config
+}
+
+// RegisterFlags adds the service's flags to fs; defaultDataDir is the root data directory.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
+	c.Engine.RegisterFlags(fs, defaultDataDir)
+	fs.StringVar(&c.Group, "consumer-group", "report", "bus consumer `group` shared by report replicas")
+	fs.IntVar(&c.BatchSize, "batch-size", 10000, "most findings per ClickHouse insert")
+	fs.DurationVar(&c.MaxWait, "batch-max-wait", time.Second, "longest a finding waits for its batch to fill before it is written")
+	fs.DurationVar(&c.AckWait, "ack-wait", 5*time.Minute, "bus redelivers a finding not acknowledged within this time (while ClickHouse is down)")
+	fs.DurationVar(&c.RetryMin, "retry-min", 200*time.Millisecond, "first wait before retrying a failed ClickHouse write")
+	fs.DurationVar(&c.RetryMax, "retry-max", 30*time.Second, "longest wait between retries of a failed ClickHouse write")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "at shutdown, how long the last batch may take to write")
+	fs.IntVar(&c.MaxFindingBytes, "max-finding-bytes", 1<<20, "larger messages go to the dead-letter stream")
+	c.Weekly.RegisterFlags(fs)
+}
+
+// Validate checks the flags and fills defaults.
+func (c *Config) Validate() error {
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if c.Group == "" {
+		c.Group = "report"
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 1_000_000:
+		return fmt.Errorf("--batch-size %d: want 1 to 1000000", c.BatchSize)
+	case c.MaxWait <= 0:
+		return fmt.Errorf("--batch-max-wait %s: want a positive duration", c.MaxWait)
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("--retry-min %s, --retry-max %s: want 0 < min <= max", c.RetryMin, c.RetryMax)
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 5 * time.Minute
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.MaxFindingBytes <= 0 {
+		c.MaxFindingBytes = 1 << 20
+	}
+	if c.Weekly.Enabled() {
+		if err := c.Weekly.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// New opens the store (a server is contacted only when the writer runs) and returns the
+// service's components: the findings writer, then the weekly schedule when configured.
+func New(c Config, d daemon.Deps) ([]daemon.Component, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Bus == nil {
+		return nil, errors.New("report: no bus")
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := c.Engine.Open(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	w, err := NewWriter(c, st, d.Bus, log, d.Registry)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	comps := []daemon.Component{w}
+	if c.Weekly.Enabled() {
+		sch, err := schedule.New(c.Weekly, st.DB(), st, d.Cluster, log)
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		comps = append(comps, sch)
+	}
+	// Last to stop: the store outlives every component that uses it.
+	comps = append(comps, daemon.ComponentFuncs{RunFunc: func(ctx context.Context) error {
+		<-ctx.Done()
+		return st.Close()
+	}})
+	log.Info("report configured", "engine", c.Engine.Describe(), "batch_size", c.BatchSize,
+		"batch_max_wait", c.MaxWait, "weekly_schedule", c.Weekly.Enabled())
+	return comps, nil
+}
+
+// Writer consumes findings and writes them in batches into a store it does not close.
+type Writer struct {
+	cfg Config
+	st  *store.Store
+	bus bus.Bus
+	log *slog.Logger
+	m   metrics
+
+	ready atomic.Pointer[error]
+	// hook, when set (tests), runs before every write attempt.
+	hook func()
+}
+
+type metrics struct {
+	written, invalid, deadLettered, writeErrors, unwritten prometheus.Counter
+	batches                                                prometheus.Counter
+	batchSize, writeSeconds                                prometheus.Histogram
+	pending                                                prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_written_total",
+			Help: "Findings written to ClickHouse (redeliveries included; they count once in queries)."}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_invalid_total",
+			Help: "Messages that were not a usable finding (undecodable, too large, without identity)."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_dead_lettered_total",
+			Help: "Invalid messages copied to the dead-letter stream."}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_write_errors_total",
+			Help: "Failed ClickHouse writes (each retried until it succeeds)."}),
+		unwritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_unwritten_at_shutdown_total",
+			Help: "Findings left unacknowledged at shutdown because the last write failed; the bus redelivers them."}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_batches_total",
+			Help: "Batches written to ClickHouse."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "auditlens_report_batch_findings",
+			Help: "Findings per written batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "auditlens_report_write_seconds",
+			Help: "Duration of successful batch writes.", Buckets: prometheus.DefBuckets}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_pending_findings",
+			Help: "Findings received and not yet written."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.written, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending)
+	}
+	return m
+}
+
+// NewWriter makes the writer of findings from b into st. cfg must be validated.
+func NewWriter(cfg Config, st *store.Store, b bus.Bus, log *slog.Logger, reg prometheus.Registerer) (*Writer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &Writer{cfg: cfg, st: st, bus: b, log: log, m: newMetrics(reg)}
+	notYet := errors.New("report: schema not migrated yet")
+	w.ready.Store(&notYet)
+	return w, nil
+}
+
+// Ready implements daemon.Component: ready once the schema is migrated and while the last
+// write succeeded.
+func (w *Writer) Ready() error { return *w.ready.Load() }
+
+func (w *Writer) setReady(err error) { w.ready.Store(&err) }
+
+// item is one received message and, once decoded, its finding.
+type item struct {
+	d *bus.Delivery
+	f *auditlensv1.Finding
+}
+
+// Run migrates the schema (retrying while ClickHouse is down), then consumes until ctx is
+// cancelled; it then stops consuming, writes and acknowledges what it holds, and returns nil.
+func (w *Writer) Run(ctx context.Context) error {
+	if !w.migrate(ctx) {
+		return nil
+	}
+	cons, err := w.bus.Consumer(bus.Findings, w.cfg.Group, bus.ConsumerOptions{
+		MaxUnacked: max(2*w.cfg.BatchSize, 4096),
+		AckWait:    w.cfg.AckWait,
+	})
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	in := make(chan *bus.Delivery, max(2*w.cfg.BatchSize, 4096))
+	cctx, stopConsume := context.WithCancel(context.Background())
+	defer stopConsume()
+	consumeErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		consumeErr <- cons.Consume(cctx, func(_ context.Context, d *bus.Delivery) {
+			select {
+			case in <- d:
+			case <-cctx.Done():
+				// Not acknowledged: redelivered to the next consumer.
+			}
+		})
+	}()
+
+	batch := make([]item, 0, w.cfg.BatchSize)
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	flush := func(wctx context.Context) bool {
+		if timer != nil {
+			timer.Stop()
+			timer, timerC = nil, nil
+		}
+		ok := w.write(wctx, batch)
+		batch = batch[:0]
+		return ok
+	}
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-consumeErr:
+			if err != nil {
+				runErr = fmt.Errorf("report: consume findings: %w", err)
+			}
+			break loop
+		case d := <-in:
+			if it, ok := w.decode(ctx, d); ok {
+				batch = append(batch, it)
+				w.m.pending.Inc()
+			}
+			if len(batch) == 1 && timer == nil {
+				timer = time.NewTimer(w.cfg.MaxWait)
+				timerC = timer.C
+			}
+			if len(batch) >= w.cfg.BatchSize {
+				if !flush(ctx) {
+					break loop
+				}
+			}
+		case <-timerC:
+			timer, timerC = nil, nil
+			if !flush(ctx) {
+				break loop
+			}
+		}
+	}
+	// Drain: stop the consumer first, then write what was received.
+	stopConsume()
+	wg.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout)
+	defer cancel()
+	for {
+		select {
+		case d := <-in:
+			if it, ok := w.decode(dctx, d); ok {
+				batch = append(batch, it)
+				w.m.pending.Inc()
+			}
+			if len(batch) >= w.cfg.BatchSize {
+				w.drainWrite(dctx, &batch)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	w.drainWrite(dctx, &batch)
+	w.log.Info("report writer stopped")
+	return runErr
+}
+
+func (w *Writer) drainWrite(ctx context.Context, batch *[]item) {
+	if len(*batch) == 0 {
+		return
+	}
+	if !w.write(ctx, *batch) {
+		w.m.unwritten.Add(float64(len(*batch)))
+		w.m.pending.Sub(float64(len(*batch)))
+		w.log.Warn("findings left unacknowledged at shutdown; the bus will redeliver them", "findings", len(*batch))
+	}
+	*batch = (*batch)[:0]
+}
+
+// migrate applies the schema, retrying with backoff until it works or ctx ends.
+func (w *Writer) migrate(ctx context.Context) bool {
+	bo := w.backoff()
+	for {
+		did, err := w.st.Migrate(ctx, store.MigrateOptions{RetentionDays: w.cfg.Engine.RetentionDays})
+		if err == nil {
+			if len(did) > 0 {
+				w.log.Info("schema migrated", "applied", did)
+			}
+			w.setReady(nil)
+			return true
+		}
+		w.setReady(err)
+		wait := bo.next()
+		w.log.Warn("clickhouse not usable yet, retrying", "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return false
+		}
+	}
+}
+
+// decode turns a delivery into a finding, or settles it as invalid.
+func (w *Writer) decode(ctx context.Context, d *bus.Delivery) (item, bool) {
+	reason := ""
+	f := &auditlensv1.Finding{}
+	switch {
+	case len(d.Data) > w.cfg.MaxFindingBytes:
+		reason = fmt.Sprintf("finding of %d bytes exceeds %d", len(d.Data), w.cfg.MaxFindingBytes)
+	default:
+		if err := proto.Unmarshal(d.Data, f); err != nil {
+			reason = "undecodable finding: " + err.Error()
+			break
+		}
+		if f.Cluster == "" {
+			f.Cluster = d.Cluster
+		}
+		if f.Cluster == "" || f.AuditId == "" || f.RuleId == "" {
+			reason = "finding without cluster, audit_id or rule_id"
+		}
+	}
+	if reason == "" {
+		return item{d: d, f: f}, true
+	}
+	w.m.invalid.Inc()
+	w.log.Warn("skipping invalid finding", "position", d.Position, "reason", reason)
+	w.deadLetter(ctx, d, reason)
+	return item{}, false
+}
+
+func (w *Writer) deadLetter(ctx context.Context, d *bus.Delivery, reason string) {
+	cluster := d.Cluster
+	if bus.ValidateCluster(cluster) != nil {
+		cluster = "unknown"
+	}
+	id := d.ID
+	if id == "" {
+		id = d.Position
+	}
+	msg := bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: "report:" + id, Data: d.Data,
+		Header: map[string]string{bus.HeaderSource: "report:" + d.Position, bus.HeaderReason: reason}}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.bus.Publish(pctx, msg); err != nil {
+		// Keep it on the bus rather than lose it.
+		w.log.Warn("dead-letter publish failed; redelivering the message later", "position", d.Position, "err", err)
+		_ = d.Nak(w.cfg.RetryMax)
+		return
+	}
+	w.m.deadLettered.Inc()
+	_ = d.Term(reason)
+}
+
+// write inserts the batch, retrying with backoff until it succeeds (then acknowledges every
+// message) or ctx ends (then leaves them unacknowledged and returns false).
+func (w *Writer) write(ctx context.Context, batch []item) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	fs := make([]*auditlensv1.Finding, len(batch))
+	for i, it := range batch {
+		fs[i] = it.f
+	}
+	bo := w.backoff()
+	for {
+		if w.hook != nil {
+			w.hook()
+		}
+		start := time.Now()
+		err := w.st.WriteFindings(ctx, fs)
+		if err == nil {
+			w.m.writeSeconds.Observe(time.Since(start).Seconds())
+			break
+		}
+		w.m.writeErrors.Inc()
+		w.setReady(fmt.Errorf("clickhouse write failing: %w", err))
+		if ctx.Err() != nil {
+			return false
+		}
+		wait := bo.next()
+		w.log.Warn("clickhouse write failed; holding the batch and retrying", "findings", len(batch), "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return false
+		}
+	}
+	w.setReady(nil)
+	for _, it := range batch {
+		if err := it.d.Ack(ctx); err != nil {
+			w.log.Debug("ack failed; the finding will be redelivered and counted once", "position", it.d.Position, "err", err)
+		}
+	}
+	w.m.written.Add(float64(len(batch)))
+	w.m.batches.Inc()
+	w.m.batchSize.Observe(float64(len(batch)))
+	w.m.pending.Sub(float64(len(batch)))
+	return true
+}
+
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (w *Writer) backoff() *backoff { return &backoff{min: w.cfg.RetryMin, max: w.cfg.RetryMax} }
+
+// next returns the next wait: doubling from min to max, with up to 20% jitter.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur + time.Duration(rand.Int64N(int64(b.cur)/5+1))
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,291 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	chtest.CleanupEmbedded()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent(),
+			// clickhouse-go's connection pool janitor outlives Close by up to a tick.
+			goleak.IgnoreTopFunction("github.com/ClickHouse/clickhouse-go/v2.(*clickhouse).startAutoCloseIdleConnections"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func openBus(t testing.TB) *natsbus.Bus {
+	t.Helper()
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("embedded nats: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func testConfig() Config {
+	c := Config{BatchSize: 500, MaxWait: 50 * time.Millisecond, RetryMin: 20 * time.Millisecond,
+		RetryMax: 200 * time.Millisecond, AckWait: 30 * time.Second, DrainTimeout: 10 * time.Second}
+	c.Engine.DataDir = "unused"
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+var t0 = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+
+func findingMsg(cluster, auditID, rule string, msgID string) bus.Message {
+	f := &auditlensv1.Finding{RuleId: rule, Cluster: cluster, AuditId: auditID,
+		EventTime: timestamppb.New(t0), Username: "system:serviceaccount:kube-system:old-controller",
+		UserAgent: "old-controller/v0.1", ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses",
+		RemovedIn: "1.22", Severity: auditlensv1.Severity_SEVERITY_CRITICAL}
+	data, err := proto.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return bus.Message{Stream: bus.Findings, Cluster: cluster, ID: msgID, Data: data}
+}
+
+func messages(prefix string, n int) []bus.Message {
+	out := make([]bus.Message, n)
+	for i := range out {
+		out[i] = findingMsg("prod", fmt.Sprintf("%s-%d", prefix, i), "removed-api", fmt.Sprintf("%s-%d", prefix, i))
+	}
+	return out
+}
+
+// startWriter runs a writer until the test ends; stop cancels it and waits for Run.
+func startWriter(t *testing.T, c Config, st *store.Store, b bus.Bus) (w *Writer, stop func() error) {
+	t.Helper()
+	w, err := NewWriter(c, st, b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(60 * time.Second):
+				t.Error("writer did not stop within 60s")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return w, stop
+}
+
+// distinct counts findings the way every query must: by identity.
+func distinct(t testing.TB, st *store.Store) uint64 {
+	t.Helper()
+	var n uint64
+	if err := st.DB().QueryRow("SELECT uniqExact(cluster, rule_id, audit_id) FROM findings").Scan(&n); err != nil {
+		return 0 // the server may be down in the middle of a test
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or 60s pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWritesEachFindingOnce(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		msgs := messages("a", 1200)
+		if err := b.Publish(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		// The same findings again under new message ids (a classify restart re-reading its
+		// input): the bus cannot de-duplicate them, the store must not count them twice.
+		again := messages("a", 300)
+		for i := range again {
+			again[i].ID = "replay-" + again[i].ID
+		}
+		if err := b.Publish(ctx, again...); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "1500 writes", func() bool { return testutil.ToFloat64(w.m.written) >= 1500 })
+		if n := distinct(t, st); n != 1200 {
+			t.Errorf("%d distinct findings, want 1200", n)
+		}
+		var rollup uint64
+		if err := st.DB().QueryRow("SELECT uniqMerge(findings) FROM daily_rules WHERE rule_id = 'removed-api'").Scan(&rollup); err != nil {
+			t.Fatal(err)
+		}
+		if rollup != 1200 {
+			t.Errorf("daily_rules counts %d, want 1200", rollup)
+		}
+		if err := w.Ready(); err != nil {
+			t.Errorf("not ready after writing: %v", err)
+		}
+	})
+}
+
+func TestClickHouseDownLosesNothing(t *testing.T) {
+	srv, st := chtest.ServerStore(t)
+	b := openBus(t)
+	c := testConfig()
+	w, stop := startWriter(t, c, st, b)
+	ctx := context.Background()
+	if err := b.Publish(ctx, messages("before", 1000)...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first findings", func() bool { return distinct(t, st) == 1000 })
+
+	srv.Stop()
+	if err := b.Publish(ctx, messages("during", 2000)...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "failed writes while ClickHouse is down", func() bool { return testutil.ToFloat64(w.m.writeErrors) >= 3 })
+	if w.Ready() == nil {
+		t.Error("ready while ClickHouse is down")
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, messages("after", 1000)...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every finding after the restart", func() bool { return distinct(t, st) == 4000 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.m.unwritten); got != 0 {
+		t.Errorf("%v findings unwritten at shutdown", got)
+	}
+	// Everything was acknowledged: a new writer in the same group receives nothing.
+	_, st2 := chtest.ServerStore(t)
+	w2, stop2 := startWriter(t, c, st2, b)
+	time.Sleep(300 * time.Millisecond) // nothing to wait for: absence of deliveries
+	_ = stop2()
+	if n := testutil.ToFloat64(w2.m.written); n != 0 {
+		t.Errorf("a second writer received %v findings: acknowledgements were lost", n)
+	}
+}
+
+func TestShutdownDrainsTheBatch(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	b := openBus(t)
+	c := testConfig()
+	c.BatchSize = 100000
+	c.MaxWait = time.Hour // only shutdown writes
+	w, stop := startWriter(t, c, st, b)
+	if err := b.Publish(context.Background(), messages("held", 700)...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "700 received findings", func() bool { return testutil.ToFloat64(w.m.pending) == 700 })
+	if n := distinct(t, st); n != 0 {
+		t.Fatalf("%d findings written before the batch filled", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := distinct(t, st); n != 700 {
+		t.Errorf("%d findings after shutdown, want 700", n)
+	}
+}
+
+func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	b := openBus(t)
+	w, _ := startWriter(t, testConfig(), st, b)
+	ctx := context.Background()
+	noID := findingMsg("prod", "", "psp", "no-audit-id")
+	bad := []bus.Message{
+		{Stream: bus.Findings, Cluster: "prod", ID: "garbage", Data: []byte("\xff\xff\xff not protobuf")},
+		noID,
+		findingMsg("prod", "good-1", "psp", "good-1"),
+	}
+	if err := b.Publish(ctx, bad...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the good finding", func() bool { return distinct(t, st) == 1 })
+	waitFor(t, "two invalid messages", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 2 })
+
+	cons, err := b.Consumer(bus.DeadLetter, "test-deadletter", bus.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	reasons := map[string]string{}
+	go func() {
+		_ = cons.Consume(cctx, func(_ context.Context, d *bus.Delivery) {
+			mu.Lock()
+			reasons[d.ID] = d.Header[bus.HeaderReason]
+			mu.Unlock()
+			_ = d.Ack(cctx)
+		})
+	}()
+	waitFor(t, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) == 2 })
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	if r := reasons["report:garbage"]; r == "" {
+		t.Errorf("garbage not dead-lettered with a reason: %v", reasons)
+	}
+	if r := reasons["report:no-audit-id"]; r == "" {
+		t.Errorf("finding without audit_id not dead-lettered: %v", reasons)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"batch size", func(c *Config) { c.BatchSize = 0 }},
+		{"max wait", func(c *Config) { c.MaxWait = 0 }},
+		{"retry", func(c *Config) { c.RetryMin, c.RetryMax = time.Second, time.Millisecond }},
+		{"dsn", func(c *Config) { c.Engine.DSN = "http://localhost:8123" }},
+		{"retention", func(c *Config) { c.Engine.RetentionDays = -1 }},
+	} {
+		cfg := testConfig()
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", c.name, cfg)
+		}
+	}
+}

@@ -203,6 +203,21 @@ func TestBuildOnBothEngines(t *testing.T) {
 			}
 		})
 
+		t.Run("lists are capped after counting", func(t *testing.T) {
+			r, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 25}, WeekEnding: s.week,
+				CallersPerBlocker: 1, MaxChanges: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := r.Blockers[0]
+			if b.Resource != "ingresses" || len(b.Callers) != 1 || b.CallerCount != 2 || b.Callers[0].Username != "alice" || b.Findings != 5 {
+				t.Errorf("ingresses blocker %+v, want alice listed of 2 callers, 5 findings", b)
+			}
+			if len(r.New) != 1 || r.NewCount != 4 || len(r.Resolved) != 1 || r.ResolvedCount != 1 || r.Totals.BlockerCallers != 5 {
+				t.Errorf("new %d/%d resolved %d/%d callers %d", len(r.New), r.NewCount, len(r.Resolved), r.ResolvedCount, r.Totals.BlockerCallers)
+			}
+		})
+
 		t.Run("hostile cluster name is data", func(t *testing.T) {
 			r := build(t, `prod' OR '1'='1`, weekly.Version{Major: 1, Minor: 25})
 			if r.Totals.Findings != 0 || len(r.Blockers) != 0 {

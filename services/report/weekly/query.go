@@ -23,8 +23,15 @@ type Options struct {
 	Table string
 	// TrendWeeks is how many weeks the weekly trend covers, this one included; default 8.
 	TrendWeeks int
-	// MaxCallers caps the blocker callers read (both weeks together); default 5000.
+	// MaxCallers caps the blocker callers read (both weeks together); default 200000.
+	// Beyond it the report is marked Truncated and new/resolved are approximate.
 	MaxCallers int
+	// CallersPerBlocker caps the callers listed under each blocker (the busiest first);
+	// default 25. Blocker.Callers counts them all.
+	CallersPerBlocker int
+	// MaxChanges caps the New and Resolved lists (the busiest first); default 100.
+	// Report.NewCount and ResolvedCount count them all.
+	MaxChanges int
 	// Now stamps GeneratedAt; default time.Now.
 	Now func() time.Time
 }
@@ -33,7 +40,9 @@ const (
 	// DefaultTable is where the store keeps the raw findings.
 	DefaultTable      = "findings"
 	defaultTrendWeeks = 8
-	defaultMaxCallers = 5000
+	defaultMaxCallers = 200000
+	defaultPerBlocker = 25
+	defaultMaxChanges = 100
 )
 
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
@@ -66,6 +75,15 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxCallers < 1 {
 		return fmt.Errorf("max callers %d: want at least 1", o.MaxCallers)
+	}
+	if o.CallersPerBlocker == 0 {
+		o.CallersPerBlocker = defaultPerBlocker
+	}
+	if o.MaxChanges == 0 {
+		o.MaxChanges = defaultMaxChanges
+	}
+	if o.CallersPerBlocker < 1 || o.MaxChanges < 1 {
+		return fmt.Errorf("callers per blocker %d, max changes %d: want at least 1", o.CallersPerBlocker, o.MaxChanges)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -245,6 +263,7 @@ LIMIT ?`
 		r.Truncated = true
 	}
 	assemble(r, all)
+	trim(r, o.CallersPerBlocker, o.MaxChanges)
 	return nil
 }
 
@@ -304,4 +323,24 @@ func assemble(r *Report, rows []callerRow) {
 		}
 		return a.API() < b.API()
 	})
+}
+
+// trim keeps the busiest perBlocker callers of each blocker and maxChanges of New and
+// Resolved (rows arrive busiest first), after everything was counted.
+func trim(r *Report, perBlocker, maxChanges int) {
+	for i := range r.Blockers {
+		b := &r.Blockers[i]
+		b.CallerCount = len(b.Callers)
+		if len(b.Callers) > perBlocker {
+			b.Callers = b.Callers[:perBlocker]
+		}
+	}
+	r.NewCount, r.ResolvedCount = len(r.New), len(r.Resolved)
+	sort.SliceStable(r.Resolved, func(i, j int) bool { return r.Resolved[i].Count > r.Resolved[j].Count })
+	if len(r.New) > maxChanges {
+		r.New = r.New[:maxChanges]
+	}
+	if len(r.Resolved) > maxChanges {
+		r.Resolved = r.Resolved[:maxChanges]
+	}
 }

@@ -20,10 +20,14 @@ type Report struct {
 	Totals Totals `json:"totals"`
 	// Blockers are what breaks on the upgrade to Target, most findings first.
 	Blockers []Blocker `json:"blockers"`
-	// New are the blocker callers seen this week but not the week before.
-	New []Change `json:"new"`
-	// Resolved are the blocker callers seen the week before but not this week.
-	Resolved []Change `json:"resolved"`
+	// New are the blocker callers seen this week but not the week before (the busiest,
+	// NewCount in all).
+	New      []Change `json:"new"`
+	NewCount int      `json:"new_count"`
+	// Resolved are the blocker callers seen the week before but not this week (the
+	// busiest, ResolvedCount in all).
+	Resolved      []Change `json:"resolved"`
+	ResolvedCount int      `json:"resolved_count"`
 	// Daily is the trend over the days of this week, Weekly over the last weeks (oldest first,
 	// this week last).
 	Daily  []Point `json:"daily"`
@@ -84,8 +88,10 @@ type Blocker struct {
 	Message     string `json:"message"`
 	Findings    uint64 `json:"findings"`
 	// New is set when nobody relied on it the week before.
-	New     bool     `json:"new"`
-	Callers []Caller `json:"callers"`
+	New bool `json:"new"`
+	// Callers are the busiest callers, CallerCount in all.
+	Callers     []Caller `json:"callers"`
+	CallerCount int      `json:"caller_count"`
 }
 
 // Caller is who relied on a blocker this week.

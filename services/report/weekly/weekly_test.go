@@ -66,7 +66,7 @@ func TestOptionsValidate(t *testing.T) {
 		return Options{Cluster: "c", Target: Version{1, 29}, WeekEnding: Date{time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}}
 	}
 	o := ok()
-	if err := o.Validate(); err != nil || o.Table != DefaultTable || o.TrendWeeks != 8 || o.MaxCallers != 5000 {
+	if err := o.Validate(); err != nil || o.Table != DefaultTable || o.TrendWeeks != 8 || o.MaxCallers != 200000 || o.CallersPerBlocker != 25 || o.MaxChanges != 100 {
 		t.Fatalf("defaults not filled: %+v %v", o, err)
 	}
 	for name, mut := range map[string]func(*Options){

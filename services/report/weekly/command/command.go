@@ -63,8 +63,10 @@ type Config struct {
 	Force      bool
 	Cluster    string
 	MaxCallers int
-	Timeout    time.Duration
-	Mail       mail.Config
+	// CallersPerBlocker caps the callers listed under each blocker.
+	CallersPerBlocker int
+	Timeout           time.Duration
+	Mail              mail.Config
 }
 
 // RegisterFlags adds the command's flags to fs.
@@ -77,7 +79,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Send, "send", false, "mail the report to --mail-to (once per cluster, week and target version)")
 	fs.BoolVar(&c.Force, "force", false, "with --send, mail the week again even if it was sent")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster whose findings are reported")
-	fs.IntVar(&c.MaxCallers, "max-callers", 5000, "most blocker callers read for the report")
+	fs.IntVar(&c.MaxCallers, "max-callers", 200000, "most blocker callers read for the report (both weeks; beyond it the report says it is truncated)")
+	fs.IntVar(&c.CallersPerBlocker, "callers-per-blocker", 25, "callers listed under each blocker, the busiest first")
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	c.Mail.RegisterFlags(fs)
 }
@@ -110,6 +113,9 @@ func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 	}
 	if c.MaxCallers < 1 {
 		return weekly.Date{}, fmt.Errorf("--max-callers %d: want at least 1", c.MaxCallers)
+	}
+	if c.CallersPerBlocker < 1 {
+		return weekly.Date{}, fmt.Errorf("--callers-per-blocker %d: want at least 1", c.CallersPerBlocker)
 	}
 	if c.Force && !c.Send {
 		return weekly.Date{}, errors.New("--force only makes sense with --send")
@@ -168,7 +174,7 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 		return err
 	}
 	defer st.Close()
-	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, MaxCallers: c.MaxCallers}
+	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, MaxCallers: c.MaxCallers, CallersPerBlocker: c.CallersPerBlocker}
 	if c.Out != "" || !c.Send {
 		r, err := weekly.Build(ctx, st.DB(), opts)
 		if err != nil {

@@ -57,6 +57,7 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"delta":  delta,
 	"dash":   orDash,
 	"plural": plural,
+	"minus":  func(a, b int) int { return a - b },
 }).Parse(htmlSrc))
 
 // HTML writes r as one HTML document; everything taken from audit events is escaped by
@@ -171,7 +172,7 @@ func Text(w io.Writer, r *weekly.Report) error {
 	p("Findings: %d (%s on the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
 		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))
 	p("Blockers: %d with %d caller%s; new callers: %d; resolved callers: %d.\n",
-		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), len(r.New), len(r.Resolved))
+		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), r.NewCount, r.ResolvedCount)
 	if r.Truncated {
 		p("(Only the busiest blocker callers are listed: there were more.)\n")
 	}
@@ -201,16 +202,19 @@ func Text(w io.Writer, r *weekly.Report) error {
 			}
 			p("\n")
 		}
+		if more := bl.CallerCount - len(bl.Callers); more > 0 {
+			p("   ... and %d more caller%s\n", more, plural(more))
+		}
 	}
-	changes := func(title string, cs []weekly.Change) {
-		p("\n%s: %d\n", title, len(cs))
+	changes := func(title string, cs []weekly.Change, total int) {
+		p("\n%s: %d\n", title, total)
 		for _, c := range cs {
 			p("  - %s %s: %s, agent %s, namespace %s (%d)\n", clean(c.RuleID), clean(c.API()),
 				orDash(clean(c.Username)), orDash(clean(c.UserAgent)), orDash(clean(c.Namespace)), c.Count)
 		}
 	}
-	changes("NEW since the week before", r.New)
-	changes("RESOLVED since the week before", r.Resolved)
+	changes("NEW since the week before", r.New, r.NewCount)
+	changes("RESOLVED since the week before", r.Resolved, r.ResolvedCount)
 	p("\nBY RULE (this week / week before / blocking)\n")
 	for _, rc := range t.ByRule {
 		p("  %-32s %8d %8d %8d\n", clean(rc.RuleID), rc.Findings, rc.Previous, rc.Blocking)

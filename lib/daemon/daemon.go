@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,6 +39,9 @@ type Deps struct {
 	Cluster  string
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// HTTP is served on --metrics-addr beside /metrics, /healthz and /readyz: components may
+	// add their own pages (e.g. a report) to it.
+	HTTP *http.ServeMux
 }
 
 // Spec describes one command.
@@ -110,7 +114,7 @@ func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	reg := telemetry.NewRegistry()
-	d := Deps{Cluster: tr.Cluster, Logger: log, Registry: reg}
+	d := Deps{Cluster: tr.Cluster, Logger: log, Registry: reg, HTTP: http.NewServeMux()}
 	if !spec.NoBus {
 		b, err := transport.Open(ctx, tr, log, reg)
 		if err != nil {
@@ -131,7 +135,7 @@ func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger)
 		checks[fmt.Sprintf("stage%d", i)] = c.Ready
 	}
 	if tel.MetricsAddr != "" {
-		srv, err := telemetry.NewServer(tel.MetricsAddr, reg, checks)
+		srv, err := telemetry.NewServer(tel.MetricsAddr, reg, checks, d.HTTP)
 		if err != nil {
 			return err
 		}

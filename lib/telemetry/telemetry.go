@@ -84,12 +84,19 @@ type Server struct {
 
 // NewServer listens on addr now (so a bad address fails at start) and serves reg's metrics.
 // /readyz answers 200 only when every check passes, naming the first failure otherwise.
-func NewServer(addr string, reg *prometheus.Registry, checks map[string]Check) (*Server, error) {
+// Other handlers may be added to extra (nil: none) by the components; it is served for every
+// other path.
+func NewServer(addr string, reg *prometheus.Registry, checks map[string]Check, extra ...*http.ServeMux) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --metrics-addr %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
+	for _, e := range extra {
+		if e != nil {
+			mux.Handle("/", e)
+		}
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -18,7 +18,9 @@ func TestServerEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	var notReady error = errors.New("bus down")
-	s, err := NewServer("127.0.0.1:0", reg, map[string]Check{"bus": func() error { return notReady }})
+	extra := http.NewServeMux()
+	extra.HandleFunc("/report", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "weekly") })
+	s, err := NewServer("127.0.0.1:0", reg, map[string]Check{"bus": func() error { return notReady }}, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +38,9 @@ func TestServerEndpoints(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "auditlens_test_total 3") {
 		t.Fatalf("metrics %d %s", code, body)
+	}
+	if code, body := get("/report"); code != 200 || body != "weekly" {
+		t.Fatalf("extra handler %d %s", code, body)
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("healthz %d", code)

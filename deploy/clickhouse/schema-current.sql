@@ -1,0 +1,113 @@
+-- auditlens schema for ClickHouse 26.7, generated from services/report/store (do not edit).
+CREATE DATABASE IF NOT EXISTS auditlens;
+
+-- migration 1: findings
+CREATE TABLE IF NOT EXISTS auditlens.findings (
+    rule_id        LowCardinality(String),
+    severity       LowCardinality(String),
+    cluster        LowCardinality(String),
+    audit_id       String,
+    event_time     DateTime('UTC'),
+    verb           LowCardinality(String),
+    request_uri    String,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    subresource    LowCardinality(String),
+    namespace      LowCardinality(String),
+    name           String,
+    username       String,
+    user_agent     String,
+    source_ip      String,
+    response_code  Int32,
+    deprecated_in  LowCardinality(String),
+    removed_in     LowCardinality(String),
+    removed_in_key UInt32,
+    replacement    LowCardinality(String),
+    message        String,
+    stage          LowCardinality(String),
+    node           LowCardinality(String),
+    confidence     LowCardinality(String),
+    evidence_path  Array(String),
+    evidence_value Array(String),
+    ingested_at    DateTime('UTC')
+) ENGINE = ReplacingMergeTree(ingested_at)
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (cluster, rule_id, audit_id);
+
+-- migration 2: daily rollups
+CREATE TABLE IF NOT EXISTS auditlens.daily_rules (
+    day        Date,
+    cluster    LowCardinality(String),
+    rule_id    LowCardinality(String),
+    severity   LowCardinality(String),
+    findings   AggregateFunction(uniq, String),
+    first_seen AggregateFunction(min, DateTime('UTC')),
+    last_seen  AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, rule_id, severity, day);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.daily_rules_mv TO auditlens.daily_rules AS
+SELECT toDate(event_time) AS day, cluster, rule_id, severity,
+       uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY day, cluster, rule_id, severity;
+CREATE TABLE IF NOT EXISTS auditlens.daily_apis (
+    day            Date,
+    cluster        LowCardinality(String),
+    rule_id        LowCardinality(String),
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    deprecated_in  LowCardinality(String),
+    removed_in     LowCardinality(String),
+    removed_in_key UInt32,
+    replacement    LowCardinality(String),
+    findings       AggregateFunction(uniq, String),
+    callers        AggregateFunction(uniq, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.daily_apis_mv TO auditlens.daily_apis AS
+SELECT toDate(event_time) AS day, cluster, rule_id, api_group, api_version, resource,
+       deprecated_in, removed_in, removed_in_key, replacement,
+       uniqState(audit_id) AS findings, uniqState(username) AS callers,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY day, cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement;
+CREATE TABLE IF NOT EXISTS auditlens.daily_callers (
+    day            Date,
+    cluster        LowCardinality(String),
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    findings       AggregateFunction(uniq, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.daily_callers_mv TO auditlens.daily_callers AS
+SELECT toDate(event_time) AS day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip,
+       uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip;
+
+-- migration 3: weekly reports
+CREATE TABLE IF NOT EXISTS auditlens.weekly_reports (
+    cluster        String,
+    week_ending    Date,
+    target_version String,
+    recipients     Array(String),
+    sent_at        DateTime('UTC'),
+    status         String
+) ENGINE = ReplacingMergeTree(sent_at)
+ORDER BY (cluster, week_ending, target_version);
+
+-- retention (report --retention-days 400)
+ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -32,11 +32,13 @@ only migrates.`
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func run(args []string, _, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "migrate":
 			return migrateMain(args[1:], stderr)
+		case "weekly":
+			return weeklyMain(args[1:], stdout, stderr)
 		}
 	}
 	var cfg sink.Config

@@ -1,0 +1,294 @@
+package rules
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"strings"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+)
+
+// BodyResources are the resources whose rules read request bodies, with where the pod
+// template sits (for workloads) or "" for the other kinds. deploy/audit-policy.yaml logs
+// exactly these at Request level on write verbs.
+var BodyResources = map[string]string{
+	"pods":                       "",
+	"podtemplates":               "template",
+	"deployments":                "spec.template",
+	"daemonsets":                 "spec.template",
+	"statefulsets":               "spec.template",
+	"replicasets":                "spec.template",
+	"replicationcontrollers":     "spec.template",
+	"jobs":                       "spec.template",
+	"cronjobs":                   "spec.jobTemplate.spec.template",
+	"certificatesigningrequests": "",
+	"nodes":                      "",
+	"services":                   "",
+	"persistentvolumes":          "",
+	"storageclasses":             "",
+	"runtimeclasses":             "",
+}
+
+// NeedsBody reports whether ev is a write (create, update, patch) whose body some rule
+// reads: the audit policy must log it at Request level for those rules to see anything.
+func NeedsBody(ev *auditevent.Event) bool {
+	switch ev.Verb {
+	case "create", "update", "patch":
+	default:
+		return false
+	}
+	r := ev.ObjectRef
+	if r == nil || r.Subresource != "" {
+		return false
+	}
+	_, ok := BodyResources[r.Resource]
+	return ok
+}
+
+func (m *matcher) body() {
+	obj := m.ev.RequestObject()
+	if obj == nil || obj.Type() != fastjson.TypeObject {
+		return // absent, unparseable, or a JSON patch (an array)
+	}
+	switch res := m.ev.ObjectRef.Resource; res {
+	case "pods":
+		m.podObject(obj, "requestObject")
+	case "nodes":
+		m.nodeObject(obj)
+	case "services":
+		m.service(obj)
+	case "certificatesigningrequests":
+		m.csr(obj)
+	case "persistentvolumes":
+		if terms := obj.Get("spec", "nodeAffinity", "required", "nodeSelectorTerms"); terms != nil {
+			m.selectorTerms(terms, "requestObject.spec.nodeAffinity.required.nodeSelectorTerms", "PV node affinity")
+		}
+	case "storageclasses":
+		for i, t := range obj.GetArray("allowedTopologies") {
+			for j, e := range t.GetArray("matchLabelExpressions") {
+				m.labelKey(string(e.GetStringBytes("key")), "StorageClass allowedTopologies", func() string {
+					return "requestObject.allowedTopologies[" + itoa(i) + "].matchLabelExpressions[" + itoa(j) + "].key"
+				})
+			}
+		}
+	case "runtimeclasses":
+		if sel := obj.GetObject("scheduling", "nodeSelector"); sel != nil {
+			sel.Visit(func(k []byte, _ *fastjson.Value) {
+				key := string(k)
+				m.labelKey(key, "RuntimeClass nodeSelector", func() string {
+					return `requestObject.scheduling.nodeSelector["` + key + `"]`
+				})
+			})
+		}
+		m.tolerations(obj.Get("scheduling", "tolerations"), "requestObject.scheduling.tolerations")
+	default:
+		path := BodyResources[res]
+		if path == "" {
+			return
+		}
+		keys := strings.Split(path, ".")
+		if tmpl := obj.Get(keys...); tmpl != nil && tmpl.Type() == fastjson.TypeObject {
+			m.podObject(tmpl, "requestObject."+path)
+		}
+	}
+}
+
+// podObject checks a pod or a pod template: annotations and the scheduling fields of its spec.
+func (m *matcher) podObject(obj *fastjson.Value, path string) {
+	if ann := obj.GetObject("metadata", "annotations"); ann != nil {
+		ann.Visit(func(k []byte, v *fastjson.Value) {
+			for i := range m.e.objAnnotations {
+				s := &m.e.objAnnotations[i]
+				key := string(k)
+				if !s.matches(key) {
+					continue
+				}
+				val := string(v.GetStringBytes())
+				m.add(s.Rule, Match{
+					Severity: severities[s.Severity], DeprecatedIn: s.DeprecatedIn, RemovedIn: s.RemovedIn, Replacement: s.Replacement,
+					Detail: key, Value: val,
+					Evidence: []Evidence{{path + `.metadata.annotations["` + key + `"]`, val}},
+				})
+			}
+		})
+	}
+	spec := obj.Get("spec")
+	if spec == nil || spec.Type() != fastjson.TypeObject {
+		return
+	}
+	path += ".spec"
+	if sel := spec.GetObject("nodeSelector"); sel != nil {
+		sel.Visit(func(k []byte, _ *fastjson.Value) {
+			key := string(k)
+			m.labelKey(key, "nodeSelector", func() string { return path + `.nodeSelector["` + key + `"]` })
+		})
+	}
+	if na := spec.Get("affinity", "nodeAffinity"); na != nil {
+		if terms := na.Get("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"); terms != nil {
+			m.selectorTerms(terms, path+".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", "node affinity")
+		}
+		for i, p := range na.GetArray("preferredDuringSchedulingIgnoredDuringExecution") {
+			if pref := p.Get("preference"); pref != nil {
+				m.selectorTerm(pref, path+".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution["+itoa(i)+"].preference", "node affinity")
+			}
+		}
+	}
+	for _, kind := range [...]string{"podAffinity", "podAntiAffinity"} {
+		pa := spec.Get("affinity", kind)
+		if pa == nil {
+			continue
+		}
+		for i, t := range pa.GetArray("requiredDuringSchedulingIgnoredDuringExecution") {
+			m.labelKey(string(t.GetStringBytes("topologyKey")), kind+" topologyKey", func() string {
+				return path + ".affinity." + kind + ".requiredDuringSchedulingIgnoredDuringExecution[" + itoa(i) + "].topologyKey"
+			})
+		}
+		for i, t := range pa.GetArray("preferredDuringSchedulingIgnoredDuringExecution") {
+			m.labelKey(string(t.GetStringBytes("podAffinityTerm", "topologyKey")), kind+" topologyKey", func() string {
+				return path + ".affinity." + kind + ".preferredDuringSchedulingIgnoredDuringExecution[" + itoa(i) + "].podAffinityTerm.topologyKey"
+			})
+		}
+	}
+	for i, c := range spec.GetArray("topologySpreadConstraints") {
+		m.labelKey(string(c.GetStringBytes("topologyKey")), "topologySpreadConstraints", func() string {
+			return path + ".topologySpreadConstraints[" + itoa(i) + "].topologyKey"
+		})
+	}
+	m.tolerations(spec.Get("tolerations"), path+".tolerations")
+}
+
+func (m *matcher) tolerations(v *fastjson.Value, path string) {
+	if v == nil {
+		return
+	}
+	arr, _ := v.Array()
+	for i, t := range arr {
+		m.labelKey(string(t.GetStringBytes("key")), "a toleration", func() string { return path + "[" + itoa(i) + "].key" })
+	}
+}
+
+func (m *matcher) selectorTerms(terms *fastjson.Value, path, where string) {
+	arr, _ := terms.Array()
+	for i, t := range arr {
+		m.selectorTerm(t, path+"["+itoa(i)+"]", where)
+	}
+}
+
+func (m *matcher) selectorTerm(t *fastjson.Value, path, where string) {
+	for _, field := range [...]string{"matchExpressions", "matchFields"} {
+		for j, e := range t.GetArray(field) {
+			m.labelKey(string(e.GetStringBytes("key")), where, func() string {
+				return path + "." + field + "[" + itoa(j) + "].key"
+			})
+		}
+	}
+}
+
+// labelKey records a deprecated label key found at where (path built only on a match).
+func (m *matcher) labelKey(key, where string, path func() string) {
+	l := m.e.labels[key]
+	if l == nil {
+		return
+	}
+	m.add(l.Rule, Match{
+		Severity: severities[l.Severity], DeprecatedIn: l.DeprecatedIn, RemovedIn: l.RemovedIn, Replacement: l.Replacement,
+		Detail: where, Value: key,
+		Evidence: []Evidence{{path(), key}},
+	})
+}
+
+func (m *matcher) nodeObject(obj *fastjson.Value) {
+	if labels := obj.GetObject("metadata", "labels"); labels != nil {
+		labels.Visit(func(k []byte, v *fastjson.Value) {
+			key := string(k)
+			m.labelKey(key, "node label", func() string { return `requestObject.metadata.labels["` + key + `"]` })
+		})
+	}
+	for i, t := range obj.GetArray("spec", "taints") {
+		m.labelKey(string(t.GetStringBytes("key")), "node taint", func() string {
+			return "requestObject.spec.taints[" + itoa(i) + "].key"
+		})
+	}
+}
+
+func (m *matcher) service(obj *fastjson.Value) {
+	keys := obj.GetArray("spec", "topologyKeys")
+	if len(keys) == 0 {
+		return
+	}
+	var vals []string
+	for _, k := range keys {
+		vals = append(vals, string(k.GetStringBytes()))
+	}
+	v := "[" + strings.Join(vals, ", ") + "]"
+	m.add(ServiceTopologyKeys, Match{Detail: "spec.topologyKeys", Value: v,
+		Evidence: []Evidence{{"requestObject.spec.topologyKeys", v}}})
+}
+
+// csr flags a CertificateSigningRequest asking for "key encipherment" with a key that cannot
+// encipher (ECDSA, Ed25519). RSA keys are never flagged; unparseable requests neither.
+func (m *matcher) csr(obj *fastjson.Value) {
+	usages := obj.GetArray("spec", "usages")
+	want := false
+	for _, u := range usages {
+		if string(u.GetStringBytes()) == "key encipherment" {
+			want = true
+		}
+	}
+	if !want {
+		return
+	}
+	alg := csrKeyAlgorithm(obj.GetStringBytes("spec", "request"))
+	if alg == "" {
+		return
+	}
+	signer := string(obj.GetStringBytes("spec", "signerName"))
+	m.add(CSRKeyEnciphermentNonRSA, Match{Detail: alg, Value: signer, Evidence: []Evidence{
+		{"requestObject.spec.usages", `"key encipherment"`},
+		{"requestObject.spec.request", alg + " public key"},
+		{"requestObject.spec.signerName", signer},
+	}})
+}
+
+// csrKeyAlgorithm returns "ECDSA" or "Ed25519" for a CSR (base64 of PEM or DER) with such a
+// key, "" otherwise.
+func csrKeyAlgorithm(b64 []byte) string {
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+	n, err := base64.StdEncoding.Decode(raw, b64)
+	if err != nil {
+		return ""
+	}
+	raw = raw[:n]
+	der := raw
+	if blk, _ := pem.Decode(raw); blk != nil {
+		der = blk.Bytes
+	}
+	req, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return ""
+	}
+	switch req.PublicKeyAlgorithm {
+	case x509.ECDSA:
+		return "ECDSA"
+	case x509.Ed25519:
+		return "Ed25519"
+	}
+	return ""
+}
+
+func itoa(i int) string {
+	if i >= 0 && i < 10 {
+		return string(rune('0' + i))
+	}
+	var b [20]byte
+	n := len(b)
+	for i > 0 {
+		n--
+		b[n] = byte('0' + i%10)
+		i /= 10
+	}
+	return string(b[n:])
+}

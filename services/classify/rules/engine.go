@@ -1,0 +1,296 @@
+package rules
+
+import (
+	"strings"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+)
+
+var severities = map[string]auditlensv1.Severity{
+	"":         auditlensv1.Severity_SEVERITY_UNSPECIFIED, // entries: the rule's severity
+	"info":     auditlensv1.Severity_SEVERITY_INFO,
+	"warning":  auditlensv1.Severity_SEVERITY_WARNING,
+	"critical": auditlensv1.Severity_SEVERITY_CRITICAL,
+}
+
+var confidences = map[string]auditlensv1.Confidence{
+	"":       auditlensv1.Confidence_CONFIDENCE_HIGH,
+	"low":    auditlensv1.Confidence_CONFIDENCE_LOW,
+	"medium": auditlensv1.Confidence_CONFIDENCE_MEDIUM,
+	"high":   auditlensv1.Confidence_CONFIDENCE_HIGH,
+}
+
+// Evidence is one matched fact: a JSON path into the audit event and the value found there.
+type Evidence struct{ Path, Value string }
+
+// Match is one rule firing on one event. Its strings may point into the decoded event: turn
+// it into a Finding (which copies them) before the next event is decoded.
+type Match struct {
+	Rule         *RuleSpec
+	Severity     auditlensv1.Severity
+	Confidence   auditlensv1.Confidence
+	DeprecatedIn string
+	RemovedIn    string
+	Replacement  string
+	// APIGroup, APIVersion and Resource name the API called (from objectRef, or parsed
+	// from the request URI when objectRef is missing).
+	APIGroup, APIVersion, Resource string
+	// Detail says what matched (an annotation, a label's place); Value is its value.
+	Detail, Value string
+	// Plugin is the credential plugin to install (legacy-auth-provider-client).
+	Plugin   string
+	Evidence []Evidence
+}
+
+// Engine matches audit events against a catalogue. It is safe for concurrent use.
+type Engine struct {
+	cat            *Catalogue
+	rules          map[string]*RuleSpec
+	apis           map[gvr]*APISpec
+	annotations    []AnnotationSpec
+	objAnnotations []AnnotationSpec
+	labels         map[string]*LabelSpec
+}
+
+// NewEngine prepares c for matching.
+func NewEngine(c *Catalogue) *Engine {
+	e := &Engine{
+		cat:    c,
+		rules:  map[string]*RuleSpec{},
+		apis:   map[gvr]*APISpec{},
+		labels: map[string]*LabelSpec{},
+	}
+	for i := range c.Rules {
+		if !c.Rules[i].Disabled {
+			e.rules[c.Rules[i].ID] = &c.Rules[i]
+		}
+	}
+	for i := range c.APIs {
+		a := &c.APIs[i]
+		e.apis[gvr{a.Group, a.Version, a.Resource}] = a
+	}
+	for _, a := range c.Annotations {
+		if e.rules[a.Rule] != nil {
+			e.annotations = append(e.annotations, a)
+		}
+	}
+	for _, a := range c.ObjectAnnotations {
+		if e.rules[a.Rule] != nil {
+			e.objAnnotations = append(e.objAnnotations, a)
+		}
+	}
+	for i := range c.Labels {
+		if e.rules[c.Labels[i].Rule] != nil {
+			e.labels[c.Labels[i].Key] = &c.Labels[i]
+		}
+	}
+	return e
+}
+
+// Catalogue returns the catalogue the engine was built from.
+func (e *Engine) Catalogue() *Catalogue { return e.cat }
+
+// matcher collects the matches of one event, one per rule.
+type matcher struct {
+	e   *Engine
+	ev  *auditevent.Event
+	out []Match
+	// api is the API called, resolved once.
+	group, version, resource string
+}
+
+// add records m unless its rule is off or ignores the caller; a second match of the same
+// rule only adds its evidence to the first.
+func (m *matcher) add(ruleID string, mt Match) {
+	r := m.e.rules[ruleID]
+	if r == nil || r.ignores(m.ev.User.Username) {
+		return
+	}
+	for i := range m.out {
+		if m.out[i].Rule == r {
+			m.out[i].Evidence = append(m.out[i].Evidence, mt.Evidence...)
+			return
+		}
+	}
+	mt.Rule = r
+	if mt.Severity == auditlensv1.Severity_SEVERITY_UNSPECIFIED {
+		mt.Severity = severities[r.Severity]
+	}
+	if mt.Confidence == auditlensv1.Confidence_CONFIDENCE_UNSPECIFIED {
+		mt.Confidence = confidences[r.Confidence]
+	}
+	if mt.DeprecatedIn == "" {
+		mt.DeprecatedIn = r.DeprecatedIn
+	}
+	if mt.RemovedIn == "" {
+		mt.RemovedIn = r.RemovedIn
+	}
+	if mt.Replacement == "" {
+		mt.Replacement = r.Replacement
+	}
+	if mt.APIGroup == "" && mt.APIVersion == "" && mt.Resource == "" {
+		mt.APIGroup, mt.APIVersion, mt.Resource = m.group, m.version, m.resource
+	}
+	m.out = append(m.out, mt)
+}
+
+func (r *RuleSpec) ignores(user string) bool {
+	for _, u := range r.IgnoreUsers {
+		if u == user || (strings.HasSuffix(u, "*") && strings.HasPrefix(user, u[:len(u)-1])) {
+			return true
+		}
+	}
+	return false
+}
+
+// Classify appends to dst the matches of ev, at most one per rule, and returns it.
+func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
+	m := matcher{e: e, ev: ev, out: dst}
+	m.group, m.version, m.resource = apiOf(ev)
+	m.api()
+	m.auditAnnotations()
+	if m.resource == "podsecuritypolicies" {
+		m.add(PSP, Match{Detail: "request on podsecuritypolicies", Value: ev.Verb, Evidence: []Evidence{
+			{"objectRef.resource", m.resource}, {"verb", ev.Verb},
+		}})
+	}
+	if NeedsBody(ev) && ev.RequestObjectRaw != nil {
+		m.body()
+	}
+	m.authProviderClient()
+	return m.out
+}
+
+// apiOf returns the group, version and resource a request addressed: objectRef, else the
+// request URI (/api/v1/..., /apis/group/version/...).
+func apiOf(ev *auditevent.Event) (group, version, resource string) {
+	if r := ev.ObjectRef; r != nil && r.Resource != "" {
+		if r.APIVersion == "" {
+			if g, v, res := parseURI(ev.RequestURI); res == r.Resource {
+				return g, v, res
+			}
+		}
+		return r.APIGroup, r.APIVersion, r.Resource
+	}
+	return parseURI(ev.RequestURI)
+}
+
+// parseURI resolves a resource request path the way the apiserver's request-info resolver
+// does, well enough to name the group, version and resource.
+func parseURI(uri string) (group, version, resource string) {
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	parts := strings.Split(strings.Trim(uri, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		version, parts = parts[1], parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		group, version, parts = parts[1], parts[2], parts[3:]
+	default:
+		return "", "", ""
+	}
+	if parts[0] == "watch" && len(parts) > 1 {
+		parts = parts[1:]
+	}
+	if parts[0] == "namespaces" && len(parts) >= 3 {
+		parts = parts[2:]
+	}
+	return group, version, parts[0]
+}
+
+func (m *matcher) api() {
+	if m.resource == "" {
+		return
+	}
+	ev := m.ev
+	removed, hasRemoved := ev.Annotation("k8s.io/removed-release")
+	deprecated, _ := ev.Annotation("k8s.io/deprecated")
+	ann := func(ev []Evidence) []Evidence {
+		if hasRemoved {
+			ev = append(ev, Evidence{`annotations["k8s.io/removed-release"]`, removed})
+		}
+		if deprecated != "" {
+			ev = append(ev, Evidence{`annotations["k8s.io/deprecated"]`, deprecated})
+		}
+		return ev
+	}
+	if a := m.e.apis[gvr{m.group, m.version, m.resource}]; a != nil {
+		mt := Match{
+			DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement,
+			Detail: a.Kind, Value: a.Note,
+			Evidence: ann([]Evidence{
+				{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
+			}),
+		}
+		if a.RemovedIn != "" {
+			m.add(RemovedAPI, mt)
+		} else {
+			m.add(DeprecatedAPI, mt)
+		}
+		return
+	}
+	switch {
+	case hasRemoved && versionRE.MatchString(removed):
+		m.add(RemovedAPI, Match{RemovedIn: removed, Evidence: ann([]Evidence{
+			{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
+		})})
+	case deprecated == "true":
+		m.add(DeprecatedAPI, Match{Evidence: ann([]Evidence{
+			{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
+		})})
+	}
+}
+
+func (m *matcher) auditAnnotations() {
+	ev := m.ev
+	for _, a := range ev.Annotations {
+		switch a.Key {
+		case "authorization.k8s.io/decision", "k8s.io/deprecated", "k8s.io/removed-release":
+			continue
+		case "authorization.k8s.io/reason":
+			if containsFold(a.Value, "podsecuritypolic") {
+				m.add(PSP, Match{Detail: "authorization decision on a PodSecurityPolicy", Value: a.Value,
+					Evidence: []Evidence{{`annotations["authorization.k8s.io/reason"]`, a.Value}}})
+			}
+			continue
+		case "pod-security.kubernetes.io/enforce-policy":
+			if st := ev.ResponseStatus; st != nil && st.Code == 403 && strings.Contains(st.Message, "violates PodSecurity") {
+				m.add(PodSecurityViolation, Match{Detail: "was denied by Pod Security enforce " + a.Value, Value: st.Message,
+					Evidence: []Evidence{{`annotations["pod-security.kubernetes.io/enforce-policy"]`, a.Value}, {"responseStatus.message", st.Message}}})
+			}
+			continue
+		}
+		for i := range m.e.annotations {
+			s := &m.e.annotations[i]
+			if !s.matches(a.Key) {
+				continue
+			}
+			detail := a.Key
+			if s.Rule == PodSecurityViolation {
+				detail = "would violate the namespace's Pod Security audit level"
+			}
+			m.add(s.Rule, Match{
+				Severity: severities[s.Severity], DeprecatedIn: s.DeprecatedIn, RemovedIn: s.RemovedIn, Replacement: s.Replacement,
+				Detail: detail, Value: a.Value,
+				Evidence: []Evidence{{`annotations["` + a.Key + `"]`, a.Value}},
+			})
+		}
+	}
+}
+
+// containsFold reports whether s contains the lower-case ASCII substr, ignoring case.
+func containsFold(s, substr string) bool {
+	n := len(substr)
+	if n == 0 {
+		return true
+	}
+	c0 := substr[0]
+	for i := 0; i+n <= len(s); i++ {
+		if s[i]|0x20 == c0 && strings.EqualFold(s[i:i+n], substr) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,76 @@
+package rules
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+)
+
+// TemplateData is what a rule's message template sees.
+type TemplateData struct {
+	Verb, Resource, Subresource, GroupVersion, APIGroup, APIVersion string
+	Namespace, Name, Username, UserAgent                            string
+	DeprecatedIn, RemovedIn, Replacement                            string
+	Detail, Value, Plugin                                           string
+}
+
+// Finding turns a match on ev into a Finding (contract fields, evidence, message). Every
+// string is copied, so the finding outlives the decoded event.
+func (e *Engine) Finding(ev *auditevent.Event, m *Match, cluster, node string) *auditlensv1.Finding {
+	f := &auditlensv1.Finding{
+		RuleId:       m.Rule.ID,
+		Severity:     m.Severity,
+		Cluster:      strings.Clone(cluster),
+		AuditId:      strings.Clone(ev.AuditID),
+		Verb:         strings.Clone(ev.Verb),
+		RequestUri:   strings.Clone(ev.RequestURI),
+		ApiGroup:     strings.Clone(m.APIGroup),
+		ApiVersion:   strings.Clone(m.APIVersion),
+		Resource:     strings.Clone(m.Resource),
+		Username:     strings.Clone(ev.User.Username),
+		UserAgent:    strings.Clone(ev.UserAgent),
+		DeprecatedIn: m.DeprecatedIn,
+		RemovedIn:    strings.Clone(m.RemovedIn),
+		Replacement:  m.Replacement,
+		Stage:        strings.Clone(ev.Stage),
+		Node:         strings.Clone(node),
+		Confidence:   m.Confidence,
+	}
+	if t := ev.EventTime(); !t.IsZero() {
+		f.EventTime = timestamppb.New(t)
+	}
+	if r := ev.ObjectRef; r != nil {
+		f.Subresource = strings.Clone(r.Subresource)
+		f.Namespace = strings.Clone(r.Namespace)
+		f.Name = strings.Clone(r.Name)
+	}
+	if len(ev.SourceIPs) > 0 {
+		f.SourceIp = strings.Clone(ev.SourceIPs[0])
+	}
+	if st := ev.ResponseStatus; st != nil {
+		f.ResponseCode = st.Code
+	}
+	for _, x := range m.Evidence {
+		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: strings.Clone(x.Path), Value: strings.Clone(x.Value)})
+	}
+	f.Message = e.message(f, m)
+	return f
+}
+
+func (e *Engine) message(f *auditlensv1.Finding, m *Match) string {
+	d := TemplateData{
+		Verb: f.Verb, Resource: f.Resource, Subresource: f.Subresource,
+		GroupVersion: groupVersion(f.ApiGroup, f.ApiVersion), APIGroup: f.ApiGroup, APIVersion: f.ApiVersion,
+		Namespace: f.Namespace, Name: f.Name, Username: f.Username, UserAgent: f.UserAgent,
+		DeprecatedIn: f.DeprecatedIn, RemovedIn: f.RemovedIn, Replacement: f.Replacement,
+		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
+	}
+	var b strings.Builder
+	if err := m.Rule.tmpl.Execute(&b, d); err != nil {
+		return m.Rule.ID + ": " + err.Error()
+	}
+	return strings.Join(strings.Fields(b.String()), " ")
+}

@@ -50,12 +50,12 @@ func Embedded() []byte { return append([]byte(nil), embedded...) }
 
 // Catalogue is the rule catalogue file.
 type Catalogue struct {
-	SchemaVersion     int                `yaml:"schema_version"`
-	Rules             []RuleSpec         `yaml:"rules"`
-	APIs              []APISpec          `yaml:"apis"`
-	Annotations       []AnnotationSpec   `yaml:"annotations"`
-	ObjectAnnotations []AnnotationSpec   `yaml:"object_annotations"`
-	Labels            []LabelSpec        `yaml:"labels"`
+	SchemaVersion     int              `yaml:"schema_version"`
+	Rules             []RuleSpec       `yaml:"rules"`
+	APIs              []APISpec        `yaml:"apis"`
+	Annotations       []AnnotationSpec `yaml:"annotations"`
+	ObjectAnnotations []AnnotationSpec `yaml:"object_annotations"`
+	Labels            []LabelSpec      `yaml:"labels"`
 }
 
 // RuleSpec describes one rule: how its findings are rated and worded.

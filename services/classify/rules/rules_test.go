@@ -292,8 +292,8 @@ labels:
 
 func TestParseURI(t *testing.T) {
 	for uri, want := range map[string]string{
-		"/api/v1/namespaces/a/pods/x/log?follow=1":          "|v1|pods",
-		"/api/v1/nodes":                                     "|v1|nodes",
+		"/api/v1/namespaces/a/pods/x/log?follow=1": "|v1|pods",
+		"/api/v1/nodes": "|v1|nodes",
 		"/apis/apps/v1beta1/namespaces/a/deployments":       "apps|v1beta1|deployments",
 		"/apis/batch/v1beta1/watch/namespaces/a/cronjobs":   "batch|v1beta1|cronjobs",
 		"/apis/policy/v1beta1/podsecuritypolicies/psp-name": "policy|v1beta1|podsecuritypolicies",

@@ -1,0 +1,44 @@
+// Command classify matches kube-apiserver audit events against the rule catalogue: as a
+// service between the AUDIT_EVENTS and AUDIT_FINDINGS streams, or offline with `classify scan`.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/classify/pipeline"
+	"github.com/auditlens/auditlens/services/classify/scan"
+)
+
+const synopsis = `classify [flags]
+classify scan [flags] FILE...   (see classify scan --help)
+
+classify consumes audit events (stream AUDIT_EVENTS, consumer group --classify-group, shared
+by replicas), matches them against the embedded rule catalogue (plus --rules-file), and
+publishes one protobuf Finding per (cluster, audit_id, rule_id) to AUDIT_FINDINGS, acknowledging
+each event once its findings are stored. Undecodable events go to AUDIT_DEADLETTER.`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "scan" {
+		return scan.Main(args[1:], stdin, stdout, stderr)
+	}
+	var cfg pipeline.Config
+	return daemon.Main(daemon.Spec{
+		Name:               "classify",
+		Synopsis:           synopsis,
+		DefaultMetricsAddr: ":9102",
+		Flags:              cfg.RegisterFlags,
+		Validate:           cfg.Validate,
+		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
+			c, err := pipeline.New(cfg, d)
+			if err != nil {
+				return nil, err
+			}
+			return []daemon.Component{c}, nil
+		},
+	}, args, stderr)
+}

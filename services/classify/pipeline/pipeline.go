@@ -1,0 +1,367 @@
+// Package pipeline is the classify service: it consumes audit events from the bus, matches
+// them against the rule catalogue and publishes protobuf Findings, acknowledging each event
+// only once its findings are stored.
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/services/classify/dedup"
+	"github.com/auditlens/auditlens/services/classify/rules"
+)
+
+// Config configures the classify service.
+type Config struct {
+	// Group is the consumer group shared by replicas (default "classify").
+	Group string
+	// RulesFiles add to or override the embedded catalogue.
+	RulesFiles flagenv.StringList
+	// Workers decode and classify in parallel (default 2).
+	Workers int
+	// BatchSize bounds the events one worker settles together (default 256).
+	BatchSize int
+	// BatchWait bounds how long a worker waits to fill a batch (default 20ms).
+	BatchWait time.Duration
+	// MaxEventSize rejects larger events to the dead-letter stream (default 4 MiB).
+	MaxEventSize int
+	// DedupWindow is the number of finding keys remembered (default dedup.DefaultSize).
+	DedupWindow int
+	// MaxUnacked bounds deliveries in flight (default 4096).
+	MaxUnacked int
+	// AckWait is how long the bus waits for a settle before redelivering (default 30s).
+	AckWait time.Duration
+}
+
+// RegisterFlags adds the service's flags to fs (names prefixed so they can share a flag set
+// with the other services in an all-in-one binary).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Group, "classify-group", "classify", "consumer `group` shared by classify replicas")
+	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated, that add or override rules")
+	fs.IntVar(&c.Workers, "classify-workers", 2, "goroutines decoding and classifying events")
+	fs.IntVar(&c.BatchSize, "classify-batch-size", 256, "events settled together per worker")
+	fs.DurationVar(&c.BatchWait, "classify-batch-wait", 20*time.Millisecond, "longest wait to fill a batch")
+	fs.IntVar(&c.MaxEventSize, "classify-max-event-size", 4<<20, "largest event accepted, in bytes; larger ones go to the dead-letter stream")
+	fs.IntVar(&c.DedupWindow, "classify-dedup-window", dedup.DefaultSize, "finding keys remembered to merge the stages of one request")
+	fs.IntVar(&c.MaxUnacked, "classify-max-unacked", 4096, "events delivered but not yet settled")
+	fs.DurationVar(&c.AckWait, "classify-ack-wait", 30*time.Second, "redelivery delay of an unsettled event")
+}
+
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = "classify"
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = 20 * time.Millisecond
+	}
+	if c.MaxEventSize <= 0 {
+		c.MaxEventSize = 4 << 20
+	}
+	if c.DedupWindow <= 0 {
+		c.DedupWindow = dedup.DefaultSize
+	}
+	if c.MaxUnacked <= 0 {
+		c.MaxUnacked = 4096
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	return c
+}
+
+// Validate checks the values and that the rule catalogue (with --rules-file) loads.
+func (c *Config) Validate() error {
+	if c.Workers < 0 || c.BatchSize < 0 || c.MaxEventSize < 0 || c.DedupWindow < 0 || c.MaxUnacked < 0 {
+		return errors.New("classify: worker, batch, size and window flags must not be negative")
+	}
+	if c.MaxUnacked > 0 && c.BatchSize > c.MaxUnacked {
+		return fmt.Errorf("--classify-batch-size %d is larger than --classify-max-unacked %d", c.BatchSize, c.MaxUnacked)
+	}
+	if _, err := rules.Load(c.RulesFiles...); err != nil {
+		return err
+	}
+	return nil
+}
+
+// metrics of the service.
+type metrics struct {
+	events      *prometheus.CounterVec
+	findings    *prometheus.CounterVec
+	parseErrors *prometheus.CounterVec
+	duplicates  prometheus.Counter
+	lag         prometheus.Histogram
+	lagLast     prometheus.Gauge
+	redelivered prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_classify_events_total", Help: "Audit events classified, by result (ok, bad).",
+		}, []string{"result"}),
+		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_classify_findings_total", Help: "Findings published, by rule.",
+		}, []string{"rule"}),
+		parseErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_classify_parse_errors_total", Help: "Events that could not be decoded (sent to the dead-letter stream), by reason.",
+		}, []string{"reason"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "auditlens_classify_duplicate_findings_total", Help: "Findings not published again because another stage of the same request already produced them.",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "auditlens_classify_event_lag_seconds", Help: "Time from the event's stageTimestamp to its classification (consumer lag).",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600},
+		}),
+		lagLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "auditlens_classify_lag_seconds", Help: "Lag of the last classified event: now minus its stageTimestamp.",
+		}),
+		redelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "auditlens_classify_redeliveries_total", Help: "Events received more than once (unsettled or failed before).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.events, m.findings, m.parseErrors, m.duplicates, m.lag, m.lagLast, m.redelivered)
+	}
+	return m
+}
+
+// Service is the running classify stage.
+type Service struct {
+	cfg     Config
+	bus     bus.Bus
+	cluster string
+	log     *slog.Logger
+	engine  *rules.Engine
+	seen    *dedup.Window
+	met     *metrics
+	running atomic.Bool
+}
+
+var _ daemon.Component = (*Service)(nil)
+
+// New builds the service from cfg; d.Bus is required.
+func New(cfg Config, d daemon.Deps) (daemon.Component, error) {
+	return NewService(cfg, d)
+}
+
+// NewService is New returning the concrete type.
+func NewService(cfg Config, d daemon.Deps) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if d.Bus == nil {
+		return nil, errors.New("classify: no bus")
+	}
+	cat, err := rules.Load(cfg.RulesFiles...)
+	if err != nil {
+		return nil, err
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var reg prometheus.Registerer = d.Registry
+	if d.Registry == nil {
+		reg = nil
+	}
+	return &Service{
+		cfg: cfg, bus: d.Bus, cluster: d.Cluster, log: log.With("stage", "classify"),
+		engine: rules.NewEngine(cat), seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg),
+	}, nil
+}
+
+// Ready implements daemon.Component.
+func (s *Service) Ready() error {
+	if !s.running.Load() {
+		return errors.New("classify: not consuming")
+	}
+	return s.bus.Ready()
+}
+
+// Run consumes events until ctx is done, then finishes the batches in hand and returns.
+func (s *Service) Run(ctx context.Context) error {
+	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait})
+	if err != nil {
+		return fmt.Errorf("classify: %w", err)
+	}
+	in := make(chan *bus.Delivery, s.cfg.BatchSize*s.cfg.Workers)
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.worker(in)
+		}()
+	}
+	s.running.Store(true)
+	s.log.Info("consuming", "stream", bus.Events, "group", s.cfg.Group, "workers", s.cfg.Workers)
+	err = cons.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+		select {
+		case in <- d:
+		case <-ctx.Done():
+			_ = d.Nak(0) // not taken: let another replica (or the next start) have it
+		}
+	})
+	s.running.Store(false)
+	close(in)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("classify: %w", err)
+	}
+	return nil
+}
+
+// worker settles deliveries in batches: decode, classify, publish findings and dead letters
+// in one call, then ack (or nak all on a failed publish, so nothing is lost).
+func (s *Service) worker(in <-chan *bus.Delivery) {
+	dec := auditevent.NewDecoder(s.cfg.MaxEventSize)
+	var matches []rules.Match
+	batch := make([]*bus.Delivery, 0, s.cfg.BatchSize)
+	for {
+		d, ok := <-in
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], d)
+		timer := time.NewTimer(s.cfg.BatchWait)
+	fill:
+		for len(batch) < s.cfg.BatchSize {
+			select {
+			case d, ok := <-in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, d)
+			case <-timer.C:
+				break fill
+			}
+		}
+		timer.Stop()
+		matches = s.settle(dec, batch, matches)
+	}
+}
+
+func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches []rules.Match) []rules.Match {
+	var out []bus.Message
+	var keys []string
+	inBatch := map[string]bool{}
+	now := time.Now()
+	perRule := map[string]int{}
+	bad := 0
+	for _, d := range batch {
+		if d.Delivered > 1 {
+			s.met.redelivered.Inc()
+		}
+		cluster := d.Cluster
+		if cluster == "" {
+			cluster = s.cluster
+		}
+		ev, err := dec.DecodeEvent(d.Data)
+		if err != nil {
+			bad++
+			reason := reasonOf(err)
+			s.met.parseErrors.WithLabelValues(reason).Inc()
+			s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
+			out = append(out, s.deadLetter(d, cluster, err))
+			continue
+		}
+		if !ev.StageTimestamp.IsZero() {
+			lag := now.Sub(ev.StageTimestamp).Seconds()
+			s.met.lag.Observe(max(lag, 0))
+			s.met.lagLast.Set(lag)
+		}
+		matches = s.engine.Classify(ev, matches[:0])
+		for i := range matches {
+			m := &matches[i]
+			key := dedup.Key(cluster, ev.AuditID, m.Rule.ID)
+			if inBatch[key] || s.seen.Seen(key) {
+				s.met.duplicates.Inc()
+				continue
+			}
+			inBatch[key] = true
+			f := s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])
+			data, err := proto.Marshal(f)
+			if err != nil {
+				s.log.Error("marshal finding", "err", err)
+				continue
+			}
+			out = append(out, bus.Message{Stream: bus.Findings, Cluster: cluster, ID: key, Data: data,
+				Header: map[string]string{"Auditlens-Rule": m.Rule.ID}})
+			keys = append(keys, key)
+			perRule[m.Rule.ID]++
+		}
+	}
+	if len(out) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckWait)
+		err := s.bus.Publish(ctx, out...)
+		cancel()
+		if err != nil {
+			s.log.Warn("publish findings failed; events will be redelivered", "events", len(batch), "err", err)
+			for _, d := range batch {
+				_ = d.Nak(time.Second)
+			}
+			return matches
+		}
+	}
+	s.seen.Add(keys...)
+	for id, n := range perRule {
+		s.met.findings.WithLabelValues(id).Add(float64(n))
+	}
+	s.met.events.WithLabelValues("ok").Add(float64(len(batch) - bad))
+	if bad > 0 {
+		s.met.events.WithLabelValues("bad").Add(float64(bad))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, d := range batch {
+		if err := d.Ack(ctx); err != nil {
+			s.log.Warn("ack", "position", d.Position, "err", err)
+		}
+	}
+	return matches
+}
+
+// deadLetter wraps an undecodable event for the dead-letter stream.
+func (s *Service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Message {
+	id := d.ID
+	if id == "" {
+		sum := sha256.Sum256(d.Data)
+		id = hex.EncodeToString(sum[:16])
+	}
+	hdr := map[string]string{bus.HeaderReason: "classify: " + err.Error(), bus.HeaderSource: d.Position}
+	if src := d.Header[bus.HeaderSource]; src != "" {
+		hdr[bus.HeaderSource] = src + " (" + d.Position + ")"
+	}
+	if n := d.Header[bus.HeaderNode]; n != "" {
+		hdr[bus.HeaderNode] = n
+	}
+	return bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: "classify/" + id, Header: hdr, Data: d.Data}
+}
+
+func reasonOf(err error) string {
+	for _, e := range []error{auditevent.ErrNotJSON, auditevent.ErrInvalidUTF8, auditevent.ErrTooLarge, auditevent.ErrNotAuditEvent} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "other"
+}

@@ -1,0 +1,213 @@
+package scan
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const corpus = "../../../lib/auditevent/testdata/real-world"
+
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = Main(args, strings.NewReader(stdin), &o, &e)
+	return code, o.String(), e.String()
+}
+
+func write(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const (
+	removedEv = `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/apis/policy/v1beta1/namespaces/x/poddisruptionbudgets","verb":"list","user":{"username":"ci-bot"},"userAgent":"helm/v3.8.0","objectRef":{"resource":"poddisruptionbudgets","namespace":"x","apiGroup":"policy","apiVersion":"v1beta1"},"responseStatus":{"code":404},"requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z","stageTimestamp":"2026-11-29T10:00:00.000100Z"}`
+	deprecatedEv = `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"d1","stage":"ResponseComplete","requestURI":"/api/v1/endpoints","verb":"list","user":{"username":"old-proxy"},"objectRef":{"resource":"endpoints","apiVersion":"v1"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z","stageTimestamp":"2026-11-29T10:00:00.000100Z","annotations":{"k8s.io/deprecated":"true"}}`
+	cleanEv = `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"c1","stage":"ResponseComplete","requestURI":"/api/v1/pods","verb":"list","user":{"username":"admin"},"objectRef":{"resource":"pods","apiVersion":"v1"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z","stageTimestamp":"2026-11-29T10:00:00.000100Z"}`
+	podMetaEv = `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"p1","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/x/pods","verb":"create","user":{"username":"admin"},"objectRef":{"resource":"pods","namespace":"x","apiVersion":"v1"},"responseStatus":{"code":201}}`
+)
+
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		args  []string
+		want  int
+	}{
+		{"no findings", []string{cleanEv}, nil, ExitClean},
+		{"only a deprecation", []string{deprecatedEv, cleanEv}, nil, ExitFindings},
+		{"removed (no target: any removal)", []string{removedEv}, nil, ExitRemoved},
+		{"removed before the target", []string{removedEv}, []string{"--target-version", "1.25"}, ExitRemoved},
+		{"removed after the target", []string{removedEv}, []string{"--target-version", "1.24"}, ExitFindings},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := write(t, "audit.log", strings.Join(tc.lines, "\n")+"\n")
+			code, out, errOut := run(t, "", append(tc.args, f)...)
+			if code != tc.want {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.want, out, errOut)
+			}
+		})
+	}
+}
+
+func TestUsageErrorsExitOne(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--format", "xml", "x"},
+		{"--target-version", "one.two", "x"},
+		{"/no/such/file.log"},
+		{"--rules-file", "/no/such/rules.yaml", "x"},
+	} {
+		code, _, errOut := run(t, "", args...)
+		if code != ExitError || !strings.Contains(errOut, "classify scan:") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestJSONLinesCarryTheContractFields(t *testing.T) {
+	f := write(t, "audit.log", removedEv+"\n")
+	code, out, errOut := run(t, "", "--target-version", "1.25", f)
+	if code != ExitRemoved {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want one finding line, got %q", out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"rule_id", "severity", "cluster", "audit_id", "event_time", "verb", "request_uri", "api_group", "api_version", "resource", "subresource", "namespace", "name", "username", "user_agent", "source_ip", "response_code", "deprecated_in", "removed_in", "replacement", "message", "evidence", "stage", "confidence"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("field %s missing from %s", k, lines[0])
+		}
+	}
+	if m["rule_id"] != "removed-api" || m["removed_in"] != "1.25" || m["response_code"] != float64(404) || m["event_time"] != "2026-11-29T10:00:00Z" {
+		t.Errorf("unexpected finding %s", lines[0])
+	}
+	// json: the summary is on stderr, stdout holds findings only.
+	if !strings.Contains(errOut, "removed-api (critical): 1 finding") || !strings.Contains(errOut, "policy/v1beta1 poddisruptionbudgets: 1") ||
+		!strings.Contains(errOut, "ci-bot  helm/v3.8.0") || !strings.Contains(errOut, "[blocks 1.25]") {
+		t.Errorf("summary by rule, API and caller missing:\n%s", errOut)
+	}
+}
+
+func TestStagesOfOneRequestGiveOneFinding(t *testing.T) {
+	started := strings.Replace(removedEv, `"stage":"ResponseComplete"`, `"stage":"ResponseStarted"`, 1)
+	received := strings.Replace(removedEv, `"stage":"ResponseComplete"`, `"stage":"RequestReceived"`, 1)
+	f := write(t, "audit.log", received+"\n"+started+"\n"+removedEv+"\n")
+	_, out, _ := run(t, "", f)
+	if n := strings.Count(out, `"rule_id":"removed-api"`); n != 1 {
+		t.Fatalf("%d findings for three stages of one request, want 1:\n%s", n, out)
+	}
+}
+
+func TestTableFormatAndSummaryOnStdout(t *testing.T) {
+	f := write(t, "audit.log", removedEv+"\n"+deprecatedEv+"\n")
+	code, out, _ := run(t, "", "--format", "table", f)
+	if code != ExitRemoved {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"SEVERITY", "RULE", "removed-api", "deprecated-api", "policy/v1beta1 poddisruptionbudgets", "x/", "deprecated-api (info): 1 finding"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestGzipStdinAndBadLinesWithPositions(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(cleanEv + "\n" + removedEv + "\n"))
+	zw.Close()
+	gzFile := filepath.Join(t.TempDir(), "audit.log.1.gz")
+	if err := os.WriteFile(gzFile, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	item := "{" + strings.TrimPrefix(deprecatedEv, `{"kind":"Event","apiVersion":"audit.k8s.io/v1",`)
+	huge := `{"auditID":"h","stage":"ResponseComplete","requestObject":"` + strings.Repeat("x", 5000) + `"}`
+	stdin := strings.Join([]string{
+		cleanEv,
+		`not json at all`,
+		"{\"auditID\":\"\xff\xfe\",\"stage\":\"x\"}",
+		`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x"}}`,
+		huge,
+		``,
+		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + item + `,{"no":"event"}]}`,
+	}, "\n")
+	code, out, errOut := run(t, stdin, "--max-event-size", "4096", gzFile, "-")
+	if code != ExitRemoved {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"stdin:2: skipped: not JSON",
+		"stdin:3: skipped: invalid UTF-8",
+		"stdin:4: skipped: not an audit event",
+		"stdin:5: skipped: event larger than the size cap",
+		"stdin:7: skipped: item 1: not an audit event",
+		"5 bad lines skipped",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if !strings.Contains(out, `"rule_id":"removed-api"`) || !strings.Contains(out, `"rule_id":"deprecated-api"`) {
+		t.Errorf("findings from the gzip file and the EventList item missing:\n%s", out)
+	}
+}
+
+func TestMetadataOnlyNote(t *testing.T) {
+	f := write(t, "audit.log", podMetaEv+"\n"+cleanEv+"\n")
+	code, _, errOut := run(t, "", f)
+	if code != ExitClean {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(errOut, "note: 1 write was logged at Metadata level only (pods 1)") || !strings.Contains(errOut, "deploy/audit-policy.yaml") {
+		t.Errorf("no Metadata-level note:\n%s", errOut)
+	}
+}
+
+func TestWholeCorpusHasNoBadLines(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(corpus, "*.jsonl"))
+	if len(files) < 12 {
+		t.Fatalf("corpus: %d files", len(files))
+	}
+	code, out, errOut := run(t, "", files...)
+	if code != ExitRemoved || !strings.Contains(errOut, "799 events in 12 inputs, 9 findings") || !strings.Contains(errOut, "0 bad lines") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if strings.Count(out, "\n") != 9 {
+		t.Errorf("want 9 finding lines:\n%s", out)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	if got := progressLine(50<<20, 100<<20, 1000, 2*time.Second); !strings.Contains(got, " 50% of 100.0 MiB") || !strings.Contains(got, "500 events/s") {
+		t.Errorf("progress %q", got)
+	}
+	if got := progressLine(3<<20, -1, 10, time.Second); !strings.Contains(got, "3.0 MiB read") {
+		t.Errorf("progress without a size %q", got)
+	}
+}
+
+func TestBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		removed, target string
+		want            bool
+	}{{"1.25", "1.25", true}, {"1.25", "1.24", false}, {"1.9", "1.16", true}, {"1.16", "1.9", false}, {"", "1.30", false}, {"1.40", "", true}} {
+		if got := Blocks(tc.removed, tc.target); got != tc.want {
+			t.Errorf("Blocks(%q, %q) = %v", tc.removed, tc.target, got)
+		}
+	}
+}

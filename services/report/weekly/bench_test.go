@@ -67,6 +67,6 @@ FROM (
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(n), "findings")
-	b.Logf("week: %d findings, %d blocking, %d blockers, %d blocker callers (truncated %v)",
-		r.Totals.Findings, r.Totals.Blocking, len(r.Blockers), r.Totals.BlockerCallers, r.Truncated)
+	b.Logf("week: %d findings, %d blocking, %d blockers, %d blocker callers, %d new, %d resolved",
+		r.Totals.Findings, r.Totals.Blocking, len(r.Blockers), r.Totals.BlockerCallers, r.NewCount, r.ResolvedCount)
 }

@@ -76,6 +76,8 @@ func (s seed) findings() []*auditlensv1.Finding {
 	add(ing("x1", sqlUser, scriptUA, "default", s.start), ing("x2", sqlUser, scriptUA, "default", h(s.start, 50)))
 	// bob called last week only: resolved.
 	add(ing("b1", "bob", "helm/3.2", "web", h(s.prev, 5)), ing("b2", "bob", "helm/3.2", "web", h(s.prev, 6)))
+	// gina's CronJob moved off batch/v1beta1 after the week before: a resolved blocker.
+	add(f("prod", "removed-api", "g1", "batch", "v1beta1", "cronjobs", "1.25", "gina", "kubectl/v1.21.0", "jobs", h(s.prev, 40)))
 	// carol uses PSP both weeks: not new.
 	add(psp("c1", quoteUser, h(s.prev, 30)), psp("c2", quoteUser, h(s.start, 30)), psp("c2", quoteUser, h(s.start, 30)))
 	// Removed only in 1.32: blocks 1.32, not 1.25.
@@ -120,8 +122,8 @@ func TestBuildOnBothEngines(t *testing.T) {
 			if r.Totals.Blocking != 8 {
 				t.Errorf("blocking %d, want 8", r.Totals.Blocking)
 			}
-			if r.Totals.PreviousFindings != 3 || r.Totals.PreviousBlocking != 3 {
-				t.Errorf("previous %d/%d, want 3/3", r.Totals.PreviousFindings, r.Totals.PreviousBlocking)
+			if r.Totals.PreviousFindings != 4 || r.Totals.PreviousBlocking != 4 {
+				t.Errorf("previous %d/%d, want 4/4", r.Totals.PreviousFindings, r.Totals.PreviousBlocking)
 			}
 			got := map[string]weekly.Blocker{}
 			for _, b := range r.Blockers {
@@ -161,11 +163,15 @@ func TestBuildOnBothEngines(t *testing.T) {
 			if _, ok := got["flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"]; ok {
 				t.Error("removed in 1.32 must not block 1.25")
 			}
-			if len(r.Resolved) != 1 || r.Resolved[0].Username != "bob" || r.Resolved[0].Count != 2 {
-				t.Errorf("resolved %+v, want bob with 2", r.Resolved)
+			if _, ok := got["batch/v1beta1 cronjobs"]; ok {
+				t.Error("cronjobs had no caller this week: not a blocker")
 			}
-			if len(r.New) != 4 { // alice, hostile, dave, erin
-				t.Errorf("new %+v, want 4", r.New)
+			if len(r.Resolved) != 2 || r.ResolvedCount != 2 || r.Resolved[0].Username != "bob" || r.Resolved[0].Count != 2 ||
+				r.Resolved[1].Username != "gina" || r.Resolved[1].Resource != "cronjobs" {
+				t.Errorf("resolved %+v, want bob with 2, then gina", r.Resolved)
+			}
+			if len(r.New) != 4 || r.NewCount != 4 || r.New[0].Username != "alice" { // alice, hostile, dave, erin
+				t.Errorf("new %+v, want 4, alice first", r.New)
 			}
 			if r.Totals.BlockerCallers != 5 {
 				t.Errorf("blocker callers %d, want 5", r.Totals.BlockerCallers)
@@ -179,14 +185,14 @@ func TestBuildOnBothEngines(t *testing.T) {
 				// Day 0: hostile x1 at 00:00, alice a0 (two rules) at 10:00, dave, erin.
 				t.Errorf("daily %+v", r.Daily)
 			}
-			if len(r.Weekly) != 4 || r.Weekly[3].Findings != 11 || r.Weekly[2].Findings != 3 || r.Weekly[1].Findings != 1 || r.Weekly[0].Findings != 0 {
+			if len(r.Weekly) != 4 || r.Weekly[3].Findings != 11 || r.Weekly[2].Findings != 4 || r.Weekly[1].Findings != 1 || r.Weekly[0].Findings != 0 {
 				t.Errorf("weekly %+v", r.Weekly)
 			}
 			rules := map[string]weekly.RuleCount{}
 			for _, rc := range r.Totals.ByRule {
 				rules[rc.RuleID] = rc
 			}
-			if rules["removed-api"].Findings != 8 || rules["removed-api"].Blocking != 7 || rules["removed-api"].Previous != 2 ||
+			if rules["removed-api"].Findings != 8 || rules["removed-api"].Blocking != 7 || rules["removed-api"].Previous != 3 ||
 				rules["psp"].Findings != 1 || rules["deprecated-api"].Findings != 2 || rules["deprecated-api"].Blocking != 0 {
 				t.Errorf("by rule %+v", r.Totals.ByRule)
 			}
@@ -213,7 +219,7 @@ func TestBuildOnBothEngines(t *testing.T) {
 			if b.Resource != "ingresses" || len(b.Callers) != 1 || b.CallerCount != 2 || b.Callers[0].Username != "alice" || b.Findings != 5 {
 				t.Errorf("ingresses blocker %+v, want alice listed of 2 callers, 5 findings", b)
 			}
-			if len(r.New) != 1 || r.NewCount != 4 || len(r.Resolved) != 1 || r.ResolvedCount != 1 || r.Totals.BlockerCallers != 5 {
+			if len(r.New) != 1 || r.NewCount != 4 || len(r.Resolved) != 1 || r.ResolvedCount != 2 || r.Totals.BlockerCallers != 5 {
 				t.Errorf("new %d/%d resolved %d/%d callers %d", len(r.New), r.NewCount, len(r.Resolved), r.ResolvedCount, r.Totals.BlockerCallers)
 			}
 		})
@@ -222,16 +228,6 @@ func TestBuildOnBothEngines(t *testing.T) {
 			r := build(t, `prod' OR '1'='1`, weekly.Version{Major: 1, Minor: 25})
 			if r.Totals.Findings != 0 || len(r.Blockers) != 0 {
 				t.Errorf("injected cluster matched: %+v", r.Totals)
-			}
-		})
-
-		t.Run("max callers truncates", func(t *testing.T) {
-			r, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 25}, WeekEnding: s.week, MaxCallers: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !r.Truncated || r.Totals.BlockerCallers != 2 {
-				t.Errorf("truncated %v callers %d", r.Truncated, r.Totals.BlockerCallers)
 			}
 		})
 

@@ -23,9 +23,6 @@ type Options struct {
 	Table string
 	// TrendWeeks is how many weeks the weekly trend covers, this one included; default 8.
 	TrendWeeks int
-	// MaxCallers caps the blocker callers read (both weeks together); default 200000.
-	// Beyond it the report is marked Truncated and new/resolved are approximate.
-	MaxCallers int
 	// CallersPerBlocker caps the callers listed under each blocker (the busiest first);
 	// default 25. Blocker.Callers counts them all.
 	CallersPerBlocker int
@@ -40,7 +37,6 @@ const (
 	// DefaultTable is where the store keeps the raw findings.
 	DefaultTable      = "findings"
 	defaultTrendWeeks = 8
-	defaultMaxCallers = 200000
 	defaultPerBlocker = 25
 	defaultMaxChanges = 100
 )
@@ -69,12 +65,6 @@ func (o *Options) Validate() error {
 	}
 	if o.TrendWeeks < 2 || o.TrendWeeks > 104 {
 		return fmt.Errorf("trend weeks %d: want 2 to 104", o.TrendWeeks)
-	}
-	if o.MaxCallers == 0 {
-		o.MaxCallers = defaultMaxCallers
-	}
-	if o.MaxCallers < 1 {
-		return fmt.Errorf("max callers %d: want at least 1", o.MaxCallers)
 	}
 	if o.CallersPerBlocker == 0 {
 		o.CallersPerBlocker = defaultPerBlocker
@@ -213,109 +203,69 @@ GROUP BY rule_id, blocking, day`
 	return nil
 }
 
-type callerRow struct {
-	Key
-	replacement, message string
-	caller               Caller
-	thisWeek             bool
+// callerAgg is the per-caller aggregation of the blocking findings of this week and the
+// week before, grouped by what blocks and who called; the queries below read it with
+// their own HAVING, ORDER BY and LIMIT. Its parameters: week start (this_n), week start
+// (prev_n), week start (first_seen), week start (last_seen), cluster, start of the week
+// before, week end, target.
+func callerAgg(table string) string {
+	return `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, namespace,
+    any(replacement) AS repl, any(message) AS msg,
+    toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time >= toDateTime(?))) AS this_n,
+    toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time < toDateTime(?))) AS prev_n,
+    toUInt32(minIf(event_time, event_time >= toDateTime(?))) AS first_seen,
+    toUInt32(maxIf(event_time, event_time >= toDateTime(?))) AS last_seen
+  FROM ` + table + `
+  WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?) AND ` + blockingExpr + `
+  GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, namespace`
 }
 
-// blockers fills Blockers, New, Resolved and Totals.BlockerCallers from the blocking findings
-// of this week and the week before, grouped by what blocks and who called.
+func (r *Report) aggArgs(o Options) []any {
+	s := r.WeekStart.Unix()
+	return []any{s, s, s, s, o.Cluster, r.WeekStart.AddDate(0, 0, -7).Unix(), r.WeekEnd.Unix(), o.Target.Ordinal()}
+}
+
+const keyCols = `rule_id, api_group, api_version, resource, removed_in`
+
+// blockers fills Blockers, New, Resolved and the caller counts. Counts are exact and come
+// from one query per blocker; the lists hold the busiest callers only, so the rows read stay
+// few however many callers there are.
 func blockers(ctx context.Context, db *sql.DB, o Options, r *Report) error {
-	prev := r.WeekStart.AddDate(0, 0, -7)
-	q := `SELECT rule_id, api_group, api_version, resource, removed_in,
-  username, user_agent, namespace,
-  toUInt8(event_time >= toDateTime(?)) AS this_week,
-  any(replacement) AS replacement, any(message) AS message,
-  toUInt64(` + identity + `) AS findings,
-  toUInt32(min(event_time)) AS first_seen, toUInt32(max(event_time)) AS last_seen
-FROM ` + o.Table + `
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?) AND ` + blockingExpr + `
-GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, namespace, this_week
-ORDER BY this_week DESC, findings DESC, rule_id, api_group, api_version, resource, username, user_agent, namespace
-LIMIT ?`
-	rows, err := db.QueryContext(ctx, q, r.WeekStart.Unix(), o.Cluster, prev.Unix(), r.WeekEnd.Unix(), o.Target.Ordinal(), o.MaxCallers+1)
+	args := r.aggArgs(o)
+	// What blocks, with exact counts of findings and callers.
+	q := `SELECT ` + keyCols + `, any(repl), any(msg),
+  toUInt64(sum(this_n)), toUInt64(sum(prev_n)),
+  toUInt64(countIf(this_n > 0)), toUInt64(countIf(this_n > 0 AND prev_n = 0)), toUInt64(countIf(this_n = 0 AND prev_n > 0))
+FROM (` + callerAgg(o.Table) + `)
+GROUP BY ` + keyCols
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("query blockers: %w", err)
 	}
 	defer rows.Close()
-	var all []callerRow
+	idx := map[Key]int{}
+	r.Blockers, r.New, r.Resolved = []Blocker{}, []Change{}, []Change{}
 	for rows.Next() {
-		var c callerRow
-		var thisWeek uint8
-		var first, last uint32
-		if err := rows.Scan(&c.RuleID, &c.APIGroup, &c.APIVersion, &c.Resource, &c.RemovedIn,
-			&c.caller.Username, &c.caller.UserAgent, &c.caller.Namespace, &thisWeek,
-			&c.replacement, &c.message, &c.caller.Count, &first, &last); err != nil {
+		var b Blocker
+		var prev, callers, newCallers, resolved uint64
+		if err := rows.Scan(&b.RuleID, &b.APIGroup, &b.APIVersion, &b.Resource, &b.RemovedIn, &b.Replacement, &b.Message,
+			&b.Findings, &prev, &callers, &newCallers, &resolved); err != nil {
 			return fmt.Errorf("read blockers: %w", err)
 		}
-		c.thisWeek = thisWeek == 1
-		c.caller.FirstSeen = time.Unix(int64(first), 0).UTC()
-		c.caller.LastSeen = time.Unix(int64(last), 0).UTC()
-		all = append(all, c)
+		r.NewCount += int(newCallers)
+		r.ResolvedCount += int(resolved)
+		r.Totals.BlockerCallers += int(callers)
+		if b.Findings == 0 {
+			continue // nobody relies on it any more: its callers are in Resolved
+		}
+		b.New = prev == 0
+		b.CallerCount = int(callers)
+		idx[b.Key] = len(r.Blockers)
+		r.Blockers = append(r.Blockers, b)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read blockers: %w", err)
 	}
-	if len(all) > o.MaxCallers {
-		all = all[:o.MaxCallers]
-		r.Truncated = true
-	}
-	assemble(r, all)
-	trim(r, o.CallersPerBlocker, o.MaxChanges)
-	return nil
-}
-
-type callerKey struct {
-	Key
-	user, agent, ns string
-}
-
-// assemble groups caller rows (this week's first) into blockers and the week-over-week changes.
-func assemble(r *Report, rows []callerRow) {
-	prevCallers := map[callerKey]uint64{}
-	prevKeys := map[Key]bool{}
-	thisCallers := map[callerKey]bool{}
-	for _, c := range rows {
-		if !c.thisWeek {
-			prevCallers[callerKey{c.Key, c.caller.Username, c.caller.UserAgent, c.caller.Namespace}] = c.caller.Count
-			prevKeys[c.Key] = true
-		}
-	}
-	idx := map[Key]int{}
-	r.Blockers = []Blocker{}
-	r.New = []Change{}
-	r.Resolved = []Change{}
-	for _, c := range rows {
-		if !c.thisWeek {
-			continue
-		}
-		ck := callerKey{c.Key, c.caller.Username, c.caller.UserAgent, c.caller.Namespace}
-		thisCallers[ck] = true
-		i, ok := idx[c.Key]
-		if !ok {
-			i = len(r.Blockers)
-			idx[c.Key] = i
-			r.Blockers = append(r.Blockers, Blocker{Key: c.Key, Replacement: c.replacement, Message: c.message, New: !prevKeys[c.Key]})
-		}
-		b := &r.Blockers[i]
-		caller := c.caller
-		_, seen := prevCallers[ck]
-		caller.New = !seen
-		b.Callers = append(b.Callers, caller)
-		b.Findings += caller.Count
-		if caller.New {
-			r.New = append(r.New, Change{Key: c.Key, Username: caller.Username, UserAgent: caller.UserAgent, Namespace: caller.Namespace, Count: caller.Count})
-		}
-	}
-	for _, c := range rows {
-		ck := callerKey{c.Key, c.caller.Username, c.caller.UserAgent, c.caller.Namespace}
-		if !c.thisWeek && !thisCallers[ck] {
-			r.Resolved = append(r.Resolved, Change{Key: c.Key, Username: c.caller.Username, UserAgent: c.caller.UserAgent, Namespace: c.caller.Namespace, Count: c.caller.Count})
-		}
-	}
-	r.Totals.BlockerCallers = len(thisCallers)
 	sort.SliceStable(r.Blockers, func(i, j int) bool {
 		a, b := r.Blockers[i], r.Blockers[j]
 		if a.Findings != b.Findings {
@@ -323,24 +273,64 @@ func assemble(r *Report, rows []callerRow) {
 		}
 		return a.API() < b.API()
 	})
+	for i, b := range r.Blockers {
+		idx[b.Key] = i
+	}
+	if len(r.Blockers) == 0 && r.ResolvedCount == 0 {
+		return nil
+	}
+	order := `, username, user_agent, namespace`
+	// The busiest callers of each blocker this week.
+	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n > 0
+ORDER BY this_n DESC, `+keyCols+order+` LIMIT ? BY `+keyCols, append(args, o.CallersPerBlocker), func(k Key, c Caller, this, prev uint64) {
+		if i, ok := idx[k]; ok {
+			c.Count, c.New = this, prev == 0
+			r.Blockers[i].Callers = append(r.Blockers[i].Callers, c)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("query blocker callers: %w", err)
+	}
+	// The busiest new and resolved callers.
+	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n > 0 AND prev_n = 0
+ORDER BY this_n DESC, `+keyCols+order+` LIMIT ?`, append(args, o.MaxChanges), func(k Key, c Caller, this, _ uint64) {
+		r.New = append(r.New, Change{Key: k, Username: c.Username, UserAgent: c.UserAgent, Namespace: c.Namespace, Count: this})
+	})
+	if err != nil {
+		return fmt.Errorf("query new callers: %w", err)
+	}
+	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n = 0 AND prev_n > 0
+ORDER BY prev_n DESC, `+keyCols+order+` LIMIT ?`, append(args, o.MaxChanges), func(k Key, c Caller, _, prev uint64) {
+		r.Resolved = append(r.Resolved, Change{Key: k, Username: c.Username, UserAgent: c.UserAgent, Namespace: c.Namespace, Count: prev})
+	})
+	if err != nil {
+		return fmt.Errorf("query resolved callers: %w", err)
+	}
+	return nil
 }
 
-// trim keeps the busiest perBlocker callers of each blocker and maxChanges of New and
-// Resolved (rows arrive busiest first), after everything was counted.
-func trim(r *Report, perBlocker, maxChanges int) {
-	for i := range r.Blockers {
-		b := &r.Blockers[i]
-		b.CallerCount = len(b.Callers)
-		if len(b.Callers) > perBlocker {
-			b.Callers = b.Callers[:perBlocker]
+// eachCaller runs q over callerAgg and calls f for each row.
+func eachCaller(ctx context.Context, db *sql.DB, q string, args []any, f func(k Key, c Caller, this, prev uint64)) error {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k Key
+		var c Caller
+		var repl, msg string
+		var this, prev uint64
+		var first, last uint32
+		if err := rows.Scan(&k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn,
+			&c.Username, &c.UserAgent, &c.Namespace, &repl, &msg, &this, &prev, &first, &last); err != nil {
+			return err
 		}
+		if this > 0 {
+			c.FirstSeen = time.Unix(int64(first), 0).UTC()
+			c.LastSeen = time.Unix(int64(last), 0).UTC()
+		}
+		f(k, c, this, prev)
 	}
-	r.NewCount, r.ResolvedCount = len(r.New), len(r.Resolved)
-	sort.SliceStable(r.Resolved, func(i, j int) bool { return r.Resolved[i].Count > r.Resolved[j].Count })
-	if len(r.New) > maxChanges {
-		r.New = r.New[:maxChanges]
-	}
-	if len(r.Resolved) > maxChanges {
-		r.Resolved = r.Resolved[:maxChanges]
-	}
+	return rows.Err()
 }

@@ -1,4 +1,24 @@
 // Package weekly builds the weekly upgrade-risk report from the findings in ClickHouse.
+//
+// # What blocks an upgrade
+//
+// A finding blocks the upgrade to target X.Y when what it uses is removed in a release at or
+// before X.Y: its removed_in is set and, compared numerically (1.9 < 1.16), not after the
+// target. That covers every rule that names a removal release: removed-api (catalogue or the
+// apiserver's k8s.io/removed-release annotation, so also removals still ahead of the running
+// version), psp (1.25), service-topology-keys (1.22), legacy-auth-provider-client (1.26),
+// seccomp-alpha-annotation (non-functional 1.27), as classify sets removed_in. Findings with
+// no removal release (deprecated-api, legacy-sa-token, pod-security-violation, beta labels,
+// CSR key usages) are counted in the totals and trend but never listed as blockers: the
+// upgrade does not break them. A malformed removed_in never blocks.
+//
+// # Counting
+//
+// Every count is of distinct findings, uniqExact(cluster, audit_id, rule_id), never of rows:
+// a finding delivered twice is stored twice until the ReplacingMergeTree merges. A finding
+// has one event_time, so per-day distinct counts add up exactly to weeks. Weeks are seven
+// UTC days ending with WeekEnding; "new" and "resolved" compare blocker callers (blocker,
+// user, user agent, namespace) with the week before.
 package weekly
 
 import (
@@ -32,8 +52,6 @@ type Report struct {
 	// this week last).
 	Daily  []Point `json:"daily"`
 	Weekly []Point `json:"weekly"`
-	// Truncated is set when more blocker callers existed than the report holds.
-	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Totals sums the week.

@@ -66,7 +66,7 @@ func TestOptionsValidate(t *testing.T) {
 		return Options{Cluster: "c", Target: Version{1, 29}, WeekEnding: Date{time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}}
 	}
 	o := ok()
-	if err := o.Validate(); err != nil || o.Table != DefaultTable || o.TrendWeeks != 8 || o.MaxCallers != 200000 || o.CallersPerBlocker != 25 || o.MaxChanges != 100 {
+	if err := o.Validate(); err != nil || o.Table != DefaultTable || o.TrendWeeks != 8 || o.CallersPerBlocker != 25 || o.MaxChanges != 100 {
 		t.Fatalf("defaults not filled: %+v %v", o, err)
 	}
 	for name, mut := range map[string]func(*Options){
@@ -75,7 +75,8 @@ func TestOptionsValidate(t *testing.T) {
 		"no week":      func(o *Options) { o.WeekEnding = Date{} },
 		"bad table":    func(o *Options) { o.Table = "findings; DROP TABLE x" },
 		"one week":     func(o *Options) { o.TrendWeeks = 1 },
-		"neg. callers": func(o *Options) { o.MaxCallers = -1 },
+		"neg. callers": func(o *Options) { o.CallersPerBlocker = -1 },
+		"neg. changes": func(o *Options) { o.MaxChanges = -1 },
 	} {
 		o := ok()
 		mut(&o)
@@ -85,37 +86,18 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestAssemble(t *testing.T) {
-	ing := Key{RuleID: "removed-api", APIGroup: "extensions", APIVersion: "v1beta1", Resource: "ingresses", RemovedIn: "1.22"}
-	psp := Key{RuleID: "psp", APIGroup: "policy", APIVersion: "v1beta1", Resource: "podsecuritypolicies", RemovedIn: "1.25"}
-	row := func(k Key, user string, n uint64, this bool) callerRow {
-		return callerRow{Key: k, caller: Caller{Username: user, Count: n}, thisWeek: this}
-	}
-	r := &Report{}
-	assemble(r, []callerRow{
-		row(ing, "a", 5, true),
-		row(psp, "b", 9, true),
-		row(ing, "c", 7, true),
-		row(ing, "a", 3, false),
-		row(ing, "gone", 2, false),
-		row(psp, "gone", 1, false),
-	})
-	if len(r.Blockers) != 2 || r.Blockers[0].Key != ing || r.Blockers[0].Findings != 12 || r.Blockers[1].Findings != 9 {
-		t.Fatalf("blockers %+v", r.Blockers)
-	}
-	if r.Blockers[0].New || r.Blockers[1].New {
-		t.Fatal("both blockers were seen the week before: not new")
-	}
-	if r.Blockers[0].Callers[0].New || !r.Blockers[0].Callers[1].New || !r.Blockers[1].Callers[0].New {
-		t.Fatalf("caller news wrong: %+v", r.Blockers)
-	}
-	if len(r.New) != 2 || len(r.Resolved) != 2 || r.Resolved[0].Username != "gone" || r.Totals.BlockerCallers != 3 {
-		t.Fatalf("new %+v resolved %+v callers %d", r.New, r.Resolved, r.Totals.BlockerCallers)
-	}
-	if got := (Key{APIVersion: "v1", Resource: "endpoints"}).API(); got != "v1 endpoints" {
-		t.Fatalf("core API %q", got)
-	}
-	if got := (Key{RuleID: "legacy-sa-token"}).API(); got != "" {
-		t.Fatalf("no API %q", got)
+func TestKeyAPI(t *testing.T) {
+	for _, tc := range []struct {
+		k    Key
+		want string
+	}{
+		{Key{APIGroup: "extensions", APIVersion: "v1beta1", Resource: "ingresses"}, "extensions/v1beta1 ingresses"},
+		{Key{APIVersion: "v1", Resource: "endpoints"}, "v1 endpoints"},
+		{Key{RuleID: "legacy-sa-token"}, ""},
+		{Key{APIGroup: "policy", APIVersion: "v1beta1"}, "policy/v1beta1"},
+	} {
+		if got := tc.k.API(); got != tc.want {
+			t.Errorf("%+v.API() = %q, want %q", tc.k, got, tc.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -92,9 +93,23 @@ func Weekly(r *weekly.Report) ([]byte, error) {
 	return encode(p)
 }
 
+// countTicks labels the default ticks as plain numbers (counts): "250", not "250.00".
+type countTicks struct{}
+
+func (countTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
+}
+
 func encode(p *plot.Plot) ([]byte, error) {
 	// Headroom above the highest value for the legend.
 	p.Y.Max = p.Y.Max*1.3 + 1
+	p.Y.Tick.Marker = countTicks{}
 	c := vgimg.NewWith(vgimg.UseWH(Width, Height), vgimg.UseDPI(72))
 	p.Draw(draw.New(c))
 	var buf bytes.Buffer

@@ -62,7 +62,6 @@ type Config struct {
 	Send       bool
 	Force      bool
 	Cluster    string
-	MaxCallers int
 	// CallersPerBlocker caps the callers listed under each blocker.
 	CallersPerBlocker int
 	Timeout           time.Duration
@@ -79,7 +78,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Send, "send", false, "mail the report to --mail-to (once per cluster, week and target version)")
 	fs.BoolVar(&c.Force, "force", false, "with --send, mail the week again even if it was sent")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster whose findings are reported")
-	fs.IntVar(&c.MaxCallers, "max-callers", 200000, "most blocker callers read for the report (both weeks; beyond it the report says it is truncated)")
 	fs.IntVar(&c.CallersPerBlocker, "callers-per-blocker", 25, "callers listed under each blocker, the busiest first")
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	c.Mail.RegisterFlags(fs)
@@ -110,9 +108,6 @@ func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 	}
 	if c.Cluster == "" {
 		return weekly.Date{}, errors.New("--cluster is empty")
-	}
-	if c.MaxCallers < 1 {
-		return weekly.Date{}, fmt.Errorf("--max-callers %d: want at least 1", c.MaxCallers)
 	}
 	if c.CallersPerBlocker < 1 {
 		return weekly.Date{}, fmt.Errorf("--callers-per-blocker %d: want at least 1", c.CallersPerBlocker)
@@ -174,7 +169,7 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 		return err
 	}
 	defer st.Close()
-	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, MaxCallers: c.MaxCallers, CallersPerBlocker: c.CallersPerBlocker}
+	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker}
 	if c.Out != "" || !c.Send {
 		r, err := weekly.Build(ctx, st.DB(), opts)
 		if err != nil {

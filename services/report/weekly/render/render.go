@@ -173,9 +173,6 @@ func Text(w io.Writer, r *weekly.Report) error {
 		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))
 	p("Blockers: %d with %d caller%s; new callers: %d; resolved callers: %d.\n",
 		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), r.NewCount, r.ResolvedCount)
-	if r.Truncated {
-		p("(Only the busiest blocker callers are listed: there were more.)\n")
-	}
 	p("\nBLOCKERS for %s\n", r.Target)
 	if len(r.Blockers) == 0 {
 		p("  none: nothing seen this week is removed at or before %s.\n", r.Target)

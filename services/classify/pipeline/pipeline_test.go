@@ -1,0 +1,347 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/daemon"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+)
+
+func event(auditID, stage, body string) []byte {
+	return []byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"` + auditID + `","stage":"` + stage +
+		`","requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z","stageTimestamp":"2026-11-29T10:00:00.000100Z",` + body + `}`)
+}
+
+const (
+	removedBody = `"requestURI":"/apis/extensions/v1beta1/namespaces/shop/ingresses","verb":"list","user":{"username":"ci"},"userAgent":"helm/v3.1.0","objectRef":{"resource":"ingresses","namespace":"shop","apiGroup":"extensions","apiVersion":"v1beta1"},"responseStatus":{"code":404}`
+	tokenBody   = `"requestURI":"/api/v1/namespaces/a/pods","verb":"list","user":{"username":"system:serviceaccount:a:b"},"objectRef":{"resource":"pods","namespace":"a","apiVersion":"v1"},"annotations":{"authentication.k8s.io/legacy-token":"system:serviceaccount:a:b"}`
+	cleanBody   = `"requestURI":"/api/v1/namespaces/a/pods","verb":"list","user":{"username":"admin"},"objectRef":{"resource":"pods","namespace":"a","apiVersion":"v1"}`
+)
+
+func openNATS(t *testing.T) *natsbus.Bus {
+	t.Helper()
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("embedded NATS: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// collect reads stream s as group until want messages arrived, then for settle more to
+// catch extras.
+func collect(t *testing.T, b bus.Bus, s bus.Stream, want int, settle time.Duration) []*bus.Delivery {
+	t.Helper()
+	c, err := b.Consumer(s, "test-"+string(s), bus.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var got []*bus.Delivery
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+			_ = d.Ack(ctx)
+			mu.Lock()
+			got = append(got, d)
+			mu.Unlock()
+		})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(settle)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return got
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServiceThroughEmbeddedNATS publishes events (three stages of one removed-API request,
+// a legacy-token request, a clean one, a bad one) and reads findings and dead letters back.
+func TestServiceThroughEmbeddedNATS(t *testing.T) {
+	b := openNATS(t)
+	reg := prometheus.NewRegistry()
+	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+
+	msgs := []bus.Message{
+		{Stream: bus.Events, Cluster: "prod", ID: "r1/RequestReceived", Data: event("r1", "RequestReceived", removedBody)},
+		{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseStarted", Data: event("r1", "ResponseStarted", removedBody)},
+		{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete", Data: event("r1", "ResponseComplete", removedBody),
+			Header: map[string]string{bus.HeaderNode: "cp-1"}},
+		{Stream: bus.Events, Cluster: "prod", ID: "t1/ResponseComplete", Data: event("t1", "ResponseComplete", tokenBody)},
+		{Stream: bus.Events, Cluster: "staging", ID: "c1/ResponseComplete", Data: event("c1", "ResponseComplete", cleanBody)},
+		{Stream: bus.Events, Cluster: "prod", ID: "bad-1", Data: []byte(`{"this is":"not an audit event"}`),
+			Header: map[string]string{bus.HeaderSource: "/var/log/audit.log:42"}},
+	}
+	if err := b.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all events classified", func() bool {
+		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 6
+	})
+	// The same request redelivered later (after a restart, say) adds nothing.
+	if err := b.Publish(context.Background(), bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete-again", Data: event("r1", "ResponseComplete", removedBody)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the repeat classified", func() bool {
+		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
+	})
+
+	findings := collect(t, b, bus.Findings, 2, 300*time.Millisecond)
+	ids := map[string]*auditlensv1.Finding{}
+	for _, d := range findings {
+		var f auditlensv1.Finding
+		if err := proto.Unmarshal(d.Data, &f); err != nil {
+			t.Fatalf("finding %s: %v", d.ID, err)
+		}
+		if _, dup := ids[d.ID]; dup {
+			t.Errorf("finding %s delivered twice", d.ID)
+		}
+		ids[d.ID] = &f
+		if d.Cluster != f.Cluster {
+			t.Errorf("message cluster %q, finding cluster %q", d.Cluster, f.Cluster)
+		}
+	}
+	if len(findings) != 2 || ids["prod/r1/removed-api"] == nil || ids["prod/t1/legacy-sa-token"] == nil {
+		t.Fatalf("findings %v, want prod/r1/removed-api and prod/t1/legacy-sa-token once each", keys(ids))
+	}
+	f := ids["prod/r1/removed-api"]
+	if f.RemovedIn != "1.22" || f.Replacement != "networking.k8s.io/v1" || f.AuditId != "r1" || f.Username != "ci" || f.ResponseCode != 404 ||
+		f.Stage != "RequestReceived" || f.EventTime.AsTime().Format(time.RFC3339) != "2026-11-29T10:00:00Z" || !strings.Contains(f.Message, "networking.k8s.io/v1") {
+		t.Errorf("removed-api finding %+v", f)
+	}
+	if got := testutil.ToFloat64(svc.met.duplicates); got != 3 {
+		t.Errorf("duplicates suppressed %v, want 3 (two later stages and one redelivery)", got)
+	}
+	if got := testutil.ToFloat64(svc.met.findings.WithLabelValues("removed-api")); got != 1 {
+		t.Errorf("findings_total{rule=removed-api} = %v", got)
+	}
+
+	dead := collect(t, b, bus.DeadLetter, 1, 100*time.Millisecond)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	if r := dead[0].Header[bus.HeaderReason]; !strings.Contains(r, "not an audit event") {
+		t.Errorf("dead letter reason %q", r)
+	}
+	if src := dead[0].Header[bus.HeaderSource]; !strings.HasPrefix(src, "/var/log/audit.log:42 (AUDIT_EVENTS:") {
+		t.Errorf("dead letter source %q", src)
+	}
+	if testutil.ToFloat64(svc.met.parseErrors.WithLabelValues("not an audit event")) != 1 {
+		t.Error("parse error not counted")
+	}
+	if err := svc.Ready(); err != nil {
+		t.Errorf("ready: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// TestReplicasShareTheWork runs two services on one group: every event is classified once.
+func TestReplicasShareTheWork(t *testing.T) {
+	b := openNATS(t)
+	var svcs []*Service
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		s, err := NewService(Config{BatchWait: time.Millisecond, BatchSize: 8}, daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs = append(svcs, s)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Run(ctx) }()
+	}
+	var msgs []bus.Message
+	for i := range 400 {
+		id := "e" + itoa(i)
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: "prod", ID: id, Data: event(id, "ResponseComplete", removedBody)})
+	}
+	if err := b.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	total := func() float64 {
+		n := 0.0
+		for _, s := range svcs {
+			n += testutil.ToFloat64(s.met.events.WithLabelValues("ok"))
+		}
+		return n
+	}
+	waitFor(t, "400 events classified", func() bool { return total() >= 400 })
+	time.Sleep(200 * time.Millisecond)
+	if n := total(); n != 400 {
+		t.Errorf("%v classifications of 400 events", n)
+	}
+	cancel()
+	wg.Wait()
+	if got := collect(t, b, bus.Findings, 400, 200*time.Millisecond); len(got) != 400 {
+		t.Errorf("%d findings, want 400", len(got))
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	s := ""
+	for ; i > 0; i /= 10 {
+		s = string(rune('0'+i%10)) + s
+	}
+	return s
+}
+
+func keys(m map[string]*auditlensv1.Finding) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// fakeBus delivers given events and fails publishes while failing is set.
+type fakeBus struct {
+	mu        sync.Mutex
+	failing   bool
+	published []bus.Message
+	events    []*bus.Delivery
+}
+
+type fakeAcker struct {
+	mu    *sync.Mutex
+	state *string
+}
+
+func (a fakeAcker) Ack(context.Context) error { a.set("ack"); return nil }
+func (a fakeAcker) Nak(time.Duration) error   { a.set("nak"); return nil }
+func (a fakeAcker) Term(string) error         { a.set("term"); return nil }
+func (a fakeAcker) set(s string)              { a.mu.Lock(); *a.state = s; a.mu.Unlock() }
+func (b *fakeBus) Ready() error               { return nil }
+func (b *fakeBus) Close() error               { return nil }
+func (b *fakeBus) Consume(ctx context.Context, h bus.Handler) error {
+	for _, d := range b.events {
+		h(ctx, d)
+	}
+	<-ctx.Done()
+	return nil
+}
+func (b *fakeBus) Consumer(bus.Stream, string, bus.ConsumerOptions) (bus.Consumer, error) {
+	return b, nil
+}
+func (b *fakeBus) Publish(_ context.Context, msgs ...bus.Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failing {
+		return errors.New("bus down")
+	}
+	b.published = append(b.published, msgs...)
+	return nil
+}
+
+// TestEventsAreAckedOnlyAfterTheirFindingsAreStored: a failed publish naks the batch, so
+// the events come back, and the finding is not remembered as emitted.
+func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
+	var mu sync.Mutex
+	states := make([]string, 2)
+	fb := &fakeBus{failing: true}
+	for i, id := range []string{"x1", "x2"} {
+		d := &bus.Delivery{Acker: fakeAcker{&mu, &states[i]}, Delivered: 1}
+		d.Stream, d.Cluster, d.ID, d.Data = bus.Events, "prod", id, event(id, "ResponseComplete", removedBody)
+		fb.events = append(fb.events, d)
+	}
+	svc, err := NewService(Config{BatchWait: 10 * time.Millisecond}, daemon.Deps{Bus: fb, Cluster: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = svc.Run(ctx); close(done) }()
+	waitFor(t, "both events nak'ed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return states[0] == "nak" && states[1] == "nak"
+	})
+	cancel()
+	<-done
+	if svc.seen.Seen("prod/x1/removed-api") {
+		t.Fatal("a finding that was never stored is remembered as emitted")
+	}
+	// The bus is back: redelivered, the events are classified, published, then acked.
+	fb.failing = false
+	for i := range fb.events {
+		fb.events[i].Delivered = 2
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { _ = svc.Run(ctx); close(done) }()
+	waitFor(t, "both events acked", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return states[0] == "ack" && states[1] == "ack"
+	})
+	cancel()
+	<-done
+	if len(fb.published) != 2 || fb.published[0].ID != "prod/x1/removed-api" || fb.published[0].Stream != bus.Findings {
+		t.Fatalf("published %+v", fb.published)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	c := Config{RulesFiles: []string{"/no/such/rules.yaml"}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--rules-file") {
+		t.Errorf("missing rules file: %v", err)
+	}
+	c = Config{BatchSize: 10, MaxUnacked: 5}
+	if err := c.Validate(); err == nil {
+		t.Error("batch larger than max unacked accepted")
+	}
+	if _, err := New(Config{}, daemon.Deps{}); err == nil {
+		t.Error("New without a bus accepted")
+	}
+}

@@ -80,4 +80,22 @@ func (b *serverBackend) Insert(ctx context.Context, table string, columns []stri
 	return batch.Send()
 }
 
+func (b *serverBackend) InsertColumns(ctx context.Context, table string, columns []string, data []any) error {
+	if len(columns) != len(data) {
+		return fmt.Errorf("%d columns, %d column slices", len(columns), len(data))
+	}
+	batch, err := b.conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+strings.Join(columns, ", ")+")")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = batch.Close() }()
+	for i, col := range data {
+		if err := batch.Column(i).Append(col); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("column %s: %w", columns[i], err)
+		}
+	}
+	return batch.Send()
+}
+
 func (b *serverBackend) Close() error { return b.conn.Close() }

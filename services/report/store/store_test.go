@@ -272,3 +272,18 @@ func TestVersionKey(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionKeySQL checks that the SQL form orders versions like VersionKey on both engines.
+func TestVersionKeySQL(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		for _, v := range []string{"1.22", "v1.25.3", "", "1", "x.y", "1.9", "1.16"} {
+			var got uint32
+			if err := st.DB().QueryRow("SELECT toUInt32("+store.VersionKeySQL("?")+")", v, v, v).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := store.VersionKey(v); got != want {
+				t.Errorf("%s: SQL key of %q = %d, Go %d", e, v, got, want)
+			}
+		}
+	})
+}

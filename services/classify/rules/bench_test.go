@@ -1,0 +1,95 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+)
+
+const benchDir = "../../../lib/auditevent/testdata/bench/"
+
+// BenchmarkClassify measures single-core events/s of the whole hot path (decode, every rule,
+// the finding when one fires) beside the plain encoding/json decode into auditv1.Event, the
+// baseline, on the same inputs in the same run. Run with -cpu 1.
+func BenchmarkClassify(b *testing.B) {
+	meta, err := os.ReadFile(benchDir + "metadata-1.2k.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rr, err := os.ReadFile(benchDir + "requestresponse-8k.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	meta, rr = bytes.TrimSpace(meta), bytes.TrimSpace(rr)
+	// The same Metadata event calling a removed API: a finding is built every time.
+	removed := bytes.Replace(meta, []byte(`"apiVersion":"v1"}`), []byte(`"apiVersion":"v1beta1"}`), 1)
+	if !bytes.Contains(removed, []byte("v1beta1")) {
+		b.Fatal("could not derive the removed-API input")
+	}
+	e := mustEngine(b)
+	for _, in := range []struct {
+		name     string
+		data     []byte
+		findings int
+	}{
+		{"metadata-1.2KB", meta, 0},
+		{"requestresponse-8KB", rr, 0},
+		{"metadata-1.2KB-with-finding", removed, 1},
+	} {
+		b.Run(in.name+"/auditlens", func(b *testing.B) {
+			d := auditevent.NewDecoder(4 << 20)
+			var matches []Match
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ev, err := d.DecodeEvent(in.data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				matches = e.Classify(ev, matches[:0])
+				if len(matches) != in.findings {
+					b.Fatalf("%d matches, want %d", len(matches), in.findings)
+				}
+				for i := range matches {
+					if f := e.Finding(ev, &matches[i], "bench", ""); f.Message == "" {
+						b.Fatal("no message")
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+		b.Run(in.name+"/encoding-json", func(b *testing.B) {
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var ev auditv1.Event
+				if err := json.Unmarshal(in.data, &ev); err != nil || ev.AuditID == "" {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+func TestBenchInputsAreWhatTheyClaim(t *testing.T) {
+	for name, want := range map[string][2]int{"metadata-1.2k.json": {1100, 1300}, "requestresponse-8k.json": {7600, 8600}} {
+		b, err := os.ReadFile(benchDir + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < want[0] || len(b) > want[1] {
+			t.Errorf("%s is %d bytes", name, len(b))
+		}
+		level := map[bool]string{true: "Metadata", false: "RequestResponse"}[strings.HasPrefix(name, "metadata")]
+		if !bytes.Contains(b, []byte(`"level":"`+level+`"`)) {
+			t.Errorf("%s is not a %s event", name, level)
+		}
+	}
+}

@@ -38,6 +38,11 @@ func (s *scanner) ws() {
 
 // peek returns the next non-space byte, or 0 at the end.
 func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		if c := s.b[s.i]; c > ' ' {
+			return c // compact JSON: no whitespace to skip
+		}
+	}
 	s.ws()
 	if s.i >= len(s.b) {
 		return 0
@@ -79,18 +84,29 @@ func (s *scanner) str() (string, error) {
 	if err := s.expect('"'); err != nil {
 		return "", err
 	}
-	start := s.i
-	q := bytes.IndexByte(s.b[start:], '"')
+	b, start := s.b, s.i
+	// Most strings are short: a plain loop beats two IndexByte calls on them.
+	i, end := start, min(len(b), start+32)
+	for ; i < end; i++ {
+		switch b[i] {
+		case '"':
+			s.i = i + 1
+			return b2s(b[start:i]), nil
+		case '\\':
+			s.i = i
+			return s.strSlow(start)
+		}
+	}
+	q := bytes.IndexByte(b[i:], '"')
 	if q < 0 {
 		return "", s.errorf("unterminated string")
 	}
-	seg := s.b[start : start+q]
-	if bytes.IndexByte(seg, '\\') < 0 {
-		s.i = start + q + 1
-		return b2s(seg), nil
+	if bs := bytes.IndexByte(b[i:i+q], '\\'); bs >= 0 {
+		s.i = i + bs
+		return s.strSlow(start)
 	}
-	s.i = start + bytes.IndexByte(seg, '\\')
-	return s.strSlow(start)
+	s.i = i + q + 1
+	return b2s(b[start : i+q]), nil
 }
 
 // strSlow unquotes a string with escapes, starting over at start (just after the quote).
@@ -177,25 +193,35 @@ func getu4(b []byte) rune {
 // skipString passes over a string, checking escapes.
 func (s *scanner) skipString() error {
 	s.i++ // opening quote, checked by the caller
+	b := s.b
 	for {
-		q := bytes.IndexByte(s.b[s.i:], '"')
-		if q < 0 {
-			return s.errorf("unterminated string")
+		i, end := s.i, min(len(b), s.i+32)
+		for ; i < end && b[i] != '"' && b[i] != '\\'; i++ {
 		}
-		bs := bytes.IndexByte(s.b[s.i:s.i+q], '\\')
-		if bs < 0 {
-			s.i += q + 1
+		if i == end {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				return s.errorf("unterminated string")
+			}
+			if bs := bytes.IndexByte(b[i:i+q], '\\'); bs >= 0 {
+				i += bs
+			} else {
+				i += q
+			}
+		}
+		if b[i] == '"' {
+			s.i = i + 1
 			return nil
 		}
-		s.i += bs
-		if s.i+1 >= len(s.b) {
+		s.i = i
+		if s.i+1 >= len(b) {
 			return s.errorf("unterminated escape")
 		}
-		switch s.b[s.i+1] {
+		switch b[s.i+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			s.i += 2
 		case 'u':
-			if getu4(s.b[s.i:]) < 0 {
+			if getu4(b[s.i:]) < 0 {
 				return s.errorf("invalid \\u escape")
 			}
 			s.i += 6

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -49,6 +50,13 @@ func NeedsBody(ev *auditevent.Event) bool {
 }
 
 func (m *matcher) body() {
+	switch m.ev.ObjectRef.Resource {
+	case "services", "certificatesigningrequests":
+	default:
+		if !m.mayMatch(m.ev.RequestObjectRaw) {
+			return // skip parsing a body that contains no key any rule looks for
+		}
+	}
 	obj := m.ev.RequestObject()
 	if obj == nil || obj.Type() != fastjson.TypeObject {
 		return // absent, unparseable, or a JSON patch (an array)
@@ -94,6 +102,19 @@ func (m *matcher) body() {
 			m.podObject(tmpl, "requestObject."+path)
 		}
 	}
+}
+
+// mayMatch reports whether raw contains a needle (or escapes that could hide one).
+func (m *matcher) mayMatch(raw []byte) bool {
+	if bytes.Contains(raw, []byte(`\/`)) || bytes.Contains(raw, []byte(`\u`)) {
+		return true
+	}
+	for _, n := range m.e.needles {
+		if bytes.Contains(raw, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // podObject checks a pod or a pod template: annotations and the scheduling fields of its spec.

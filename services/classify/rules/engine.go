@@ -51,6 +51,8 @@ type Engine struct {
 	annotations    []AnnotationSpec
 	objAnnotations []AnnotationSpec
 	labels         map[string]*LabelSpec
+	// needles: a pod, template or node body can only match when its raw JSON contains one.
+	needles [][]byte
 }
 
 // NewEngine prepares c for matching.
@@ -85,7 +87,29 @@ func NewEngine(c *Catalogue) *Engine {
 			e.labels[c.Labels[i].Key] = &c.Labels[i]
 		}
 	}
+	e.needles = bodyNeedles(e)
 	return e
+}
+
+// bodyNeedles lists strings one of which the raw body of a pod, pod template, node, PV,
+// StorageClass or RuntimeClass must contain for any annotation or label rule to match:
+// "kubernetes.io/" covers every built-in key, catalogue additions bring their own.
+func bodyNeedles(e *Engine) [][]byte {
+	const common = "kubernetes.io/"
+	set := map[string]bool{common: true}
+	for _, a := range e.objAnnotations {
+		set[a.Key+a.Prefix] = true
+	}
+	for k := range e.labels {
+		set[k] = true
+	}
+	out := [][]byte{[]byte(common)}
+	for n := range set {
+		if n != common && !strings.Contains(n, common) && n != "" {
+			out = append(out, []byte(n))
+		}
+	}
+	return out
 }
 
 // Catalogue returns the catalogue the engine was built from.

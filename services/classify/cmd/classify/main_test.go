@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestScanIsDispatchedBeforeTheDaemon(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "audit.log")
+	ev := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a","stage":"ResponseComplete","verb":"list","objectRef":{"resource":"cronjobs","apiGroup":"batch","apiVersion":"v1beta1"}}`
+	if err := os.WriteFile(f, []byte(ev+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"scan", "--target-version", "1.25", f}, strings.NewReader(""), &out, &errOut); code != 3 {
+		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), `"rule_id":"removed-api"`) {
+		t.Errorf("stdout %s", out.String())
+	}
+}
+
+func TestDaemonFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--help"}, nil, &out, &errOut); code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"classify scan", "--rules-file", "AUDITLENS_RULES_FILE", "--classify-group", "--nats-url"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	errOut.Reset()
+	if code := run([]string{"--rules-file", "/no/such/rules.yaml"}, nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--rules-file") {
+		t.Errorf("missing rules file: exit %d, %s", code, errOut.String())
+	}
+}

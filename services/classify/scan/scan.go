@@ -117,7 +117,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	s := &scanner{
 		cfg: cfg, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		dec: auditevent.NewDecoder(cfg.MaxEventSize), seen: dedup.New(cfg.DedupWindow),
-		metadataOnly: map[string]int{}, badReasons: map[string]int{},
+		metadataOnly: map[string]*int{}, badReasons: map[string]int{},
 	}
 	if cfg.Format == "table" {
 		s.table = newTable(s.stdout)
@@ -145,7 +145,7 @@ type scanner struct {
 	bytesRead    atomic.Int64
 	bad          int
 	badReasons   map[string]int
-	metadataOnly map[string]int
+	metadataOnly map[string]*int
 	failed       bool
 	pos          string
 }
@@ -317,11 +317,13 @@ func (s *scanner) badLine(err error) {
 func (s *scanner) event(ev *auditevent.Event) error {
 	s.events.Add(1)
 	if ev.RequestObjectRaw == nil && rules.NeedsBody(ev) && (ev.Level == "Metadata" || ev.Level == "None" || ev.Level == "") {
-		res := ev.ObjectRef.Resource
-		if _, ok := s.metadataOnly[res]; !ok {
-			res = strings.Clone(res) // the event's strings live only until the next line
+		// Look up, never assign, with the event's string: an assignment would store it as the
+		// key, and it lives only until the next line.
+		if n := s.metadataOnly[ev.ObjectRef.Resource]; n != nil {
+			*n++
+		} else {
+			s.metadataOnly[strings.Clone(ev.ObjectRef.Resource)] = new(1)
 		}
-		s.metadataOnly[res]++
 	}
 	s.matches = s.engine.Classify(ev, s.matches[:0])
 	for i := range s.matches {
@@ -400,8 +402,8 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 		n := 0
 		parts := make([]string, 0, len(res))
 		for _, r := range res {
-			n += s.metadataOnly[r]
-			parts = append(parts, fmt.Sprintf("%s %d", r, s.metadataOnly[r]))
+			n += *s.metadataOnly[r]
+			parts = append(parts, fmt.Sprintf("%s %d", r, *s.metadataOnly[r]))
 		}
 		were := "were"
 		if n == 1 {

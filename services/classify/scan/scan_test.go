@@ -168,12 +168,20 @@ func TestGzipStdinAndBadLinesWithPositions(t *testing.T) {
 }
 
 func TestMetadataOnlyNote(t *testing.T) {
-	f := write(t, "audit.log", podMetaEv+"\n"+cleanEv+"\n")
+	nodeMetaEv := strings.NewReplacer(`"resource":"pods","namespace":"x"`, `"resource":"nodes"`, `"auditID":"p1"`, `"auditID":"n1"`).Replace(podMetaEv)
+	f := write(t, "one.log", podMetaEv+"\n"+cleanEv+"\n")
 	code, _, errOut := run(t, "", f)
 	if code != ExitClean {
 		t.Fatalf("exit %d", code)
 	}
 	if !strings.Contains(errOut, "note: 1 write was logged at Metadata level only (pods 1)") || !strings.Contains(errOut, "deploy/audit-policy.yaml") {
+		t.Errorf("no Metadata-level note:\n%s", errOut)
+	}
+	// Counts stay right across many lines (the event's strings are reused line after line).
+	lines := []string{podMetaEv, cleanEv, nodeMetaEv, podMetaEv, deprecatedEv, nodeMetaEv, podMetaEv, cleanEv}
+	f = write(t, "many.log", strings.Join(lines, "\n")+"\n")
+	_, _, errOut = run(t, "", f)
+	if !strings.Contains(errOut, "note: 5 writes were logged at Metadata level only (nodes 2, pods 3)") {
 		t.Errorf("no Metadata-level note:\n%s", errOut)
 	}
 }

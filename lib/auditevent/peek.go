@@ -19,6 +19,9 @@ var (
 	ErrEmptyEventList = errors.New("empty EventList")
 )
 
+// parsers are reused across calls: Peek and SplitList copy what they return out of them.
+var parsers fastjson.ParserPool
+
 // Ref identifies one audit event: what ingest needs to name and de-duplicate a message.
 type Ref struct {
 	APIVersion string // "audit.k8s.io/v1", "audit.k8s.io/v1beta1", or "" inside an EventList
@@ -38,7 +41,8 @@ func Peek(data []byte, maxSize int) (Ref, error) {
 	if !utf8.Valid(data) {
 		return Ref{}, ErrInvalidUTF8
 	}
-	var p fastjson.Parser
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(data)
 	if err != nil {
 		return Ref{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
@@ -78,7 +82,8 @@ func SplitList(data []byte, maxEventSize int) ([]Item, error) {
 	if !utf8.Valid(data) {
 		return nil, ErrInvalidUTF8
 	}
-	var p fastjson.Parser
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)

@@ -207,18 +207,23 @@ type item struct {
 
 // Run migrates the schema (retrying while ClickHouse is down), then consumes until ctx is
 // cancelled; it then stops consuming, writes and acknowledges what it holds, and returns nil.
+//
+// One goroutine decodes and batches while another writes the previous batch, so at most two
+// batches are in flight; while ClickHouse is down the write retries, batching stops, and the
+// bus stops delivering once MaxUnacked findings are held (back-pressure, nothing dropped).
 func (w *Writer) Run(ctx context.Context) error {
 	if !w.migrate(ctx) {
 		return nil
 	}
+	inflight := 3 * w.cfg.BatchSize
 	cons, err := w.bus.Consumer(bus.Findings, w.cfg.Group, bus.ConsumerOptions{
-		MaxUnacked: max(2*w.cfg.BatchSize, 4096),
+		MaxUnacked: max(inflight, 4096),
 		AckWait:    w.cfg.AckWait,
 	})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	in := make(chan *bus.Delivery, max(2*w.cfg.BatchSize, 4096))
+	in := make(chan *bus.Delivery, max(inflight, 4096))
 	cctx, stopConsume := context.WithCancel(context.Background())
 	defer stopConsume()
 	consumeErr := make(chan error, 1)
@@ -235,17 +240,48 @@ func (w *Writer) Run(ctx context.Context) error {
 		})
 	}()
 
+	// The write stage; wctx ends only when the drain at shutdown runs out of time.
+	writes := make(chan []item, 1)
+	wctx, stopWrites := context.WithCancel(context.Background())
+	defer stopWrites()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range writes {
+			if !w.write(wctx, b) {
+				w.m.unwritten.Add(float64(len(b)))
+				w.m.pending.Sub(float64(len(b)))
+				w.log.Warn("findings left unacknowledged at shutdown; the bus will redeliver them", "findings", len(b))
+			}
+		}
+	}()
+
 	batch := make([]item, 0, w.cfg.BatchSize)
 	var timer *time.Timer
 	var timerC <-chan time.Time
-	flush := func(wctx context.Context) bool {
+	// flush hands the batch to the write stage; false when ctx ended while waiting for it
+	// (the batch is then still held).
+	flush := func() bool {
 		if timer != nil {
 			timer.Stop()
 			timer, timerC = nil, nil
 		}
-		ok := w.write(wctx, batch)
-		batch = batch[:0]
-		return ok
+		if len(batch) == 0 {
+			return true
+		}
+		select {
+		case writes <- batch:
+			batch = make([]item, 0, w.cfg.BatchSize)
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	add := func(d *bus.Delivery) {
+		if it, ok := w.decode(ctx, d); ok {
+			batch = append(batch, it)
+			w.m.pending.Inc()
+		}
 	}
 	var runErr error
 loop:
@@ -259,61 +295,38 @@ loop:
 			}
 			break loop
 		case d := <-in:
-			if it, ok := w.decode(ctx, d); ok {
-				batch = append(batch, it)
-				w.m.pending.Inc()
-			}
+			add(d)
 			if len(batch) == 1 && timer == nil {
 				timer = time.NewTimer(w.cfg.MaxWait)
 				timerC = timer.C
 			}
-			if len(batch) >= w.cfg.BatchSize {
-				if !flush(ctx) {
-					break loop
-				}
+			if len(batch) >= w.cfg.BatchSize && !flush() {
+				break loop
 			}
 		case <-timerC:
 			timer, timerC = nil, nil
-			if !flush(ctx) {
+			if !flush() {
 				break loop
 			}
 		}
 	}
-	// Drain: stop the consumer first, then write what was received.
+	// Drain: stop the consumer first, then write everything received, within DrainTimeout.
 	stopConsume()
 	wg.Wait()
-	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout)
-	defer cancel()
-	for {
-		select {
-		case d := <-in:
-			if it, ok := w.decode(dctx, d); ok {
-				batch = append(batch, it)
-				w.m.pending.Inc()
-			}
-			if len(batch) >= w.cfg.BatchSize {
-				w.drainWrite(dctx, &batch)
-			}
-			continue
-		default:
-		}
-		break
+	deadline := time.AfterFunc(w.cfg.DrainTimeout, stopWrites)
+	defer deadline.Stop()
+	for len(in) > 0 {
+		add(<-in)
 	}
-	w.drainWrite(dctx, &batch)
+	for len(batch) > 0 {
+		n := min(len(batch), w.cfg.BatchSize)
+		writes <- batch[:n:n]
+		batch = batch[n:]
+	}
+	close(writes)
+	<-writerDone
 	w.log.Info("report writer stopped")
 	return runErr
-}
-
-func (w *Writer) drainWrite(ctx context.Context, batch *[]item) {
-	if len(*batch) == 0 {
-		return
-	}
-	if !w.write(ctx, *batch) {
-		w.m.unwritten.Add(float64(len(*batch)))
-		w.m.pending.Sub(float64(len(*batch)))
-		w.log.Warn("findings left unacknowledged at shutdown; the bus will redeliver them", "findings", len(*batch))
-	}
-	*batch = (*batch)[:0]
 }
 
 // migrate applies the schema, retrying with backoff until it works or ctx ends.

@@ -9,8 +9,8 @@ require (
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260515175617-8268a5d078c0
 	github.com/valyala/fastjson v1.6.10
-	k8s.io/apiserver v0.37.2
 	go.uber.org/goleak v1.3.0
+	k8s.io/apiserver v0.37.2
 )
 
 require (

@@ -32,7 +32,7 @@ fmt-check:
 tools: $(BIN)/buf $(BIN)/protoc-gen-go
 $(BIN)/buf $(BIN)/protoc-gen-go: tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	cd tools && go build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go
+	cd tools && GOWORK=off go build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go
 
 lint: tools
 	cd proto && $(BIN)/buf lint

@@ -1,0 +1,155 @@
+package tail
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+)
+
+// RotationTimeFormat is the timestamp the apiserver's log rotation (lumberjack) puts in the
+// name of a rotated file: audit.log becomes audit-2006-01-02T15-04-05.000.log, and
+// audit-2006-01-02T15-04-05.000.log.gz with --audit-log-compress.
+const RotationTimeFormat = "2006-01-02T15-04-05.000"
+
+// RotatedName is the name the apiserver gives active when it rotates it at t.
+func RotatedName(active string, t time.Time) string {
+	dir, base := filepath.Split(active)
+	ext := filepath.Ext(base)
+	return filepath.Join(dir, strings.TrimSuffix(base, ext)+"-"+t.UTC().Format(RotationTimeFormat)+ext)
+}
+
+// sibling is a rotated file of the active log.
+type sibling struct {
+	path string
+	ts   time.Time
+	gz   bool
+	size int64
+	dev  uint64
+	ino  uint64
+}
+
+// listRotated returns the rotated siblings of active, oldest first. When a file exists both
+// plain and compressed (compression in progress), only the plain one is listed.
+func listRotated(active string) ([]sibling, error) {
+	dir, base := filepath.Split(active)
+	if dir == "" {
+		dir = "."
+	}
+	ext := filepath.Ext(base)
+	prefix := strings.TrimSuffix(base, ext) + "-"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	byTS := map[time.Time]sibling{}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || e.IsDir() {
+			continue
+		}
+		rest := strings.TrimPrefix(name, prefix)
+		gz := strings.HasSuffix(rest, ext+".gz")
+		switch {
+		case gz:
+			rest = strings.TrimSuffix(rest, ext+".gz")
+		case strings.HasSuffix(rest, ext):
+			rest = strings.TrimSuffix(rest, ext)
+		default:
+			continue
+		}
+		ts, err := time.ParseInLocation(RotationTimeFormat, rest, time.UTC)
+		if err != nil {
+			continue
+		}
+		s := sibling{path: filepath.Join(dir, name), ts: ts, gz: gz}
+		fi, err := os.Stat(s.path)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		s.size = fi.Size()
+		s.dev, s.ino = devIno(fi)
+		if prev, ok := byTS[ts]; ok && !prev.gz {
+			continue
+		}
+		byTS[ts] = s
+	}
+	out := make([]sibling, 0, len(byTS))
+	for _, s := range byTS {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ts.Before(out[j].ts) })
+	return out, nil
+}
+
+func devIno(fi fs.FileInfo) (uint64, uint64) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Dev), uint64(st.Ino) //nolint:unconvert // Dev is int32 on some platforms
+	}
+	return 0, 0
+}
+
+// readHead returns up to checkpoint.FingerprintSize leading bytes of the (decompressed) file.
+func readHead(path string, gz bool) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("gunzip %s: %w", path, err)
+		}
+		r = zr
+	}
+	buf := make([]byte, checkpoint.FingerprintSize)
+	n, err := io.ReadFull(r, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// preadHead reads up to checkpoint.FingerprintSize leading bytes of an open plain file.
+func preadHead(f *os.File) ([]byte, error) {
+	buf := make([]byte, checkpoint.FingerprintSize)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// matches reports whether sibling s holds the file id: the same inode with the same first
+// bytes, or (copy or compression) a different file with the same first bytes.
+func (s sibling) matches(id checkpoint.File, sameInodeOnly bool) bool {
+	same := !s.gz && s.dev == id.Dev && s.ino == id.Ino
+	if sameInodeOnly && !same {
+		return false
+	}
+	if id.FingerprintLen == 0 {
+		return same
+	}
+	head, err := readHead(s.path, s.gz)
+	if errors.Is(err, fs.ErrNotExist) && !s.gz {
+		head, err = readHead(s.path+".gz", true) // compressed since it was listed
+	}
+	if err != nil {
+		return false
+	}
+	return id.SameContent(head)
+}

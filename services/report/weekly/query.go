@@ -279,58 +279,80 @@ GROUP BY ` + keyCols
 	if len(r.Blockers) == 0 && r.ResolvedCount == 0 {
 		return nil
 	}
-	order := `, username, user_agent, namespace`
-	// The busiest callers of each blocker this week.
-	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n > 0
-ORDER BY this_n DESC, `+keyCols+order+` LIMIT ? BY `+keyCols, append(args, o.CallersPerBlocker), func(k Key, c Caller, this, prev uint64) {
-		if i, ok := idx[k]; ok {
-			c.Count, c.New = this, prev == 0
-			r.Blockers[i].Callers = append(r.Blockers[i].Callers, c)
+	// One query lists the busiest callers of each blocker and kind (0 continuing, 1 new,
+	// 2 resolved), enough for every list: a blocker's busiest callers this week are among its
+	// busiest continuing and new ones, and the busiest new (resolved) callers overall are
+	// among the busiest new (resolved) ones of each blocker.
+	per := max(o.CallersPerBlocker, o.MaxChanges)
+	var listed, fresh, gone []listedCaller
+	err = eachCaller(ctx, db, `SELECT *, toUInt8(multiIf(this_n > 0 AND prev_n > 0, 0, this_n > 0, 1, 2)) AS kind
+FROM (`+callerAgg(o.Table)+`)
+ORDER BY `+keyCols+`, kind, greatest(this_n, prev_n) DESC, username, user_agent, namespace
+LIMIT ? BY `+keyCols+`, kind`, append(args, per), func(c listedCaller) {
+		switch c.kind {
+		case 0:
+			listed = append(listed, c)
+		case 1:
+			listed = append(listed, c)
+			fresh = append(fresh, c)
+		case 2:
+			gone = append(gone, c)
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("query blocker callers: %w", err)
 	}
-	// The busiest new and resolved callers.
-	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n > 0 AND prev_n = 0
-ORDER BY this_n DESC, `+keyCols+order+` LIMIT ?`, append(args, o.MaxChanges), func(k Key, c Caller, this, _ uint64) {
-		r.New = append(r.New, Change{Key: k, Username: c.Username, UserAgent: c.UserAgent, Namespace: c.Namespace, Count: this})
-	})
-	if err != nil {
-		return fmt.Errorf("query new callers: %w", err)
+	busiest := func(cs []listedCaller, n func(listedCaller) uint64) {
+		sort.SliceStable(cs, func(i, j int) bool { return n(cs[i]) > n(cs[j]) })
 	}
-	err = eachCaller(ctx, db, `SELECT * FROM (`+callerAgg(o.Table)+`) WHERE this_n = 0 AND prev_n > 0
-ORDER BY prev_n DESC, `+keyCols+order+` LIMIT ?`, append(args, o.MaxChanges), func(k Key, c Caller, _, prev uint64) {
-		r.Resolved = append(r.Resolved, Change{Key: k, Username: c.Username, UserAgent: c.UserAgent, Namespace: c.Namespace, Count: prev})
-	})
-	if err != nil {
-		return fmt.Errorf("query resolved callers: %w", err)
+	this := func(c listedCaller) uint64 { return c.this }
+	busiest(listed, this)
+	for _, c := range listed {
+		if i, ok := idx[c.key]; ok && len(r.Blockers[i].Callers) < o.CallersPerBlocker {
+			cl := c.caller
+			cl.Count, cl.New = c.this, c.prev == 0
+			r.Blockers[i].Callers = append(r.Blockers[i].Callers, cl)
+		}
+	}
+	busiest(fresh, this)
+	for _, c := range fresh[:min(len(fresh), o.MaxChanges)] {
+		r.New = append(r.New, Change{Key: c.key, Username: c.caller.Username, UserAgent: c.caller.UserAgent, Namespace: c.caller.Namespace, Count: c.this})
+	}
+	busiest(gone, func(c listedCaller) uint64 { return c.prev })
+	for _, c := range gone[:min(len(gone), o.MaxChanges)] {
+		r.Resolved = append(r.Resolved, Change{Key: c.key, Username: c.caller.Username, UserAgent: c.caller.UserAgent, Namespace: c.caller.Namespace, Count: c.prev})
 	}
 	return nil
 }
 
-// eachCaller runs q over callerAgg and calls f for each row.
-func eachCaller(ctx context.Context, db *sql.DB, q string, args []any, f func(k Key, c Caller, this, prev uint64)) error {
+// listedCaller is one row of the callers query.
+type listedCaller struct {
+	key        Key
+	caller     Caller
+	this, prev uint64
+	kind       uint8
+}
+
+// eachCaller runs q (callerAgg's columns and kind) and calls f for each row.
+func eachCaller(ctx context.Context, db *sql.DB, q string, args []any, f func(listedCaller)) error {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var k Key
-		var c Caller
+		var c listedCaller
 		var repl, msg string
-		var this, prev uint64
 		var first, last uint32
-		if err := rows.Scan(&k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn,
-			&c.Username, &c.UserAgent, &c.Namespace, &repl, &msg, &this, &prev, &first, &last); err != nil {
+		if err := rows.Scan(&c.key.RuleID, &c.key.APIGroup, &c.key.APIVersion, &c.key.Resource, &c.key.RemovedIn,
+			&c.caller.Username, &c.caller.UserAgent, &c.caller.Namespace, &repl, &msg, &c.this, &c.prev, &first, &last, &c.kind); err != nil {
 			return err
 		}
-		if this > 0 {
-			c.FirstSeen = time.Unix(int64(first), 0).UTC()
-			c.LastSeen = time.Unix(int64(last), 0).UTC()
+		if c.this > 0 {
+			c.caller.FirstSeen = time.Unix(int64(first), 0).UTC()
+			c.caller.LastSeen = time.Unix(int64(last), 0).UTC()
 		}
-		f(k, c, this, prev)
+		f(c)
 	}
 	return rows.Err()
 }

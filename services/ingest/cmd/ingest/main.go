@@ -1,0 +1,31 @@
+// Command ingest follows kube-apiserver audit log files and serves the audit webhook,
+// publishing every audit event to the bus.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/pipeline"
+)
+
+const synopsis = `ingest: follow kube-apiserver audit logs and the audit webhook into the auditlens bus.
+
+Usage:
+  ingest --audit-log /var/log/kubernetes/audit/audit.log --checkpoint-dir /var/lib/auditlens [--start-at beginning|end]
+  ingest --webhook-addr :8443 --webhook-tls-cert tls.crt --webhook-tls-key tls.key --webhook-token-file token`
+
+func main() {
+	var cfg pipeline.Config
+	os.Exit(daemon.Main(daemon.Spec{
+		Name:               "ingest",
+		Synopsis:           synopsis,
+		DefaultMetricsAddr: ":9101",
+		Flags:              cfg.RegisterFlags,
+		Validate:           cfg.Validate,
+		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
+			return pipeline.New(cfg, d)
+		},
+	}, os.Args[1:], os.Stderr))
+}

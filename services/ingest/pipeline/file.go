@@ -1,0 +1,366 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/tail"
+)
+
+// batch is a run of lines published together; pos is checkpointed once it is acknowledged
+// and every batch before it was.
+type batch struct {
+	msgs    []bus.Message
+	events  int
+	bad     map[string]int
+	bytes   int64
+	pos     checkpoint.Position
+	created time.Time
+	done    chan struct{}
+	err     error
+}
+
+// FileInput follows an audit log into the bus.
+type FileInput struct {
+	cfg     Config
+	bus     bus.Publisher
+	ready   func() error
+	cluster string
+	log     *slog.Logger
+	m       *metrics.Ingest
+	store   *checkpoint.Store
+
+	failing atomic.Pointer[error] // last publish error while retrying, nil when healthy
+
+	mu           sync.Mutex
+	unacked      []time.Time // creation times of batches not yet checkpointed, oldest first
+	unackedBytes int64
+	follower     *tail.Follower
+}
+
+// NewFileInput prepares the file input; Run does the work.
+func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg prometheus.Registerer, m *metrics.Ingest) (*FileInput, error) {
+	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.AuditLog)
+	if err != nil {
+		return nil, err
+	}
+	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store}
+	if reg != nil {
+		stat := func(f func(s *tail.Stats) int64) func() float64 {
+			return func() float64 {
+				in.mu.Lock()
+				fl := in.follower
+				in.mu.Unlock()
+				if fl == nil {
+					return 0
+				}
+				return float64(f(&fl.Stats))
+			}
+		}
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_ingest_lines_read_total", Help: "Lines read from audit log files."},
+				stat(func(s *tail.Stats) int64 { return s.LinesRead.Load() })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_ingest_bytes_read_total", Help: "Bytes read from audit log files (decompressed)."},
+				stat(func(s *tail.Stats) int64 { return s.BytesRead.Load() })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_ingest_rotations_total", Help: "Rotations of the audit log seen."},
+				stat(func(s *tail.Stats) int64 { return s.Rotations.Load() })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_ingest_truncations_total", Help: "Truncations of the audit log seen (copytruncate or other)."},
+				stat(func(s *tail.Stats) int64 { return s.Truncations.Load() })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_lag_bytes", Help: "Bytes of the audit log (active file and rotated files not yet read) not yet acknowledged by the bus."},
+				func() float64 { return float64(in.LagBytes()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_checkpoint_age_seconds", Help: "Age of the oldest read but not yet checkpointed batch; 0 when everything read is checkpointed."},
+				func() float64 { return in.CheckpointAge().Seconds() }),
+		)
+	}
+	return in, nil
+}
+
+// LagBytes is how many bytes of the audit log are not yet acknowledged by the bus.
+func (in *FileInput) LagBytes() int64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.follower == nil {
+		return 0
+	}
+	return in.follower.Stats.LagBytes.Load() + in.unackedBytes
+}
+
+// CheckpointAge is how long the oldest read batch has waited for its checkpoint.
+func (in *FileInput) CheckpointAge() time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.unacked) == 0 {
+		return 0
+	}
+	return time.Since(in.unacked[0])
+}
+
+// Ready reports an error while publishing fails.
+func (in *FileInput) Ready() error {
+	if p := in.failing.Load(); p != nil {
+		return fmt.Errorf("publishing audit log lines: %w", *p)
+	}
+	return nil
+}
+
+// Run follows the audit log until ctx is done, then publishes what it read and saves the
+// last acknowledged position.
+func (in *FileInput) Run(ctx context.Context) error {
+	start, ok, err := in.store.Load()
+	if err != nil {
+		return err
+	}
+	tcfg := tail.Config{Path: in.cfg.AuditLog, StartAt: in.cfg.StartAt, MaxLineSize: in.cfg.MaxEventSize,
+		PollInterval: in.cfg.PollInterval, Logger: in.log}
+	var sp *checkpoint.Position
+	if ok {
+		sp = &start
+	}
+	f := tail.New(tcfg, sp)
+	defer f.Close()
+	in.mu.Lock()
+	in.follower = f
+	in.mu.Unlock()
+
+	// Publishing outlives ctx by DrainTimeout so what was read gets acknowledged.
+	pubCtx, pubCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pubCancel()
+	stopDrain := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(in.cfg.DrainTimeout, pubCancel)
+		<-pubCtx.Done()
+		t.Stop()
+	})
+	defer stopDrain()
+
+	work := make(chan *batch)
+	order := make(chan *batch, in.cfg.Publishers+1)
+	var wg sync.WaitGroup
+	for range in.cfg.Publishers {
+		wg.Go(func() {
+			for b := range work {
+				b.err = in.publish(pubCtx, b)
+				close(b.done)
+			}
+		})
+	}
+	commitErr := make(chan error, 1)
+	go func() { commitErr <- in.commit(order) }()
+
+	readErr := in.read(ctx, f, work, order)
+	close(work)
+	close(order)
+	wg.Wait()
+	cerr := <-commitErr
+	pubCancel()
+	if readErr != nil {
+		return readErr
+	}
+	return cerr
+}
+
+// read turns lines into batches until ctx is done.
+func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order chan<- *batch) error {
+	var cur *batch
+	send := func() bool {
+		if cur == nil {
+			return true
+		}
+		b := cur
+		cur = nil
+		in.mu.Lock()
+		in.unacked = append(in.unacked, b.created)
+		in.unackedBytes += b.bytes
+		in.mu.Unlock()
+		select {
+		case order <- b:
+		case <-ctx.Done():
+			// Not handed out: drop it; its lines are read again after a restart.
+			in.settled(b)
+			return false
+		}
+		if len(b.msgs) == 0 {
+			close(b.done)
+			return true
+		}
+		select {
+		case work <- b:
+			return true
+		case <-ctx.Done():
+			b.err = ctx.Err()
+			close(b.done)
+			return false
+		}
+	}
+	backoff := in.cfg.PollInterval
+	for {
+		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
+		if cur != nil {
+			maxLines -= len(cur.msgs)
+			maxBytes -= int(cur.bytes)
+		}
+		c, err := f.Next(ctx, maxLines, maxBytes, cur == nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				send()
+				return nil
+			}
+			// An unreadable file (permissions, I/O error): log, retry, never crash.
+			in.log.Error("read audit log", "err", err)
+			send()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = in.cfg.PollInterval
+		if cur == nil && (len(c.Lines) > 0 || c.Pos.File.Path != "") {
+			cur = &batch{created: time.Now(), done: make(chan struct{}), msgs: make([]bus.Message, 0, len(c.Lines))}
+		}
+		if cur != nil {
+			in.add(cur, c)
+		}
+		if cur != nil && (c.CaughtUp || len(cur.msgs) >= in.cfg.BatchSize || int(cur.bytes) >= in.cfg.BatchBytes || len(c.Lines) == 0) {
+			if !send() {
+				return nil
+			}
+		}
+	}
+}
+
+// add converts a chunk's lines into messages of b.
+func (in *FileInput) add(b *batch, c tail.Chunk) {
+	if c.Pos.File.Path != "" {
+		b.pos = c.Pos
+	}
+	fp := c.Pos.File.Fingerprint
+	if len(fp) > 16 {
+		fp = fp[:16]
+	}
+	for _, l := range c.Lines {
+		b.bytes += int64(len(l.Data)) + 1
+		src := c.Name + ":" + strconv.FormatInt(l.Offset, 10)
+		err := l.Err
+		var ref auditevent.Ref
+		if err == nil {
+			ref, err = auditevent.Peek(l.Data, in.cfg.MaxEventSize)
+		}
+		if err != nil {
+			reason := metrics.Reason(err)
+			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", err)
+			if b.bad == nil {
+				b.bad = map[string]int{}
+			}
+			b.bad[reason]++
+			b.msgs = append(b.msgs, bus.Message{
+				Stream: bus.DeadLetter, Cluster: in.cluster,
+				ID:     "file/" + fp + "/" + strconv.FormatInt(l.Offset, 10),
+				Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src, bus.HeaderReason: truncate(err.Error(), 512)},
+				Data:   l.Data,
+			})
+			continue
+		}
+		b.events++
+		b.msgs = append(b.msgs, bus.Message{
+			Stream: bus.Events, Cluster: in.cluster, ID: ref.Key(),
+			Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src},
+			Data:   l.Data,
+		})
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// publish stores b on the bus, retrying with backoff while the bus is unavailable: the
+// reader stops when every publisher is busy, so nothing is lost and memory stays bounded.
+func (in *FileInput) publish(ctx context.Context, b *batch) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := in.bus.Publish(ctx, b.msgs...)
+		if err == nil {
+			if in.failing.Load() != nil {
+				in.failing.Store(nil)
+				in.log.Info("publishing again")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		in.m.Retries.WithLabelValues(metrics.File).Inc()
+		if in.failing.Load() == nil {
+			in.log.Warn("publish failed; holding the file position and retrying", "err", err, "lines", len(b.msgs))
+		}
+		in.failing.Store(&err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// commit saves positions in read order, each once its batch and all before it are
+// acknowledged.
+func (in *FileInput) commit(order <-chan *batch) error {
+	var firstErr error
+	stopped := false
+	for b := range order {
+		<-b.done
+		in.settled(b)
+		if stopped {
+			continue
+		}
+		if b.err != nil {
+			// Not acknowledged (shutdown before the bus came back): keep the old position.
+			stopped = true
+			continue
+		}
+		if b.events > 0 {
+			in.m.Published.WithLabelValues(metrics.File).Add(float64(b.events))
+		}
+		for r, n := range b.bad {
+			in.m.Bad.WithLabelValues(metrics.File, r).Add(float64(n))
+		}
+		if b.pos.File.Path == "" {
+			continue
+		}
+		b.pos.Saved = time.Now()
+		if err := in.store.Save(b.pos); err != nil && firstErr == nil {
+			firstErr = err
+			in.log.Error("save checkpoint", "err", err)
+		}
+	}
+	return firstErr
+}
+
+func (in *FileInput) settled(b *batch) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.unacked) > 0 {
+		in.unacked = in.unacked[1:]
+	}
+	in.unackedBytes -= b.bytes
+}
+
+var errNoInput = errors.New("give --audit-log, --webhook-addr, or both")

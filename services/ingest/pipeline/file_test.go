@@ -1,0 +1,251 @@
+package pipeline_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/pipeline"
+)
+
+var ingestBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ingest-bin")
+	if err != nil {
+		panic(err)
+	}
+	ingestBin = filepath.Join(dir, "ingest")
+	out, err := exec.Command("go", "build", "-o", ingestBin, "../cmd/ingest").CombinedOutput()
+	if err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// running is a started pipeline.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	comps  []daemon.Component
+	reg    *prometheus.Registry
+}
+
+func (r *running) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("pipeline: %v", err)
+	}
+}
+
+func start(t testing.TB, cfg pipeline.Config, b bus.Bus) *running {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	comps, err := pipeline.New(cfg, daemon.Deps{Bus: b, Cluster: "test", Logger: logger(t), Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), comps: comps, reg: reg}
+	go func() { r.done <- daemon.RunStages(ctx, comps, logger(t)) }()
+	return r
+}
+
+func fileConfig(t testing.TB, path string) pipeline.Config {
+	return pipeline.Config{AuditLog: path, CheckpointDir: t.TempDir(), NodeName: "node-1", PollInterval: 10 * time.Millisecond, BatchSize: 500}
+}
+
+// TestFileRotationAndBadLines follows a log rotated by rename (plain and gzip) and by
+// copytruncate while it is written, with bad lines in it.
+func TestFileRotationAndBadLines(t *testing.T) {
+	ev := testlog.Load(t)
+	n := startNATS(t)
+	b := n.open(t)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	w := testlog.NewWriter(t, path)
+	cfg := fileConfig(t, path)
+	r := start(t, cfg, b)
+	const total = 3000
+	var want []string
+	bad := []string{"not json at all", `{"kind":"Event","no":"auditID"}`, "\xff\xfe{}", `["an array"]`}
+	for i := 0; i < total; i++ {
+		line, id := ev.Event(i)
+		want = append(want, id)
+		if err := w.Line(line); err != nil {
+			t.Fatal(err)
+		}
+		if i%700 == 100 {
+			if err := w.Line([]byte(bad[(i/700)%len(bad)])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		switch i % 1000 {
+		case 250:
+			_, err = w.Rotate(false)
+		case 500:
+			_, err = w.Rotate(true)
+		case 750:
+			_, err = w.CopyTruncate()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "every event on the bus", func() bool { return n.count(t, bus.Events) >= total })
+	eventually(t, "every bad line dead-lettered", func() bool { return n.count(t, bus.DeadLetter) >= 5 })
+	r.stop(t)
+	msgs := n.messages(t, bus.Events)
+	checkExactlyOnce(t, msgs, want)
+	for _, m := range msgs[:10] {
+		if m.Header.Get(bus.HeaderNode) != "node-1" || !strings.Contains(m.Header.Get(bus.HeaderSource), "audit") || m.Subject != "auditlens.events.test" {
+			t.Fatalf("message headers %v subject %s", m.Header, m.Subject)
+		}
+	}
+	dl := n.messages(t, bus.DeadLetter)
+	if len(dl) != 5 {
+		t.Errorf("%d dead letters, want 5", len(dl))
+	}
+	for _, m := range dl {
+		if m.Header.Get(bus.HeaderReason) == "" || m.Header.Get(bus.HeaderSource) == "" {
+			t.Errorf("dead letter without reason or source: %v", m.Header)
+		}
+	}
+	if got := testutil.ToFloat64(mustCounter(t, r.reg, "auditlens_ingest_events_published_total")); got != total {
+		t.Errorf("events_published_total = %v, want %d", got, total)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, r.reg, "auditlens_ingest_bad_lines_total")); got != 5 {
+		t.Errorf("bad_lines_total = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, r.reg, "auditlens_ingest_lines_read_total")); got != total+5 {
+		t.Errorf("lines_read_total = %v, want %d", got, total+5)
+	}
+}
+
+// mustCounter sums every series of a metric family as one collector.
+func mustCounter(t testing.TB, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	found := false
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		found = true
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	if !found {
+		t.Fatalf("metric %s not registered", name)
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sum"}, func() float64 { return sum })
+}
+
+// TestBusOutage stops the bus while the log is written and brings it back on the same
+// store and port: every event arrives once, and readiness reflected the outage.
+func TestBusOutage(t *testing.T) {
+	ev := testlog.Load(t)
+	n := startNATS(t)
+	b := n.open(t)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	w := testlog.NewWriter(t, path)
+	r := start(t, fileConfig(t, path), b)
+	var want []string
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			line, id := ev.Event(i)
+			want = append(want, id)
+			if err := w.Line(line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(0, 500)
+	eventually(t, "first events", func() bool { return n.count(t, bus.Events) == 500 })
+	n.stop()
+	write(500, 1500)
+	if _, err := w.Rotate(true); err != nil {
+		t.Fatal(err)
+	}
+	write(1500, 2000)
+	eventually(t, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
+	n.start()
+	eventually(t, "every event after the outage", func() bool { return n.count(t, bus.Events) >= 2000 })
+	eventually(t, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
+	r.stop(t)
+	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+}
+
+// TestKill9 kills an ingest process mid-file and restarts it: the stream holds every event
+// exactly once.
+func TestKill9(t *testing.T) {
+	ev := testlog.Load(t)
+	n := startNATS(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	ckpt := filepath.Join(dir, "ckpt")
+	w := testlog.NewWriter(t, path)
+	const total = 30000
+	var want []string
+	for i := 0; i < total; i++ {
+		line, id := ev.Event(i)
+		want = append(want, id)
+		if err := w.Line(line); err != nil {
+			t.Fatal(err)
+		}
+		if i == total/2 {
+			if _, err := w.Rotate(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run := func() *exec.Cmd {
+		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.url(),
+			"--cluster", "test", "--metrics-addr", "", "--batch-size", "200", "--log-format", "json")
+		cmd.Stderr = t.Output()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	cmd := run()
+	eventually(t, "ingest to publish part of the file", func() bool { return n.count(t, bus.Events) >= total/10 })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	got := n.count(t, bus.Events)
+	if got >= total {
+		t.Fatalf("the whole file was published before the kill (%d); make it longer", got)
+	}
+	t.Logf("killed after %d of %d events", got, total)
+	cmd = run()
+	eventually(t, "every event after the restart", func() bool { return n.count(t, bus.Events) >= total })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("ingest after SIGTERM: %v", err)
+	}
+	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+}

@@ -1,0 +1,186 @@
+package pipeline_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/enginetest"
+)
+
+func logger(t testing.TB) *slog.Logger {
+	var w io.Writer = t.Output()
+	if os.Getenv("INGEST_TEST_QUIET") != "" {
+		w = io.Discard
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// natsServer is an embedded JetStream server reachable over TCP, restartable on the same
+// store and port.
+type natsServer struct {
+	t    testing.TB
+	dir  string
+	addr string
+	srv  *server.Server
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startNATS(t testing.TB) *natsServer {
+	t.Helper()
+	n := &natsServer{t: t, dir: t.TempDir(), addr: freeAddr(t)}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) start() {
+	n.t.Helper()
+	srv, err := natsbus.StartServer(n.dir, n.addr)
+	if err != nil {
+		enginetest.Unavailable(n.t, "embedded nats", err)
+	}
+	n.srv = srv
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+func (n *natsServer) url() string { return "nats://" + n.addr }
+
+// open connects a bus to the server, as a separate process would.
+func (n *natsServer) open(t testing.TB) *natsbus.Bus {
+	t.Helper()
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.url(), StallWait: 2 * time.Second, AckTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// messages returns the msg ids and headers of every message on stream s.
+func (n *natsServer) messages(t testing.TB, s bus.Stream) []*nats.Msg {
+	t.Helper()
+	nc, err := nats.Connect(n.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, natsbus.StreamName(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := info.State.Msgs
+	var out []*nats.Msg
+	if total == 0 {
+		return nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uint64(len(out)) < total {
+		batch, err := c.Fetch(int(min(total-uint64(len(out)), 5000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			out = append(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		}
+		if batch.Error() != nil {
+			t.Fatal(batch.Error())
+		}
+	}
+	return out
+}
+
+// count is the number of messages on stream s.
+func (n *natsServer) count(t testing.TB, s bus.Stream) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(n.url())
+	if err != nil {
+		return 0
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, natsbus.StreamName(s))
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
+}
+
+// eventually polls cond until it holds or a minute passed.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkExactlyOnce verifies the events stream holds want ids, each once.
+func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
+	t.Helper()
+	got := map[string]int{}
+	for _, m := range msgs {
+		got[m.Header.Get(bus.HeaderMsgID)]++
+	}
+	if len(msgs) != len(want) || len(got) != len(want) {
+		t.Errorf("stream holds %d messages with %d distinct ids, want %d", len(msgs), len(got), len(want))
+	}
+	for _, id := range want {
+		if got[id] != 1 {
+			t.Errorf("event %s stored %d times", id, got[id])
+		}
+	}
+}
+
+var _ = strconv.Itoa

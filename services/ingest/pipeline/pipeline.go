@@ -1,0 +1,123 @@
+// Package pipeline wires ingest's inputs (audit log files, the audit webhook) to the bus.
+package pipeline
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/tail"
+	"github.com/auditlens/auditlens/services/ingest/webhook"
+)
+
+// Config is everything ingest is told.
+type Config struct {
+	AuditLog      string
+	CheckpointDir string
+	StartAt       string
+	MaxEventSize  int
+	BatchSize     int
+	BatchBytes    int
+	Publishers    int
+	PollInterval  time.Duration
+	DrainTimeout  time.Duration
+	NodeName      string
+	Webhook       webhook.Config
+}
+
+// RegisterFlags adds ingest's flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.AuditLog, "audit-log", "", "follow this audit log `file` (the apiserver's --audit-log-path) and its rotated siblings")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(daemon.DefaultDataDir(), "checkpoints"), "`dir` where the read position of --audit-log is kept")
+	fs.StringVar(&c.StartAt, "start-at", tail.StartBeginning, "without a checkpoint, start at the beginning (oldest rotated file) or the end of the audit log")
+	fs.IntVar(&c.MaxEventSize, "max-event-size", 1000000, "largest audit event in `bytes`; larger lines go to the dead-letter stream (keep it below the bus's max payload)")
+	fs.IntVar(&c.BatchSize, "batch-size", 4096, "most lines published in one batch")
+	fs.IntVar(&c.BatchBytes, "batch-bytes", 8<<20, "most `bytes` published in one batch")
+	fs.IntVar(&c.Publishers, "publishers", 2, "batches published concurrently (checkpoints still advance in order)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 200*time.Millisecond, "how often an idle audit log is checked for new lines and rotation")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "on shutdown, how long read lines may wait for the bus")
+	fs.StringVar(&c.NodeName, "node-name", host, "name of this node, sent with every event")
+	c.Webhook.RegisterFlags(fs)
+}
+
+func (c *Config) withDefaults() Config {
+	o := *c
+	if o.StartAt == "" {
+		o.StartAt = tail.StartBeginning
+	}
+	if o.MaxEventSize <= 0 {
+		o.MaxEventSize = 1000000
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 4096
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = 8 << 20
+	}
+	if o.Publishers <= 0 {
+		o.Publishers = 2
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.NodeName == "" {
+		o.NodeName, _ = os.Hostname()
+	}
+	return o
+}
+
+// Validate checks the flags, naming the one at fault.
+func (c *Config) Validate() error {
+	if c.AuditLog == "" && c.Webhook.Addr == "" {
+		return errNoInput
+	}
+	if c.AuditLog != "" {
+		if err := (tail.Config{Path: c.AuditLog, StartAt: c.StartAt}).Validate(); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(c.AuditLog); err == nil && fi.IsDir() {
+			return fmt.Errorf("--audit-log %s is a directory: give the audit log file", c.AuditLog)
+		}
+		if c.CheckpointDir == "" {
+			return fmt.Errorf("--audit-log needs --checkpoint-dir")
+		}
+	}
+	if c.MaxEventSize < 0 || c.BatchSize < 0 || c.BatchBytes < 0 || c.Publishers < 0 {
+		return fmt.Errorf("--max-event-size, --batch-size, --batch-bytes and --publishers must be positive")
+	}
+	return c.Webhook.Validate()
+}
+
+// New builds the inputs: the file input when --audit-log is set, the webhook when
+// --webhook-addr is set.
+func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	m := metrics.New(d.Registry)
+	var comps []daemon.Component
+	if c.AuditLog != "" {
+		in, err := NewFileInput(c, d.Bus, d.Cluster, d.Logger, d.Registry, m)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, in)
+	}
+	if c.Webhook.Addr != "" {
+		s, err := webhook.New(c.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	return comps, nil
+}

@@ -111,7 +111,11 @@ func New(c Config, d daemon.Deps) ([]daemon.Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := NewWriter(c, st, d.Bus, log, d.Registry)
+	var reg prometheus.Registerer // a nil *Registry must not become a non-nil interface
+	if d.Registry != nil {
+		reg = d.Registry
+	}
+	w, err := NewWriter(c, st, d.Bus, log, reg)
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -1,6 +1,6 @@
 # auditlens: the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-MODULES := lib proto deploy services/ingest services/classify services/report
+MODULES := lib proto deploy services/ingest services/classify services/report services/auditlens
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
@@ -8,9 +8,10 @@ export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
 .PHONY: run test build vet fmt-check lint proto proto-check tools chdb bench clean
 
-## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse).
+## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
+## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
 run: build chdb
-	$(BIN)/auditlens --data-dir .data
+	$(BIN)/auditlens --data-dir .data --audit-log examples/audit.log --retention-days 0
 
 ## build: every binary into .bin/
 build:
@@ -18,6 +19,7 @@ build:
 	cd services/ingest && go build -o $(BIN)/ ./cmd/ingest
 	cd services/classify && go build -o $(BIN)/ ./cmd/classify
 	cd services/report && go build -o $(BIN)/ ./cmd/report
+	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
 
 ## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
 test: fmt-check vet lint proto-check

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/bustest"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
@@ -137,3 +139,51 @@ func TestUnreachableServerFailsClearly(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A server that requires credentials: the bus passes user/password and token options through,
+// and a wrong secret fails at Open with an error that names the connection, not a hang.
+func TestAuthentication(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		server server.Options
+		good   natsbus.Config
+		bad    natsbus.Config
+	}{
+		{"user-password", server.Options{Username: "auditlens", Password: "s3cret"},
+			natsbus.Config{User: "auditlens", Password: "s3cret"}, natsbus.Config{User: "auditlens", Password: "wrong"}},
+		{"token", server.Options{Authorization: "t0ken"},
+			natsbus.Config{Token: "t0ken"}, natsbus.Config{Token: "nope"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.server
+			o.Host, o.Port, o.JetStream, o.StoreDir, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, t.TempDir(), true, true
+			srv, err := server.NewServer(&o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Start()
+			defer srv.Shutdown()
+			if !srv.ReadyForConnections(10 * time.Second) {
+				t.Fatal("server not ready")
+			}
+			bad := c.bad
+			bad.URL = srv.ClientURL()
+			if b, err := natsbus.Open(context.Background(), bad); err == nil {
+				b.Close()
+				t.Fatal("wrong credentials accepted")
+			} else if !strings.Contains(err.Error(), "connect to nats") || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+				t.Fatalf("wrong credentials: %v", err)
+			}
+			good := c.good
+			good.URL = srv.ClientURL()
+			b, err := natsbus.Open(context.Background(), good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.Publish(context.Background(), bustest.Messages(bus.Events, "auth", 10, 1)...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/goleak"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/bustest"

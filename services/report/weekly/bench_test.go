@@ -67,6 +67,11 @@ FROM (
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(n), "findings")
+	tt, bt, err := weekly.Phases(ctx, st.DB(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("one more build: trend query (8 weeks) %v, blocker queries (2 weeks) %v", tt.Round(time.Millisecond), bt.Round(time.Millisecond))
 	b.Logf("week: %d findings, %d blocking, %d blockers, %d blocker callers, %d new, %d resolved",
 		r.Totals.Findings, r.Totals.Blocking, len(r.Blockers), r.Totals.BlockerCallers, r.NewCount, r.ResolvedCount)
 }

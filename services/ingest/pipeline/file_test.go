@@ -107,8 +107,9 @@ func TestFileRotationAndBadLines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every event on the bus", func() bool { return n.count(t, bus.Events) >= total })
-	eventually(t, "every bad line dead-lettered", func() bool { return n.count(t, bus.DeadLetter) >= 5 })
+	if !waitFor(func() bool { return n.count(t, bus.Events) >= total && n.count(t, bus.DeadLetter) >= 5 }) {
+		t.Errorf("timed out waiting for every line on the bus")
+	}
 	r.stop(t)
 	msgs := n.messages(t, bus.Events)
 	checkExactlyOnce(t, msgs, want)

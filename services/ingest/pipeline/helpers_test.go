@@ -154,6 +154,18 @@ func (n *natsServer) count(t testing.TB, s bus.Stream) uint64 {
 	return info.State.Msgs
 }
 
+// waitFor polls cond until it holds (true) or 90 seconds passed (false).
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // eventually polls cond until it holds or a minute passed.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -176,10 +188,16 @@ func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
 	if len(msgs) != len(want) || len(got) != len(want) {
 		t.Errorf("stream holds %d messages with %d distinct ids, want %d", len(msgs), len(got), len(want))
 	}
-	for _, id := range want {
+	bad := 0
+	for i, id := range want {
 		if got[id] != 1 {
-			t.Errorf("event %s stored %d times", id, got[id])
+			if bad++; bad <= 5 {
+				t.Errorf("event %d (%s) stored %d times", i, id, got[id])
+			}
 		}
+	}
+	if bad > 5 {
+		t.Errorf("... %d events stored other than once", bad)
 	}
 }
 

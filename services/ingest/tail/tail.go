@@ -422,21 +422,24 @@ func (t *Follower) copiedWhileEmpty() (bool, error) {
 	if c.opened.IsZero() {
 		return false, nil
 	}
-	// Renamed away (lumberjack): its content is this file's own, read on.
-	pfi, err := os.Stat(t.cfg.Path)
-	if err != nil {
-		return false, nil
-	}
-	if dev, ino := devIno(pfi); dev != c.id.Dev || ino != c.id.Ino {
-		return false, nil
-	}
 	sibs, err := listRotated(t.cfg.Path)
 	if err != nil {
 		return false, err
 	}
+	// When this file itself was renamed away since (lumberjack), only siblings rotated
+	// before that can hold copies of its earlier content.
+	var until time.Time
+	for _, s := range sibs {
+		if !s.gz && s.dev == c.id.Dev && s.ino == c.id.Ino {
+			until = s.ts
+		}
+	}
 	from := c.opened.UTC().Truncate(time.Millisecond)
 	for _, s := range sibs {
-		if s.ts.Before(from) || (!s.gz && s.dev == c.id.Dev && s.ino == c.id.Ino) || s.matches(c.prev, false) {
+		if s.ts.Before(from) || (!until.IsZero() && !s.ts.Before(until)) {
+			continue
+		}
+		if (!s.gz && s.dev == c.id.Dev && s.ino == c.id.Ino) || s.matches(c.prev, false) {
 			continue
 		}
 		src, err := openSibling(s, 0)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -27,9 +28,16 @@ import (
 // session is the process's one chDB connection.
 type session struct {
 	dir  string
-	mu   sync.Mutex // serializes queries: each runs as "USE db; query"
 	conn *cConnection
 	refs int
+
+	// Queries run as "USE db; query": those on the same database run concurrently, a query
+	// on another database waits until they are done.
+	mu     sync.Mutex
+	cond   *sync.Cond
+	cur    string // database of the running queries
+	active int
+	closed bool
 }
 
 var (
@@ -80,6 +88,7 @@ func acquire(dir string) (*session, error) {
 		return nil, err
 	}
 	s := &session{dir: abs, conn: c, refs: 1}
+	s.cond = sync.NewCond(&s.mu)
 	// DateTime text is read and written in UTC, like the test server's.
 	if _, _, err := s.query("", "SET session_timezone = 'UTC'", outputFormat); err != nil {
 		cCloseConn(c)
@@ -97,6 +106,10 @@ func release(s *session) {
 		return
 	}
 	s.mu.Lock()
+	for s.active > 0 {
+		s.cond.Wait()
+	}
+	s.closed = true
 	cCloseConn(s.conn)
 	s.conn = nil
 	s.mu.Unlock()
@@ -110,11 +123,33 @@ func (s *session) query(database, q, format string) ([]byte, uint64, error) {
 		q = "USE " + database + "; " + q
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return query(s.conn, q, format)
+	for s.active > 0 && database != "" && s.cur != "" && s.cur != database {
+		s.cond.Wait()
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, 0, errors.New("chdb: session closed")
+	}
+	if database != "" {
+		s.cur = database
+	}
+	s.active++
+	conn := s.conn
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.active--
+		if s.active == 0 {
+			s.cur = ""
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}()
+	return query(conn, q, format)
 }
 
-// backend implements store.Backend with INSERT ... FORMAT JSONEachRow.
+// backend implements store.Backend with INSERT ... FORMAT TabSeparated (the text format
+// chDB reads fastest; binary formats cannot pass through chdb_query's C string).
 type backend struct {
 	s        *session
 	database string
@@ -138,23 +173,21 @@ func (b *backend) Insert(ctx context.Context, table string, columns []string, ro
 		return err
 	}
 	var buf bytes.Buffer
-	buf.WriteString("INSERT INTO " + table + " (" + strings.Join(columns, ", ") + ") FORMAT JSONEachRow\n")
+	buf.Grow(len(rows) * len(columns) * 16)
+	buf.WriteString("INSERT INTO " + table + " (" + strings.Join(columns, ", ") + ") FORMAT TabSeparated\n")
 	for _, r := range rows {
 		if len(r) != len(columns) {
 			return fmt.Errorf("row of %d values for %d columns", len(r), len(columns))
 		}
-		buf.WriteByte('{')
 		for i, v := range r {
 			if i > 0 {
-				buf.WriteByte(',')
+				buf.WriteByte('\t')
 			}
-			writeJSONString(&buf, columns[i])
-			buf.WriteByte(':')
-			if err := writeJSONValue(&buf, v, types[columns[i]]); err != nil {
+			if err := writeTSV(&buf, v, types[columns[i]], false); err != nil {
 				return fmt.Errorf("column %s: %w", columns[i], err)
 			}
 		}
-		buf.WriteString("}\n")
+		buf.WriteByte('\n')
 	}
 	_, _, err = b.s.query(b.database, buf.String(), outputFormat)
 	return err
@@ -196,22 +229,33 @@ func (b *backend) columnTypes(table string) (map[string]string, error) {
 	return t, nil
 }
 
-// writeJSONValue writes v for a column of ClickHouse type typ. Strings keep their bytes
-// (ClickHouse strings are bytes, not UTF-8); times become a date for Date columns and
-// Unix seconds otherwise.
-func writeJSONValue(buf *bytes.Buffer, v any, typ string) error {
+// writeTSV writes v for a column of ClickHouse type typ in TabSeparated, or, inside an
+// array (quoted), in the quoted form. Strings keep their bytes (ClickHouse strings are bytes,
+// not UTF-8), with tab, newline, backslash and NUL escaped; times become a date for Date
+// columns and Unix seconds otherwise.
+func writeTSV(buf *bytes.Buffer, v any, typ string, quoted bool) error {
 	switch v := v.(type) {
 	case nil:
-		buf.WriteString("null")
+		buf.WriteString(`\N`)
 	case string:
-		writeJSONString(buf, v)
+		writeTSVString(buf, v, quoted)
 	case []byte:
-		writeJSONString(buf, string(v))
+		writeTSVString(buf, string(v), quoted)
 	case bool:
-		buf.WriteString(strconv.FormatBool(v))
+		if v {
+			buf.WriteByte('1')
+		} else {
+			buf.WriteByte('0')
+		}
 	case time.Time:
 		if strings.Contains(typ, "Date") && !strings.Contains(typ, "DateTime") {
-			writeJSONString(buf, v.UTC().Format(time.DateOnly))
+			if quoted {
+				buf.WriteByte('\'')
+			}
+			buf.WriteString(v.UTC().Format(time.DateOnly))
+			if quoted {
+				buf.WriteByte('\'')
+			}
 		} else {
 			buf.WriteString(strconv.FormatInt(v.Unix(), 10))
 		}
@@ -221,7 +265,7 @@ func writeJSONValue(buf *bytes.Buffer, v any, typ string) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			writeJSONString(buf, s)
+			writeTSVString(buf, s, true)
 		}
 		buf.WriteByte(']')
 	default:
@@ -234,7 +278,7 @@ func writeJSONValue(buf *bytes.Buffer, v any, typ string) error {
 		case reflect.Float32, reflect.Float64:
 			buf.WriteString(strconv.FormatFloat(rv.Float(), 'g', -1, 64))
 		case reflect.String:
-			writeJSONString(buf, rv.String())
+			writeTSVString(buf, rv.String(), quoted)
 		case reflect.Slice, reflect.Array:
 			elem := typ
 			if strings.HasPrefix(elem, "Array(") {
@@ -245,7 +289,7 @@ func writeJSONValue(buf *bytes.Buffer, v any, typ string) error {
 				if i > 0 {
 					buf.WriteByte(',')
 				}
-				if err := writeJSONValue(buf, rv.Index(i).Interface(), elem); err != nil {
+				if err := writeTSV(buf, rv.Index(i).Interface(), elem, true); err != nil {
 					return err
 				}
 			}
@@ -257,24 +301,35 @@ func writeJSONValue(buf *bytes.Buffer, v any, typ string) error {
 	return nil
 }
 
-// writeJSONString writes s as a JSON string without touching bytes that are not valid
-// UTF-8: ClickHouse reads them back verbatim.
-func writeJSONString(buf *bytes.Buffer, s string) {
-	const hex = "0123456789abcdef"
-	buf.WriteByte('"')
+// writeTSVString escapes s for TabSeparated; quoted wraps it in single quotes (array
+// elements) and escapes the quote too.
+func writeTSVString(buf *bytes.Buffer, s string, quoted bool) {
+	if quoted {
+		buf.WriteByte('\'')
+	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			buf.WriteByte('\\')
-			buf.WriteByte(c)
-		case c < 0x20 || c == 0x7f:
-			buf.WriteString(`\u00`)
-			buf.WriteByte(hex[c>>4])
-			buf.WriteByte(hex[c&0xf])
+		switch c := s[i]; c {
+		case '\\':
+			buf.WriteString(`\\`)
+		case '\t':
+			buf.WriteString(`\t`)
+		case '\n':
+			buf.WriteString(`\n`)
+		case '\r':
+			buf.WriteString(`\r`)
+		case 0:
+			buf.WriteString(`\0`)
+		case '\'':
+			if quoted {
+				buf.WriteString(`\'`)
+			} else {
+				buf.WriteByte(c)
+			}
 		default:
 			buf.WriteByte(c)
 		}
 	}
-	buf.WriteByte('"')
+	if quoted {
+		buf.WriteByte('\'')
+	}
 }

@@ -1,6 +1,7 @@
 package chdb
 
 import (
+	"bytes"
 	"context"
 	"database/sql/driver"
 	"strings"
@@ -135,5 +136,33 @@ func TestSecondDirectoryRefused(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("database two sees the table of database one")
+	}
+}
+
+func TestWriteTSV(t *testing.T) {
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		v    any
+		typ  string
+		want string
+	}{
+		{"a\tb\nc\\d'e\x00\r", "String", `a\tb\nc\\d'e\0\r`},
+		{"\xff", "String", "\xff"},
+		{[]string{"x'y", "t\tz"}, "Array(String)", `['x\'y','t\tz']`},
+		{at, "DateTime('UTC')", "1795428000"},
+		{at, "Date", "2026-11-23"},
+		{uint32(7), "UInt32", "7"},
+		{int32(-3), "Int32", "-3"},
+		{nil, "Nullable(String)", `\N`},
+		{[]uint32{1, 2}, "Array(UInt32)", "[1,2]"},
+	} {
+		var b bytes.Buffer
+		if err := writeTSV(&b, c.v, c.typ, false); err != nil {
+			t.Errorf("%#v: %v", c.v, err)
+			continue
+		}
+		if b.String() != c.want {
+			t.Errorf("writeTSV(%#v, %s) = %q, want %q", c.v, c.typ, b.String(), c.want)
+		}
 	}
 }

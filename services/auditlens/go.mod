@@ -8,6 +8,7 @@ require (
 	github.com/auditlens/auditlens/services/classify v0.0.0
 	github.com/auditlens/auditlens/services/ingest v0.0.0
 	github.com/auditlens/auditlens/services/report v0.0.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260515175617-8268a5d078c0
 )
 
 require (
@@ -47,6 +48,8 @@ require (
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/segmentio/kafka-go v0.4.51 // indirect
 	github.com/shopspring/decimal v1.6.0 // indirect
+	github.com/twmb/franz-go v1.22.3 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/valyala/fastjson v1.6.10 // indirect
 	github.com/wneessen/go-mail v0.8.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect

@@ -150,6 +150,20 @@ func Run(t *testing.T, open Opener) {
 		}
 	})
 
+	// Ingest publishes thousands of events in one call; the bus must split them into what its
+	// server accepts (Kafka brokers refuse record batches over message.max.bytes, 1 MiB).
+	t.Run("LargeBatchInOneCall", func(t *testing.T) {
+		b := open(t)
+		const n = 4000 // ~4.8 MB
+		if err := b.Publish(ctx, Messages(bus.Events, "lb", n, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		col := NewCollector()
+		stop := consume(t, b, bus.Events, "g5", bus.ConsumerOptions{}, ackAll(col))
+		col.WaitDistinct(t, n, 30*time.Second)
+		stop()
+	})
+
 	t.Run("UnackedRedeliveredAfterRestart", func(t *testing.T) {
 		b := open(t)
 		const n = 200

@@ -74,8 +74,9 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond,
 		BatchSize:    1000,
-		BatchBytes:   16 << 20,
-		MaxAttempts:  5,
+		// BatchBytes stays at kafka-go's default (1 MiB), the brokers' default
+		// message.max.bytes: a larger record batch is refused as "Message Size Too Large".
+		MaxAttempts: 5,
 	}}
 	if err := b.ping(ctx); err != nil {
 		return nil, err

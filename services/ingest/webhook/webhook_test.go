@@ -1,0 +1,254 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/webhook"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
+}
+
+// pki is a throwaway CA with a server and a client certificate, written to files.
+type pki struct {
+	dir                   string
+	caPool                *x509.CertPool
+	serverCert, serverKey string
+	clientCA              string
+	client                tls.Certificate
+	otherClient           tls.Certificate // signed by another CA
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir()}
+	ca, caKey := mkCert(t, "auditlens test CA", nil, nil, true)
+	p.caPool = x509.NewCertPool()
+	p.caPool.AddCert(ca)
+	srv, srvKey := mkCert(t, "localhost", ca, caKey, false)
+	p.serverCert, p.serverKey = p.write(t, "server", srv, srvKey)
+	p.clientCA, _ = p.write(t, "ca", ca, caKey)
+	cli, cliKey := mkCert(t, "kube-apiserver", ca, caKey, false)
+	p.client = tls.Certificate{Certificate: [][]byte{cli.Raw}, PrivateKey: cliKey}
+	other, otherKey := mkCert(t, "other CA", nil, nil, true)
+	oc, ocKey := mkCert(t, "intruder", other, otherKey, false)
+	p.otherClient = tls.Certificate{Certificate: [][]byte{oc.Raw}, PrivateKey: ocKey}
+	return p
+}
+
+func mkCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		IsCA:         isCA, BasicConstraintsValid: true,
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func (p *pki) write(t *testing.T, name string, c *x509.Certificate, k *ecdsa.PrivateKey) (string, string) {
+	t.Helper()
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf := filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
+	if err := os.WriteFile(cf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kf, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cf, kf
+}
+
+type fixture struct {
+	t    *testing.T
+	pki  *pki
+	bus  *natsbus.Bus
+	srv  *webhook.Server
+	url  string
+	m    *metrics.Ingest
+	stop func()
+}
+
+const token = "s3cret-token"
+
+func setup(t *testing.T, maxBody int64) *fixture {
+	t.Helper()
+	p := newPKI(t)
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir(), StallWait: time.Second, AckTimeout: 2 * time.Second})
+	if err != nil {
+		enginetest.Unavailable(t, "embedded nats", err)
+	}
+	tokFile := filepath.Join(p.dir, "token")
+	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(nil)
+	srv, err := webhook.New(webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, ClientCA: p.clientCA,
+		TokenFile: tokFile, MaxBody: maxBody, PublishTimeout: 3 * time.Second},
+		b, webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	f := &fixture{t: t, pki: p, bus: b, srv: srv, url: "https://" + srv.Addr() + "/audit", m: m}
+	f.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		b.Close()
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// post sends body with the bearer token tok ("" for none) and optionally a client cert.
+func (f *fixture) post(body []byte, tok string, cert *tls.Certificate) *http.Response {
+	f.t.Helper()
+	tc := &tls.Config{RootCAs: f.pki.caPool}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	tr := &http.Transport{TLSClientConfig: tc}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, f.url, bytes.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// count returns the number of messages in stream s.
+func (f *fixture) count(s bus.Stream) int {
+	f.t.Helper()
+	c, err := f.bus.Consumer(s, "count"+fmt.Sprint(time.Now().UnixNano()), bus.ConsumerOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	n := 0
+	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) { n++ })
+	return n
+}
+
+// eventList builds an EventList of events from..to-1 the way the apiserver sends it.
+func eventList(ev testlog.Events, from, to int, extra ...string) []byte {
+	var items []string
+	for i := from; i < to; i++ {
+		e, _ := ev.Event(i)
+		items = append(items, string(e))
+	}
+	items = append(items, extra...)
+	return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + strings.Join(items, ",") + `]}`)
+}
+
+func TestWebhook(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setup(t, 1<<20)
+	for _, tc := range []struct {
+		name       string
+		body       []byte
+		tok        string
+		cert       *tls.Certificate
+		code       int
+		events     int
+		deadLetter int
+	}{
+		{"token", eventList(ev, 0, 50), token, nil, 200, 50, 0},
+		{"client certificate", eventList(ev, 50, 60), "", &f.pki.client, 200, 60, 0},
+		{"retry of the same batch is stored once", eventList(ev, 0, 50), token, nil, 200, 60, 0},
+		{"wrong token", eventList(ev, 100, 110), "not-the-token", nil, 401, 60, 0},
+		{"no credentials", eventList(ev, 100, 110), "", nil, 401, 60, 0},
+		{"certificate of another CA", eventList(ev, 100, 110), "", &f.pki.otherClient, 401, 60, 0},
+		{"oversized body", eventList(ev, 100, 2000), token, nil, 413, 60, 0},
+		{"bad item is dead-lettered, the others stored", eventList(ev, 60, 70, `{"kind":"Event","stage":"x"}`), token, nil, 200, 70, 1},
+		{"not JSON", []byte("hello"), token, nil, 400, 70, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := f.post(tc.body, tc.tok, tc.cert)
+			if resp.StatusCode != tc.code {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.code)
+			}
+			if got := f.count(bus.Events); got != tc.events {
+				t.Errorf("%d events on the bus, want %d", got, tc.events)
+			}
+			if got := f.count(bus.DeadLetter); got != tc.deadLetter {
+				t.Errorf("%d dead letters, want %d", got, tc.deadLetter)
+			}
+		})
+	}
+}
+
+func TestWebhookBusDown(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setup(t, 1<<20)
+	f.bus.Close() // the bus goes away
+	resp := f.post(eventList(ev, 0, 10), token, nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if err := f.srv.Ready(); err == nil {
+		t.Error("ready while the bus is down")
+	}
+}

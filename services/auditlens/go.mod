@@ -5,10 +5,12 @@ go 1.26.8
 require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/auditlens/auditlens/lib v0.0.0
+	github.com/auditlens/auditlens/proto v0.0.0
 	github.com/auditlens/auditlens/services/classify v0.0.0
 	github.com/auditlens/auditlens/services/ingest v0.0.0
 	github.com/auditlens/auditlens/services/report v0.0.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260515175617-8268a5d078c0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -20,7 +22,6 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/auditlens/auditlens/proto v0.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ebitengine/purego v0.10.1 // indirect
@@ -60,7 +61,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	gonum.org/v1/plot v0.17.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/auditlens/page"
 	classify "github.com/auditlens/auditlens/services/classify/pipeline"
 	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
 	"github.com/auditlens/auditlens/services/report/sink"
@@ -72,9 +73,20 @@ func main() {
 			if err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
-			// Upstream first, so a shutdown drains ingest, then classify, then report.
-			comps := append(in, cl)
-			return append(comps, out...), nil
+			// The weekly report as a page beside /metrics; on embedded ClickHouse this shares
+			// the writer's session (chDB allows one per process).
+			st, err := rc.Engine.Open(context.Background())
+			if err != nil {
+				return nil, fmt.Errorf("report page: %w", err)
+			}
+			d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: rc.Weekly.Target, Log: d.Logger})
+			// Upstream first, so a shutdown drains ingest, then classify, then report; the
+			// page's store handle closes last.
+			comps := append(append(in, cl), out...)
+			return append(comps, daemon.ComponentFuncs{RunFunc: func(ctx context.Context) error {
+				<-ctx.Done()
+				return st.Close()
+			}}), nil
 		},
 	}, args, os.Stderr))
 }

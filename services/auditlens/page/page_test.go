@@ -1,0 +1,84 @@
+package page
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+)
+
+const hostile = `<script>alert(1)</script>"'`
+
+func TestReportPage(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	var fs []*auditlensv1.Finding
+	for i, agent := range []string{hostile, "kubectl/v1.21.0 (linux/amd64)", hostile} {
+		fs = append(fs, &auditlensv1.Finding{
+			RuleId: "removed-api", Cluster: "default", AuditId: []string{"a", "b", "c"}[i], EventTime: timestamppb.New(at),
+			ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses", Verb: "list",
+			Username: "system:serviceaccount:ci:" + hostile, UserAgent: agent, RemovedIn: "1.22", DeprecatedIn: "1.14",
+		})
+	}
+	// Delivered twice: still three findings.
+	for range 2 {
+		if err := st.WriteFindings(context.Background(), fs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &Handler{DB: st.DB(), Cluster: "default", Log: slog.New(slog.DiscardHandler),
+		Now: func() time.Time { return time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC) }}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(q string) (*http.Response, string) {
+		resp, err := http.Get(srv.URL + "/report?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	resp, body := get("target-version=1.33")
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("html: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if strings.Contains(body, "<script>alert") || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Fatal("hostile user agent not escaped in the page")
+	}
+	if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Fatal("no content security policy")
+	}
+	if !strings.Contains(body, "data:image/png;base64,") {
+		t.Fatal("charts not embedded")
+	}
+
+	resp, body = get("format=json&week-ending=2026-11-29&target-version=1.33")
+	var rep struct {
+		Totals struct{ Findings, Blocking int }
+	}
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Findings != 3 || rep.Totals.Blocking != 3 {
+		t.Fatalf("json: %d %+v %.300s", resp.StatusCode, rep.Totals, body)
+	}
+	resp, body = get("format=json&week-ending=2026-11-29&target-version=1.21")
+	if json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Blocking != 0 {
+		t.Fatalf("removed in 1.22 must not block 1.21: %+v", rep.Totals)
+	}
+
+	for _, q := range []string{"format=pdf", "target-version=latest", "week-ending=tuesday"} {
+		if resp, body := get(q); resp.StatusCode != 400 || !strings.Contains(body, strings.Split(q, "=")[0]) {
+			t.Errorf("%s: %d %q", q, resp.StatusCode, body)
+		}
+	}
+}

@@ -54,7 +54,10 @@ func Usage(fs *flag.FlagSet, synopsis string) {
 		fmt.Fprintf(w, "%s\n\nFlags (each also read from its environment twin):\n", strings.TrimSpace(synopsis))
 		fs.VisitAll(func(f *flag.Flag) {
 			typ, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(w, "  --%s %s\n  \t%s (env %s", f.Name, typ, usage, EnvName(f.Name))
+			if typ != "" {
+				typ = " " + typ
+			}
+			fmt.Fprintf(w, "  --%s%s\n  \t%s (env %s", f.Name, typ, usage, EnvName(f.Name))
 			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "[]" {
 				fmt.Fprintf(w, ", default %q", f.DefValue)
 			}

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	for _, name := range []string{"ingest", "classify", "report"} {
+	for _, name := range []string{"ingest", "classify", "report", "auditlens"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/auditlens/auditlens/services/"+name+"/cmd/"+name)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {

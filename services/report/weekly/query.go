@@ -227,23 +227,19 @@ func (r *Report) aggArgs(o Options) []any {
 
 const keyCols = `rule_id, api_group, api_version, resource, removed_in`
 
-// blockers fills Blockers, New, Resolved and the caller counts with two queries: exact
-// counts grouped by blocker, then the busiest callers (LIMIT BY), so the rows read stay few
-// however many callers there are.
+// blockers fills Blockers, New, Resolved and the caller counts with two queries over the
+// per-caller aggregation: exact counts grouped by blocker, then the busiest callers (LIMIT
+// BY), so the rows read stay few however many callers there are. (Counting callers with
+// uniqExact grouped by blocker alone measured about twice as slow on 10M findings.)
 func blockers(ctx context.Context, db *sql.DB, o Options, r *Report) error {
-	// What blocks, with exact counts of findings and callers, grouped by blocker only: a
-	// caller is new when it is among this and last week's callers but not last week's.
-	start := r.WeekStart.Unix()
-	q := `SELECT ` + keyCols + `, any(replacement), any(message),
-  toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time >= toDateTime(?))),
-  toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time < toDateTime(?))),
-  toUInt64(uniqExactIf(username, user_agent, namespace, event_time >= toDateTime(?))),
-  toUInt64(uniqExactIf(username, user_agent, namespace, event_time < toDateTime(?))),
-  toUInt64(uniqExact(username, user_agent, namespace))
-FROM ` + o.Table + `
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?) AND ` + blockingExpr + `
+	args := r.aggArgs(o)
+	// What blocks, with exact counts of findings and callers.
+	q := `SELECT ` + keyCols + `, any(repl), any(msg),
+  toUInt64(sum(this_n)), toUInt64(sum(prev_n)),
+  toUInt64(countIf(this_n > 0)), toUInt64(countIf(this_n > 0 AND prev_n = 0)), toUInt64(countIf(this_n = 0 AND prev_n > 0))
+FROM (` + callerAgg(o.Table) + `)
 GROUP BY ` + keyCols
-	rows, err := db.QueryContext(ctx, q, start, start, start, start, o.Cluster, r.WeekStart.AddDate(0, 0, -7).Unix(), r.WeekEnd.Unix(), o.Target.Ordinal())
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("query blockers: %w", err)
 	}
@@ -252,12 +248,11 @@ GROUP BY ` + keyCols
 	r.Blockers, r.New, r.Resolved = []Blocker{}, []Change{}, []Change{}
 	for rows.Next() {
 		var b Blocker
-		var prev, callers, prevCallers, both uint64
+		var prev, callers, newCallers, resolved uint64
 		if err := rows.Scan(&b.RuleID, &b.APIGroup, &b.APIVersion, &b.Resource, &b.RemovedIn, &b.Replacement, &b.Message,
-			&b.Findings, &prev, &callers, &prevCallers, &both); err != nil {
+			&b.Findings, &prev, &callers, &newCallers, &resolved); err != nil {
 			return fmt.Errorf("read blockers: %w", err)
 		}
-		newCallers, resolved := both-prevCallers, both-callers
 		r.NewCount += int(newCallers)
 		r.ResolvedCount += int(resolved)
 		r.Totals.BlockerCallers += int(callers)
@@ -291,7 +286,6 @@ GROUP BY ` + keyCols
 	// among the busiest new (resolved) ones of each blocker.
 	per := max(o.CallersPerBlocker, o.MaxChanges)
 	var listed, fresh, gone []listedCaller
-	args := r.aggArgs(o)
 	err = eachCaller(ctx, db, `SELECT *, toUInt8(multiIf(this_n > 0 AND prev_n > 0, 0, this_n > 0, 1, 2)) AS kind
 FROM (`+callerAgg(o.Table)+`)
 ORDER BY `+keyCols+`, kind, greatest(this_n, prev_n) DESC, username, user_agent, namespace

@@ -22,6 +22,8 @@ import (
 // batch is a run of lines published together; pos is checkpointed once it is acknowledged
 // and every batch before it was.
 type batch struct {
+	chunks  []tail.Chunk // lines read, turned into msgs by a publisher
+	lines   int
 	msgs    []bus.Message
 	events  int
 	bad     map[string]int
@@ -150,6 +152,7 @@ func (in *FileInput) Run(ctx context.Context) error {
 	for range in.cfg.Publishers {
 		wg.Go(func() {
 			for b := range work {
+				in.convert(b)
 				b.err = in.publish(pubCtx, b)
 				close(b.done)
 			}
@@ -190,7 +193,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			in.settled(b)
 			return false
 		}
-		if len(b.msgs) == 0 {
+		if b.lines == 0 {
 			close(b.done)
 			return true
 		}
@@ -207,7 +210,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 	for {
 		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
 		if cur != nil {
-			maxLines -= len(cur.msgs)
+			maxLines -= cur.lines
 			maxBytes -= int(cur.bytes)
 		}
 		c, err := f.Next(ctx, maxLines, maxBytes, cur == nil)
@@ -229,12 +232,21 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 		}
 		backoff = in.cfg.PollInterval
 		if cur == nil && (len(c.Lines) > 0 || c.Pos.File.Path != "") {
-			cur = &batch{created: time.Now(), done: make(chan struct{}), msgs: make([]bus.Message, 0, len(c.Lines))}
+			cur = &batch{created: time.Now(), done: make(chan struct{})}
 		}
 		if cur != nil {
-			in.add(cur, c)
+			if c.Pos.File.Path != "" {
+				cur.pos = c.Pos
+			}
+			if len(c.Lines) > 0 {
+				cur.chunks = append(cur.chunks, c)
+				cur.lines += len(c.Lines)
+				for _, l := range c.Lines {
+					cur.bytes += int64(len(l.Data)) + 1
+				}
+			}
 		}
-		if cur != nil && (c.CaughtUp || len(cur.msgs) >= in.cfg.BatchSize || int(cur.bytes) >= in.cfg.BatchBytes || len(c.Lines) == 0) {
+		if cur != nil && (c.CaughtUp || cur.lines >= in.cfg.BatchSize || int(cur.bytes) >= in.cfg.BatchBytes || len(c.Lines) == 0) {
 			if !send() {
 				return nil
 			}
@@ -242,17 +254,26 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 	}
 }
 
+// convert turns the lines of b into messages (in a publisher, so that identifying events
+// runs in parallel with reading).
+func (in *FileInput) convert(b *batch) {
+	if b.msgs != nil {
+		return // a retry
+	}
+	b.msgs = make([]bus.Message, 0, b.lines)
+	for _, c := range b.chunks {
+		in.add(b, c)
+	}
+	b.chunks = nil
+}
+
 // add converts a chunk's lines into messages of b.
 func (in *FileInput) add(b *batch, c tail.Chunk) {
-	if c.Pos.File.Path != "" {
-		b.pos = c.Pos
-	}
 	fp := c.Pos.File.Fingerprint
 	if len(fp) > 16 {
 		fp = fp[:16]
 	}
 	for _, l := range c.Lines {
-		b.bytes += int64(len(l.Data)) + 1
 		src := c.Name + ":" + strconv.FormatInt(l.Offset, 10)
 		err := l.Err
 		var ref auditevent.Ref

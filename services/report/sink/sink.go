@@ -153,7 +153,7 @@ type Writer struct {
 }
 
 type metrics struct {
-	written, invalid, deadLettered, writeErrors, unwritten prometheus.Counter
+	written, invalid, deadLettered, writeErrors, unwritten, ackErrors prometheus.Counter
 	batches                                                prometheus.Counter
 	batchSize, writeSeconds                                prometheus.Histogram
 	pending                                                prometheus.Gauge
@@ -171,6 +171,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Failed ClickHouse writes (each retried until it succeeds)."}),
 		unwritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_unwritten_at_shutdown_total",
 			Help: "Findings left unacknowledged at shutdown because the last write failed; the bus redelivers them."}),
+		ackErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_ack_errors_total",
+			Help: "Acknowledgements the bus refused after a write (the finding is redelivered and counted once)."}),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_batches_total",
 			Help: "Batches written to ClickHouse."}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "auditlens_report_batch_findings",
@@ -181,7 +183,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Findings received and not yet written."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending)
 	}
 	return m
 }
@@ -219,15 +221,18 @@ func (w *Writer) Run(ctx context.Context) error {
 	if !w.migrate(ctx) {
 		return nil
 	}
-	inflight := 3 * w.cfg.BatchSize
+	// Back-pressure comes from the handoff channel, never from the bus's unacknowledged
+	// limit: a JetStream pull consumer that reaches MaxAckPending stalls until AckWait (seen
+	// here as 30 s pauses), so the limit is set well above what the writer can hold (the
+	// channel, the batch being filled, one queued and one being written, the client's buffer).
+	in := make(chan *bus.Delivery, max(2*w.cfg.BatchSize, 4096))
 	cons, err := w.bus.Consumer(bus.Findings, w.cfg.Group, bus.ConsumerOptions{
-		MaxUnacked: max(inflight, 4096),
+		MaxUnacked: max(10*w.cfg.BatchSize, 20000),
 		AckWait:    w.cfg.AckWait,
 	})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	in := make(chan *bus.Delivery, max(inflight, 4096))
 	cctx, stopConsume := context.WithCancel(context.Background())
 	defer stopConsume()
 	consumeErr := make(chan error, 1)
@@ -440,6 +445,7 @@ func (w *Writer) write(ctx context.Context, batch []item) bool {
 	w.setReady(nil)
 	for _, it := range batch {
 		if err := it.d.Ack(ctx); err != nil {
+			w.m.ackErrors.Inc()
 			w.log.Debug("ack failed; the finding will be redelivered and counted once", "position", it.d.Position, "err", err)
 		}
 	}

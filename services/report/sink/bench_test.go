@@ -37,7 +37,9 @@ func realistic(i int) *auditlensv1.Finding {
 		Evidence:   []*auditlensv1.Evidence{{Path: "objectRef.apiGroup", Value: "extensions"}, {Path: "objectRef.apiVersion", Value: "v1beta1"}}}
 }
 
-func publishFindings(b *testing.B, bb bus.Bus, prefix string, n int) { publishFindingsT(b, bb, prefix, n) }
+func publishFindings(b *testing.B, bb bus.Bus, prefix string, n int) {
+	publishFindingsT(b, bb, prefix, n)
+}
 
 func publishFindingsT(b testing.TB, bb bus.Bus, prefix string, n int) {
 	b.Helper()

@@ -154,9 +154,9 @@ type Writer struct {
 
 type metrics struct {
 	written, invalid, deadLettered, writeErrors, unwritten, ackErrors prometheus.Counter
-	batches                                                prometheus.Counter
-	batchSize, writeSeconds                                prometheus.Histogram
-	pending                                                prometheus.Gauge
+	batches                                                           prometheus.Counter
+	batchSize, writeSeconds                                           prometheus.Histogram
+	pending                                                           prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {

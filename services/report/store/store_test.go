@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
 		}
 	}
 	os.Exit(code)

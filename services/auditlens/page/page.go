@@ -6,15 +6,12 @@ package page
 import (
 	"bytes"
 	"database/sql"
-	"encoding/base64"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/weekly"
-	"github.com/auditlens/auditlens/services/report/weekly/chart"
 	"github.com/auditlens/auditlens/services/report/weekly/render"
 )
 
@@ -84,7 +81,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var img render.Images
 	if format == "html" {
-		if img, err = dataImages(rep); err != nil {
+		if img, err = render.DataImages(rep); err != nil {
 			h.Log.Error("draw charts", "err", err)
 		}
 	}
@@ -99,20 +96,4 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; img-src data:; style-src 'unsafe-inline'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(buf.Bytes())
-}
-
-// dataImages draws the charts as data: URLs for a standalone page.
-func dataImages(r *weekly.Report) (render.Images, error) {
-	var img render.Images
-	for _, c := range []struct {
-		draw func(*weekly.Report) ([]byte, error)
-		dst  *template.URL
-	}{{chart.Daily, &img.Daily}, {chart.Weekly, &img.Weekly}} {
-		b, err := c.draw(r)
-		if err != nil {
-			return render.Images{}, err
-		}
-		*c.dst = template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(b))
-	}
-	return img, nil
 }

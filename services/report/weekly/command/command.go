@@ -6,11 +6,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
-	"html/template"
 	"io"
 	"os"
 	"os/signal"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/services/report/weekly"
-	"github.com/auditlens/auditlens/services/report/weekly/chart"
 	"github.com/auditlens/auditlens/services/report/weekly/mail"
 	"github.com/auditlens/auditlens/services/report/weekly/render"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
@@ -208,15 +205,9 @@ func write(c Config, r *weekly.Report, stdout io.Writer) error {
 	var buf bytes.Buffer
 	img := render.Images{}
 	if c.Format == "html" {
-		for _, ch := range []struct {
-			draw func(*weekly.Report) ([]byte, error)
-			dst  *template.URL
-		}{{chart.Daily, &img.Daily}, {chart.Weekly, &img.Weekly}} {
-			b, err := ch.draw(r)
-			if err != nil {
-				return err
-			}
-			*ch.dst = template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(b))
+		var err error
+		if img, err = render.DataImages(r); err != nil {
+			return err
 		}
 	}
 	if err := render.Write(&buf, c.Format, r, img); err != nil {

@@ -282,7 +282,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		}
 		if err != nil {
 			reason := metrics.Reason(err)
-			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", err)
+			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", truncate(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}

@@ -301,10 +301,13 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 		sum := sha256.Sum256(data)
 		h := hdr()
 		h[bus.HeaderReason] = err.Error()
+		if len(h[bus.HeaderReason]) > 512 {
+			h[bus.HeaderReason] = h[bus.HeaderReason][:512]
+		}
 		if len(data) > 16<<10 {
 			data = data[:16<<10]
 		}
-		s.opt.Logger.Warn("bad webhook event sent to the dead-letter stream", "remote", remote, "reason", reason, "err", err)
+		s.opt.Logger.Warn("bad webhook event sent to the dead-letter stream", "remote", remote, "reason", reason, "err", h[bus.HeaderReason])
 		msgs = append(msgs, bus.Message{Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: "webhook/" + hex.EncodeToString(sum[:16]), Header: h, Data: data})
 	}
 	event := func(it auditevent.Item) {

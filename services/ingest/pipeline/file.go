@@ -207,6 +207,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 		}
 	}
 	backoff := in.cfg.PollInterval
+	var lastPos checkpoint.Position
 	for {
 		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
 		if cur != nil {
@@ -231,7 +232,12 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			continue
 		}
 		backoff = in.cfg.PollInterval
-		if cur == nil && (len(c.Lines) > 0 || c.Pos.File.Path != "") {
+		// An idle poll reports the same position again: nothing to checkpoint.
+		moved := c.Pos.File.Path != "" && !samePlace(c.Pos, lastPos)
+		if c.Pos.File.Path != "" {
+			lastPos = c.Pos
+		}
+		if cur == nil && (len(c.Lines) > 0 || moved) {
 			cur = &batch{created: time.Now(), done: make(chan struct{})}
 		}
 		if cur != nil {
@@ -302,6 +308,10 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 			Data:   l.Data,
 		})
 	}
+}
+
+func samePlace(a, b checkpoint.Position) bool {
+	return a.Offset == b.Offset && a.File.Dev == b.File.Dev && a.File.Ino == b.File.Ino && a.File.Fingerprint == b.File.Fingerprint
 }
 
 func truncate(s string, n int) string {

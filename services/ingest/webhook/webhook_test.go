@@ -122,8 +122,14 @@ const token = "s3cret-token"
 
 func setup(t *testing.T, maxBody int64) *fixture {
 	t.Helper()
+	return setupWith(t, maxBody, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
+}
+
+func setupWith(t *testing.T, maxBody int64, nc natsbus.Config) *fixture {
+	t.Helper()
 	p := newPKI(t)
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir(), StallWait: time.Second, AckTimeout: 2 * time.Second})
+	nc.StallWait, nc.AckTimeout = time.Second, 2*time.Second
+	b, err := natsbus.Open(context.Background(), nc)
 	if err != nil {
 		enginetest.Unavailable(t, "embedded nats", err)
 	}
@@ -240,15 +246,56 @@ func TestWebhook(t *testing.T) {
 	}
 }
 
-func TestWebhookBusDown(t *testing.T) {
+// TestWebhookBusOutage stops the NATS server: the webhook answers 503 with Retry-After and
+// is not ready; once the server is back on the same store, the apiserver's retry of the same
+// batch is stored once.
+func TestWebhookBusOutage(t *testing.T) {
 	ev := testlog.Load(t)
-	f := setup(t, 1<<20)
-	f.bus.Close() // the bus goes away
-	resp := f.post(eventList(ev, 0, 10), token, nil)
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	srv, err := natsbus.StartServer(dir, addr)
+	if err != nil {
+		enginetest.Unavailable(t, "embedded nats", err)
+	}
+	f := setupWith(t, 1<<20, natsbus.Config{URL: "nats://" + addr})
+	if resp := f.post(eventList(ev, 0, 10), token, nil); resp.StatusCode != 200 {
+		t.Fatalf("status %d before the outage", resp.StatusCode)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	resp := f.post(eventList(ev, 10, 20), token, nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	if err := f.srv.Ready(); err == nil {
 		t.Error("ready while the bus is down")
+	}
+	srv, err = natsbus.StartServer(dir, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	deadline := time.Now().Add(60 * time.Second)
+	for f.srv.Ready() != nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The apiserver retries the batch; parts of it may have been stored before the outage.
+	for i := 0; ; i++ {
+		resp = f.post(eventList(ev, 10, 20), token, nil)
+		if resp.StatusCode == 200 || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d after the bus came back", resp.StatusCode)
+	}
+	if got := f.count(bus.Events); got != 20 {
+		t.Errorf("%d events on the bus, want 20", got)
 	}
 }

@@ -230,7 +230,7 @@ func TestKill9(t *testing.T) {
 	}
 	run := func() *exec.Cmd {
 		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.url(),
-			"--cluster", "test", "--metrics-addr", "", "--batch-size", "200", "--log-format", "json")
+			"--cluster", "test", "--metrics-addr", "", "--audit-log-batch-size", "200", "--log-format", "json")
 		cmd.Stderr = t.Output()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

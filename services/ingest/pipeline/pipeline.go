@@ -36,11 +36,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(daemon.DefaultDataDir(), "checkpoints"), "`dir` where the read position of --audit-log is kept")
 	fs.StringVar(&c.StartAt, "start-at", tail.StartBeginning, "without a checkpoint, start at the beginning (oldest rotated file) or the end of the audit log")
 	fs.IntVar(&c.MaxEventSize, "max-event-size", 1000000, "largest audit event in `bytes`; larger lines go to the dead-letter stream (keep it below the bus's max payload)")
-	fs.IntVar(&c.BatchSize, "batch-size", 4096, "most lines published in one batch")
-	fs.IntVar(&c.BatchBytes, "batch-bytes", 8<<20, "most `bytes` published in one batch")
-	fs.IntVar(&c.Publishers, "publishers", 2, "batches published concurrently (checkpoints still advance in order)")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 200*time.Millisecond, "how often an idle audit log is checked for new lines and rotation")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "on shutdown, how long read lines may wait for the bus")
+	fs.IntVar(&c.BatchSize, "audit-log-batch-size", 4096, "most lines published in one batch")
+	fs.IntVar(&c.BatchBytes, "audit-log-batch-bytes", 8<<20, "most `bytes` published in one batch")
+	fs.IntVar(&c.Publishers, "audit-log-publishers", 2, "batches published concurrently (checkpoints still advance in order)")
+	fs.DurationVar(&c.PollInterval, "audit-log-poll-interval", 200*time.Millisecond, "how often an idle audit log is checked for new lines and rotation")
+	fs.DurationVar(&c.DrainTimeout, "audit-log-drain-timeout", 30*time.Second, "on shutdown, how long read lines may wait for the bus")
 	fs.StringVar(&c.NodeName, "node-name", host, "name of this node, sent with every event")
 	c.Webhook.RegisterFlags(fs)
 }
@@ -91,7 +91,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.MaxEventSize < 0 || c.BatchSize < 0 || c.BatchBytes < 0 || c.Publishers < 0 {
-		return fmt.Errorf("--max-event-size, --batch-size, --batch-bytes and --publishers must be positive")
+		return fmt.Errorf("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
 	}
 	return c.Webhook.Validate()
 }

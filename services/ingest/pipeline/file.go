@@ -45,6 +45,7 @@ type FileInput struct {
 	store   *checkpoint.Store
 
 	failing atomic.Pointer[error] // last publish error while retrying, nil when healthy
+	readErr atomic.Pointer[error] // last read error while retrying, nil when healthy
 
 	mu           sync.Mutex
 	unacked      []time.Time // creation times of batches not yet checkpointed, oldest first
@@ -113,6 +114,9 @@ func (in *FileInput) CheckpointAge() time.Duration {
 func (in *FileInput) Ready() error {
 	if p := in.failing.Load(); p != nil {
 		return fmt.Errorf("publishing audit log lines: %w", *p)
+	}
+	if p := in.readErr.Load(); p != nil {
+		return fmt.Errorf("reading the audit log: %w", *p)
 	}
 	return nil
 }
@@ -222,6 +226,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			}
 			// An unreadable file (permissions, I/O error): log, retry, never crash.
 			in.log.Error("read audit log", "err", err)
+			in.readErr.Store(&err)
 			send()
 			select {
 			case <-ctx.Done():
@@ -232,6 +237,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			continue
 		}
 		backoff = in.cfg.PollInterval
+		in.readErr.Store(nil)
 		// An idle poll reports the same position again: nothing to checkpoint.
 		moved := c.Pos.File.Path != "" && !samePlace(c.Pos, lastPos)
 		if c.Pos.File.Path != "" {

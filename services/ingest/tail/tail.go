@@ -151,6 +151,7 @@ type Follower struct {
 	skipHead  []byte
 	// waitedForActive: with StartEnd the active file did not exist at first, so all of it is new.
 	waitedForActive bool
+	waiting         bool // logged that the audit log does not exist yet
 	Stats           Stats
 }
 
@@ -184,6 +185,10 @@ func (t *Follower) Next(ctx context.Context, maxLines, maxBytes int, wait bool) 
 				return Chunk{}, err
 			}
 			if !ok {
+				if !t.waiting {
+					t.waiting = true
+					t.cfg.Logger.Info("waiting for the audit log to appear", "path", t.cfg.Path)
+				}
 				if !wait {
 					return Chunk{CaughtUp: true, Name: t.cfg.Path}, nil
 				}

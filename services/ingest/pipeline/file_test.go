@@ -118,6 +118,8 @@ func TestFileRotationAndBadLines(t *testing.T) {
 	if !waitFor(func() bool { return n.count(t, bus.Events) >= total && n.count(t, bus.DeadLetter) >= 5 }) {
 		t.Errorf("timed out waiting for every line on the bus")
 	}
+	in := r.comps[0].(*pipeline.FileInput)
+	eventually(t, "no lag and no checkpoint waiting", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
 	msgs := n.messages(t, bus.Events)
 	checkExactlyOnce(t, msgs, want)
@@ -198,9 +200,12 @@ func TestBusOutage(t *testing.T) {
 	}
 	write(1500, 2000)
 	eventually(t, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
+	in := r.comps[0].(*pipeline.FileInput)
+	eventually(t, "lag and checkpoint age to show the outage", func() bool { return in.LagBytes() > 0 && in.CheckpointAge() > 0 })
 	n.start()
 	eventually(t, "every event after the outage", func() bool { return n.count(t, bus.Events) >= 2000 })
 	eventually(t, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
+	eventually(t, "lag to drain", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
 	checkExactlyOnce(t, n.messages(t, bus.Events), want)
 }

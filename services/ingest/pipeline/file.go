@@ -308,8 +308,9 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 			continue
 		}
 		b.events++
+		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
 		b.msgs = append(b.msgs, bus.Message{
-			Stream: bus.Events, Cluster: in.cluster, ID: ref.Key(),
+			Stream: bus.Events, Cluster: in.cluster, ID: in.cluster + "/" + ref.Key(),
 			Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src},
 			Data:   l.Data,
 		})

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,12 +179,17 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// checkExactlyOnce verifies the events stream holds want ids, each once.
+// checkExactlyOnce verifies the events stream holds want ids ("auditID/stage"), each once,
+// under message ids "<cluster>/<auditID>/<stage>".
 func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
 	t.Helper()
 	got := map[string]int{}
 	for _, m := range msgs {
-		got[m.Header.Get(bus.HeaderMsgID)]++
+		id, cluster := m.Header.Get(bus.HeaderMsgID), m.Header.Get(bus.HeaderCluster)
+		if cluster == "" || !strings.HasPrefix(id, cluster+"/") {
+			t.Fatalf("message id %q does not start with its cluster %q", id, cluster)
+		}
+		got[strings.TrimPrefix(id, cluster+"/")]++
 	}
 	if len(msgs) != len(want) || len(got) != len(want) {
 		t.Errorf("stream holds %d messages with %d distinct ids, want %d", len(msgs), len(got), len(want))

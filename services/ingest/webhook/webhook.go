@@ -312,7 +312,8 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 	}
 	event := func(it auditevent.Item) {
 		events++
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: s.opt.Cluster, ID: it.Key(), Header: hdr(), Data: it.Raw})
+		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: s.opt.Cluster, ID: s.opt.Cluster + "/" + it.Key(), Header: hdr(), Data: it.Raw})
 	}
 	items, err := auditevent.SplitList(body, s.opt.MaxEventSize)
 	if err == nil {

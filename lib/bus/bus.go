@@ -146,6 +146,10 @@ func (o ConsumerOptions) WithDefaults() ConsumerOptions {
 // ErrUnavailable wraps errors caused by the bus being unreachable; callers back off and retry.
 var ErrUnavailable = errors.New("bus unavailable")
 
+// ErrTooLarge wraps the refusal of a message larger than the bus accepts (NATS max_payload,
+// Kafka message.max.bytes). Retrying does not help: cap what is published below the limit.
+var ErrTooLarge = errors.New("message larger than the bus accepts")
+
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidateCluster checks that a cluster name can be used as a subject token and a key:

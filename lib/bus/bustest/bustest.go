@@ -4,6 +4,7 @@ package bustest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -162,6 +163,17 @@ func Run(t *testing.T, open Opener) {
 		stop := consume(t, b, bus.Events, "g5", bus.ConsumerOptions{}, ackAll(col))
 		col.WaitDistinct(t, n, 30*time.Second)
 		stop()
+	})
+
+	// A message over the server's limit is a permanent error, not an outage to wait out.
+	t.Run("OversizedMessageIsTooLarge", func(t *testing.T) {
+		b := open(t)
+		m := Messages(bus.Events, "big", 1, 1)[0]
+		m.Data = make([]byte, 9<<20)
+		err := b.Publish(ctx, m)
+		if !errors.Is(err, bus.ErrTooLarge) || errors.Is(err, bus.ErrUnavailable) {
+			t.Fatalf("publishing 9 MiB: %v, want bus.ErrTooLarge", err)
+		}
 	})
 
 	t.Run("UnackedRedeliveredAfterRestart", func(t *testing.T) {

@@ -156,9 +156,28 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		km[i] = kafka.Message{Topic: Topic(m.Stream), Key: []byte(m.Cluster), Value: m.Data, Headers: h}
 	}
 	if err := b.w.WriteMessages(ctx, km...); err != nil {
+		if tooLarge(err) {
+			return fmt.Errorf("publish to kafka: %w: %w", bus.ErrTooLarge, err)
+		}
 		return fmt.Errorf("publish to kafka: %w: %w", bus.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// tooLarge reports whether err (possibly kafka.WriteErrors, one per message) refuses a
+// message for its size, client-side (kafka-go's batch limit) or by the broker.
+func tooLarge(err error) bool {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && tooLarge(e) {
+				return true
+			}
+		}
+		return false
+	}
+	var mt kafka.MessageTooLargeError
+	return errors.As(err, &mt) || errors.Is(err, kafka.MessageSizeTooLarge)
 }
 
 // Ready implements bus.Bus by asking a broker for metadata.

@@ -290,6 +290,9 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		nm.Header.Set(bus.HeaderCluster, m.Cluster)
 		nm.Header.Set(bus.HeaderMsgID, m.ID)
 		f, err := b.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID), jetstream.WithStallWait(b.cfg.StallWait))
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), nm.Subject, bus.ErrTooLarge, err)
+		}
 		if err != nil {
 			return fmt.Errorf("publish to %s: %w: %w", nm.Subject, bus.ErrUnavailable, err)
 		}

@@ -344,6 +344,12 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		if errors.Is(err, bus.ErrTooLarge) {
+			// Permanent: retrying cannot help. Dead-letter the oversized events (their start,
+			// with the reason) and publish the rest.
+			in.deadLetterOversized(ctx, b)
+			continue
+		}
 		in.m.Retries.WithLabelValues(metrics.File).Inc()
 		if in.failing.Load() == nil {
 			in.log.Warn("publish failed; holding the file position and retrying", "err", err, "lines", len(b.msgs))
@@ -355,6 +361,32 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// deadLetterOversized finds, one publish at a time, the messages of b that the bus refuses
+// for their size and replaces each with a dead letter holding its first 64 KiB.
+func (in *FileInput) deadLetterOversized(ctx context.Context, b *batch) {
+	for i := range b.msgs {
+		m := &b.msgs[i]
+		if err := in.bus.Publish(ctx, *m); !errors.Is(err, bus.ErrTooLarge) {
+			continue // stored, or to be retried with the batch
+		}
+		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", m.Header[bus.HeaderSource], "bytes", len(m.Data))
+		if m.Stream == bus.Events {
+			b.events--
+		}
+		if b.bad == nil {
+			b.bad = map[string]int{}
+		}
+		b.bad["too_large_for_bus"]++
+		h := map[string]string{bus.HeaderReason: fmt.Sprintf("event of %d bytes is larger than the bus accepts; first 64 KiB kept", len(m.Data))}
+		for k, v := range m.Header {
+			if k != bus.HeaderReason {
+				h[k] = v
+			}
+		}
+		*m = bus.Message{Stream: bus.DeadLetter, Cluster: m.Cluster, ID: "too-large/" + m.ID, Header: h, Data: m.Data[:min(len(m.Data), 64<<10)]}
 	}
 }
 

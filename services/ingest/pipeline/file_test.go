@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -262,4 +263,44 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
 	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+}
+
+// An event larger than the bus accepts (the embedded server's 8 MiB max payload, under a
+// --max-event-size set above it) is a permanent refusal: it goes to the dead-letter stream,
+// cut to its first 64 KiB, and the lines around it are published; nothing waits forever.
+func TestEventLargerThanTheBusIsDeadLettered(t *testing.T) {
+	ev := testlog.Load(t)
+	n := startNATS(t)
+	b := n.open(t)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	w := testlog.NewWriter(t, path)
+	cfg := fileConfig(t, path)
+	cfg.MaxEventSize = 16 << 20
+	r := start(t, cfg, b)
+	var want []string
+	for i := range 20 {
+		line, id := ev.Event(i)
+		if i == 10 {
+			// A genuine event with a 9 MiB annotation value.
+			big := bytes.Replace(line, []byte(`"annotations":{`), []byte(`"annotations":{"x":"`+strings.Repeat("a", 9<<20)+`",`), 1)
+			if len(big) == len(line) {
+				t.Fatal("event 10 has no annotations to grow")
+			}
+			line = big
+		} else {
+			want = append(want, id)
+		}
+		if err := w.Line(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the other events and a dead letter", func() bool {
+		return n.count(t, bus.Events) >= uint64(len(want)) && n.count(t, bus.DeadLetter) >= 1
+	})
+	r.stop(t)
+	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+	dl := n.messages(t, bus.DeadLetter)
+	if len(dl) != 1 || len(dl[0].Data) != 64<<10 || !strings.Contains(dl[0].Header.Get(bus.HeaderReason), "larger than the bus accepts") {
+		t.Fatalf("dead letters: %d, first %d bytes, reason %q", len(dl), len(dl[0].Data), dl[0].Header.Get(bus.HeaderReason))
+	}
 }

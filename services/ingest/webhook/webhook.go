@@ -263,6 +263,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if len(msgs) > 0 {
 		if err := s.bus.Publish(ctx, msgs...); err != nil {
+			if errors.Is(err, bus.ErrTooLarge) {
+				// Permanent: a retry of the same batch would fail the same way.
+				s.opt.Logger.Warn("an event of the batch is larger than the bus accepts", "err", err)
+				s.answer(w, http.StatusRequestEntityTooLarge, "an event is larger than the bus accepts; lower --webhook-max-body or raise the bus's limit")
+				return
+			}
 			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
 			if !s.failed.Swap(true) {
 				s.opt.Logger.Warn("publish failed; answering 503 so the apiserver retries", "err", err)

@@ -387,6 +387,9 @@ func (w *Writer) decode(ctx context.Context, d *bus.Delivery) (item, bool) {
 	return item{}, false
 }
 
+// deadLetterMax is the most of an invalid message kept in its dead letter.
+const deadLetterMax = 64 << 10
+
 func (w *Writer) deadLetter(ctx context.Context, d *bus.Delivery, reason string) {
 	cluster := d.Cluster
 	if bus.ValidateCluster(cluster) != nil {
@@ -396,11 +399,22 @@ func (w *Writer) deadLetter(ctx context.Context, d *bus.Delivery, reason string)
 	if id == "" {
 		id = d.Position
 	}
-	msg := bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: "report:" + id, Data: d.Data,
+	data := d.Data
+	if len(data) > deadLetterMax {
+		data = data[:deadLetterMax]
+		reason += fmt.Sprintf("; first %d of %d bytes kept", deadLetterMax, len(d.Data))
+	}
+	msg := bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: "report:" + id, Data: data,
 		Header: map[string]string{bus.HeaderSource: "report:" + d.Position, bus.HeaderReason: reason}}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := w.bus.Publish(pctx, msg); err != nil {
+	err := w.bus.Publish(pctx, msg)
+	if errors.Is(err, bus.ErrTooLarge) {
+		w.log.Warn("dead letter refused for its size; dropping the message", "position", d.Position)
+		_ = d.Term(reason)
+		return
+	}
+	if err != nil {
 		// Keep it on the bus rather than lose it.
 		w.log.Warn("dead-letter publish failed; redelivering the message later", "position", d.Position, "err", err)
 		_ = d.Nak(w.cfg.RetryMax)

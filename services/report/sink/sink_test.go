@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -232,16 +233,19 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	w, _ := startWriter(t, testConfig(), st, b)
 	ctx := context.Background()
 	noID := findingMsg("prod", "", "psp", "no-audit-id")
+	huge := findingMsg("prod", "huge-1", "psp", "huge")
+	huge.Data = append(huge.Data, make([]byte, 2<<20)...) // over --max-finding-bytes (1 MiB)
 	bad := []bus.Message{
 		{Stream: bus.Findings, Cluster: "prod", ID: "garbage", Data: []byte("\xff\xff\xff not protobuf")},
 		noID,
+		huge,
 		findingMsg("prod", "good-1", "psp", "good-1"),
 	}
 	if err := b.Publish(ctx, bad...); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the good finding", func() bool { return distinct(t, st) == 1 })
-	waitFor(t, "two invalid messages", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 2 })
+	waitFor(t, "three invalid messages", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
 
 	cons, err := b.Consumer(bus.DeadLetter, "test-deadletter", bus.ConsumerOptions{})
 	if err != nil {
@@ -251,20 +255,25 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	reasons := map[string]string{}
+	sizes := map[string]int{}
 	go func() {
 		_ = cons.Consume(cctx, func(_ context.Context, d *bus.Delivery) {
 			mu.Lock()
 			reasons[d.ID] = d.Header[bus.HeaderReason]
+			sizes[d.ID] = len(d.Data)
 			mu.Unlock()
 			_ = d.Ack(cctx)
 		})
 	}()
-	waitFor(t, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) == 2 })
+	waitFor(t, "three dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) == 3 })
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()
 	if r := reasons["report:garbage"]; r == "" {
 		t.Errorf("garbage not dead-lettered with a reason: %v", reasons)
+	}
+	if r, n := reasons["report:huge"], sizes["report:huge"]; !strings.Contains(r, "exceeds") || n != deadLetterMax {
+		t.Errorf("huge finding: dead letter of %d bytes, reason %q; want its first %d bytes", n, r, deadLetterMax)
 	}
 	if r := reasons["report:no-audit-id"]; r == "" {
 		t.Errorf("finding without audit_id not dead-lettered: %v", reasons)

@@ -186,3 +186,38 @@ func TestAuthentication(t *testing.T) {
 		})
 	}
 }
+
+// A consumer that holds its deliveries and settles them in groups (as the report writer does
+// with a ClickHouse batch) reaches MaxUnacked again and again; each time it settles, deliveries
+// must resume at once, not after a pull request expires or the ack wait passes.
+func TestHeldDeliveriesAtTheLimitResume(t *testing.T) {
+	b := openEmbedded(t)
+	const n, limit = 10 * 4096, 4096
+	if err := b.Publish(context.Background(), bustest.Messages(bus.Findings, "held", n, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := b.Consumer(bus.Findings, "held", bus.ConsumerOptions{MaxUnacked: limit, AckWait: time.Minute})
+	held := make(chan *bus.Delivery, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Consume(ctx, func(_ context.Context, d *bus.Delivery) { held <- d }) }()
+	var batch []*bus.Delivery
+	got := 0
+	deadline := time.After(40 * time.Second) // below the ack wait: a stall until redelivery fails
+	for got < n {
+		select {
+		case d := <-held:
+			got++
+			if batch = append(batch, d); len(batch) == limit { // full: "write" it, then settle it
+				for _, d := range batch {
+					_ = d.Ack(ctx)
+				}
+				batch = batch[:0]
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("deliveries stalled at %d of %d with %d held", got, n, len(batch))
+		case <-deadline:
+			t.Fatalf("only %d of %d delivered", got, n)
+		}
+	}
+}

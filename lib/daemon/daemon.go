@@ -196,10 +196,14 @@ func RunStages(ctx context.Context, comps []Component, log *slog.Logger) error {
 	return firstErr
 }
 
-// DefaultDataDir is where embedded engines keep data when no directory is given:
-// $AUDITLENS_DATA_DIR, else ./.data.
+// DataRootEnv names the environment variable that moves every default data location (NATS
+// store, checkpoints, embedded ClickHouse) under one directory. It is not a flag's twin:
+// AUDITLENS_DATA_DIR is the twin of report's --data-dir (the embedded ClickHouse directory).
+const DataRootEnv = "AUDITLENS_DATA_ROOT"
+
+// DefaultDataDir is the root of the default data locations: $AUDITLENS_DATA_ROOT, else ./.data.
 func DefaultDataDir() string {
-	if d := os.Getenv("AUDITLENS_DATA_DIR"); d != "" {
+	if d := os.Getenv(DataRootEnv); d != "" {
 		return d
 	}
 	return ".data"

@@ -33,7 +33,7 @@ func main() {
 	// --data-dir is the root of every default data location; it must be known before the
 	// flags are registered, since their defaults derive from it.
 	if dir := dataDirArg(args); dir != "" {
-		_ = os.Setenv("AUDITLENS_DATA_DIR", dir)
+		_ = os.Setenv(daemon.DataRootEnv, dir)
 	}
 	var (
 		ic ingest.Config
@@ -124,7 +124,8 @@ func merge(fs *flag.FlagSet, register map[string]func(*flag.FlagSet), order []st
 // embedded ClickHouse directory) takes a more specific name.
 var renamed = map[string]string{"data-dir": "clickhouse-data-dir"}
 
-// dataDirArg finds --data-dir in args (either form, one or two dashes), or "".
+// dataDirArg finds --data-dir in args (either form, one or two dashes), else its env twin
+// AUDITLENS_DATA_DIR, else "".
 func dataDirArg(args []string) string {
 	for i, a := range args {
 		if a == "--" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -363,7 +364,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 			}
 		}
 		if md, err := m.Metadata(); err == nil {
-			d.Position = fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
+			d.Position = md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
 			d.Delivered = int(md.NumDelivered)
 		} else {
 			d.Position = m.Subject()

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 )
 
@@ -150,12 +149,15 @@ var ErrUnavailable = errors.New("bus unavailable")
 // Kafka message.max.bytes). Retrying does not help: cap what is published below the limit.
 var ErrTooLarge = errors.New("message larger than the bus accepts")
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // ValidateCluster checks that a cluster name can be used as a subject token and a key:
-// 1 to 64 of letters, digits, '-' and '_'.
+// 1 to 64 of letters, digits, '-' and '_'. It runs for every published message.
 func ValidateCluster(name string) error {
-	if !tokenRE.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 64
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	}
+	if !ok {
 		return fmt.Errorf("cluster name %q: use 1 to 64 letters, digits, '-' or '_'", name)
 	}
 	return nil

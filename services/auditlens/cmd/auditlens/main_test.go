@@ -29,7 +29,11 @@ func TestMergePrefixesSharedFlags(t *testing.T) {
 	fs.String("cluster", "default", "common")
 	merge(fs, map[string]func(*flag.FlagSet){
 		"ingest": func(fs *flag.FlagSet) { fs.Int("batch-size", 1, ""); fs.String("audit-log", "", "") },
-		"report": func(fs *flag.FlagSet) { fs.Int("batch-size", 2, ""); fs.String("data-dir", "", ""); fs.String("cluster", "", "") },
+		"report": func(fs *flag.FlagSet) {
+			fs.Int("batch-size", 2, "")
+			fs.String("data-dir", "", "")
+			fs.String("cluster", "", "")
+		},
 	}, []string{"ingest", "report"})
 	for _, name := range []string{"ingest-batch-size", "report-batch-size", "audit-log", "clickhouse-data-dir", "cluster"} {
 		if fs.Lookup(name) == nil {

@@ -139,7 +139,9 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(64 << 20),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			c.Logger.Warn("nats disconnected", "err", err)
+			if err != nil { // nil: our own Close
+				c.Logger.Warn("nats disconnected", "err", err)
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.Logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// quoteOrEscape agrees with a byte loop on every length and position, including the bytes
+// quoteOrEscape and stringEnd agree with a byte loop on every length and position, including the bytes
 // whose XOR borrows could fool a careless has-zero-byte test ('!' = '"'+... neighbours, 0x80+).
 func TestQuoteOrEscape(t *testing.T) {
 	naive := func(b []byte) int {
@@ -18,7 +18,7 @@ func TestQuoteOrEscape(t *testing.T) {
 	}
 	alphabet := []byte{'"', '\\', '!', '#', '[', ']', 0, 1, 0x22 ^ 0x80, 0x5c ^ 0x80, 0xff, 'a', 'z'}
 	r := rand.New(rand.NewPCG(1, 2))
-	for n := 0; n < 40; n++ {
+	for n := 0; n < 80; n++ {
 		for trial := 0; trial < 2000; trial++ {
 			b := make([]byte, n)
 			for i := range b {
@@ -28,8 +28,12 @@ func TestQuoteOrEscape(t *testing.T) {
 					b[i] = byte(r.IntN(256))
 				}
 			}
-			if got, want := quoteOrEscape(b), naive(b); got != want {
-				t.Fatalf("%q: %d, want %d", b, got, want)
+			want := naive(b)
+			if got := quoteOrEscape(b); got != want {
+				t.Fatalf("quoteOrEscape(%q): %d, want %d", b, got, want)
+			}
+			if got := stringEnd(b); got != want {
+				t.Fatalf("stringEnd(%q): %d, want %d", b, got, want)
 			}
 		}
 	}

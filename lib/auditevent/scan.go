@@ -87,7 +87,7 @@ func (s *scanner) str() (string, error) {
 		return "", err
 	}
 	b, start := s.b, s.i
-	i := start + quoteOrEscape(b[start:])
+	i := start + stringEnd(b[start:])
 	if i >= len(b) {
 		return "", s.errorf("unterminated string")
 	}
@@ -97,6 +97,23 @@ func (s *scanner) str() (string, error) {
 	}
 	s.i = i + 1
 	return b2s(b[start:i]), nil
+}
+
+// stringEnd returns the index of the first '"' or '\\' in b, or len(b): eight bytes at a time
+// over the first 64 (most strings end there), then with IndexByte, faster on long strings.
+func stringEnd(b []byte) int {
+	n := min(len(b), 64)
+	if i := quoteOrEscape(b[:n]); i < n || n == len(b) {
+		return i
+	}
+	q := bytes.IndexByte(b[n:], '"')
+	if q < 0 {
+		q = len(b) - n
+	}
+	if e := bytes.IndexByte(b[n:n+q], '\\'); e >= 0 {
+		return n + e
+	}
+	return n + q
 }
 
 // quoteOrEscape returns the index of the first '"' or '\\' in b, or len(b). It looks at eight
@@ -207,19 +224,9 @@ func (s *scanner) skipString() error {
 	s.i++ // opening quote, checked by the caller
 	b := s.b
 	for {
-		i, end := s.i, min(len(b), s.i+32)
-		for ; i < end && b[i] != '"' && b[i] != '\\'; i++ {
-		}
-		if i == end {
-			q := bytes.IndexByte(b[i:], '"')
-			if q < 0 {
-				return s.errorf("unterminated string")
-			}
-			if bs := bytes.IndexByte(b[i:i+q], '\\'); bs >= 0 {
-				i += bs
-			} else {
-				i += q
-			}
+		i := s.i + stringEnd(b[s.i:])
+		if i >= len(b) {
+			return s.errorf("unterminated string")
 		}
 		if b[i] == '"' {
 			s.i = i + 1

@@ -6,7 +6,7 @@ CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
-.PHONY: run test build vet fmt-check lint proto proto-check tools chdb bench clean
+.PHONY: run test build vet fmt-check lint proto proto-check tools chdb bench bench-10m clean
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -52,9 +52,14 @@ $(CHDB_DIR)/libchdb.so:
 	@mkdir -p $(CHDB_DIR)
 	cd $(CHDB_DIR) && npm pack --silent @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) >/dev/null && tar xzf chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz && mv package/libchdb.so . && rm -rf package *.tgz
 
-## bench: the benchmarks of every module.
+## bench: the benchmarks of every module, except the 10-million-finding ones (bench-10m).
 bench:
-	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off go test -run '^$$' -bench . -benchmem ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off go test -run '^$$' -bench . -skip '10M' -benchmem ./...); done
+
+## bench-10m: the weekly report and the week's aggregation over 10 M findings on ClickHouse 18.16
+## (generating them server-side takes 2 to 4 minutes).
+bench-10m:
+	cd services/report && GOWORK=off go test -run '^$$' -bench '10M' -benchtime 3x ./store/ ./weekly/
 
 clean:
 	rm -rf $(BIN) .data

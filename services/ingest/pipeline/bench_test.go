@@ -127,7 +127,7 @@ func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
 		b.SetBytes(avg)
 		b.ReportAllocs()
 		b.ResetTimer()
-		start := time.Now()
+		start, startCPU := time.Now(), cpuTime()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- in.Run(ctx) }()
@@ -135,12 +135,13 @@ func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
 		for int(testutil.ToFloat64(published)) < b.N {
 			time.Sleep(time.Millisecond)
 		}
-		elapsed := time.Since(start)
+		elapsed, cpu := time.Since(start), cpuTime()-startCPU
 		b.StopTimer()
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/event")
 	}
 }

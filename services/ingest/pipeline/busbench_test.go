@@ -40,13 +40,14 @@ func BenchmarkPublish(b *testing.B) {
 			b.SetBytes(int64(len(msgs[0].Data)))
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
+			start, startCPU := time.Now(), cpuTime()
 			for i := 0; i < len(msgs); i += batch {
 				if err := bs.Publish(context.Background(), msgs[i:min(i+batch, len(msgs))]...); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			b.ReportMetric(float64((cpuTime()-startCPU).Nanoseconds())/float64(b.N), "cpu-ns/event")
 		})
 	}
 }

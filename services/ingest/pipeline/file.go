@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,20 +280,55 @@ func (in *FileInput) convert(b *batch) {
 	b.chunks = nil
 }
 
-// add converts a chunk's lines into messages of b.
+// add converts a chunk's lines into messages of b. The sources ("name:offset") and ids of
+// the chunk's messages are cut from one string built for the chunk: a line costs no string
+// allocation of its own besides what Peek returns.
 func (in *FileInput) add(b *batch, c tail.Chunk) {
 	fp := c.Pos.File.Fingerprint
 	if len(fp) > 16 {
 		fp = fp[:16]
 	}
-	for _, l := range c.Lines {
-		src := c.Name + ":" + strconv.FormatInt(l.Offset, 10)
+	type line struct {
+		srcEnd, idEnd int // ends of the line's source and id in text
+		err           error
+	}
+	lines := make([]line, len(c.Lines))
+	var text strings.Builder
+	text.Grow(len(c.Lines) * (len(c.Name) + len(in.cluster) + 80))
+	var num [20]byte
+	for i, l := range c.Lines {
+		off := strconv.AppendInt(num[:0], l.Offset, 10)
+		text.WriteString(c.Name)
+		text.WriteByte(':')
+		text.Write(off)
+		lines[i].srcEnd = text.Len()
 		err := l.Err
 		var ref auditevent.Ref
 		if err == nil {
 			ref, err = auditevent.Peek(l.Data, in.cfg.MaxEventSize)
 		}
 		if err != nil {
+			lines[i].err = err
+			text.WriteString("file/")
+			text.WriteString(fp)
+			text.WriteByte('/')
+			text.Write(off)
+		} else {
+			// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
+			text.WriteString(in.cluster)
+			text.WriteByte('/')
+			text.WriteString(ref.AuditID)
+			text.WriteByte('/')
+			text.WriteString(ref.Stage)
+		}
+		lines[i].idEnd = text.Len()
+	}
+	all := text.String()
+	start := 0
+	for i, l := range c.Lines {
+		src, id := all[start:lines[i].srcEnd], all[lines[i].srcEnd:lines[i].idEnd]
+		start = lines[i].idEnd
+		if err := lines[i].err; err != nil {
 			reason := metrics.Reason(err)
 			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", truncate(err.Error(), 200))
 			if b.bad == nil {
@@ -300,17 +336,15 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 			}
 			b.bad[reason]++
 			b.msgs = append(b.msgs, bus.Message{
-				Stream: bus.DeadLetter, Cluster: in.cluster,
-				ID:     "file/" + fp + "/" + strconv.FormatInt(l.Offset, 10),
+				Stream: bus.DeadLetter, Cluster: in.cluster, ID: id,
 				Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src, bus.HeaderReason: truncate(err.Error(), 512)},
 				Data:   l.Data,
 			})
 			continue
 		}
 		b.events++
-		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
 		b.msgs = append(b.msgs, bus.Message{
-			Stream: bus.Events, Cluster: in.cluster, ID: in.cluster + "/" + ref.Key(),
+			Stream: bus.Events, Cluster: in.cluster, ID: id,
 			Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src},
 			Data:   l.Data,
 		})

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -21,17 +20,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/panels.golden")
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	chtest.CleanupEmbedded()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 const dashboardDir = "../../../deploy/grafana/dashboards"
 

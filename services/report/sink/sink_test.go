@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -22,20 +20,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/store"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	chtest.CleanupEmbedded()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent(),
-			// clickhouse-go's connection pool janitor outlives Close by up to a tick.
-			goleak.IgnoreTopFunction("github.com/ClickHouse/clickhouse-go/v2.(*clickhouse).startAutoCloseIdleConnections"),
-		); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 func openBus(t testing.TB) *natsbus.Bus {
 	t.Helper()

@@ -3,12 +3,10 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -16,17 +14,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/store"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	chtest.CleanupEmbedded()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 var day = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 

@@ -3,7 +3,6 @@ package weekly_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -15,11 +14,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	chtest.CleanupEmbedded()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 // Hostile values that must travel through SQL as data.
 const (

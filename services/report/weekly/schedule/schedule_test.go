@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/auditlens/auditlens/lib/enginetest"
@@ -24,17 +22,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/weekly/mail/mailpittest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	chtest.CleanupEmbedded()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 // logBuf is a concurrency-safe log sink to poll.
 type logBuf struct {

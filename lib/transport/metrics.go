@@ -43,8 +43,18 @@ func (i *instrumented) Publish(ctx context.Context, msgs ...bus.Message) error {
 		}
 		return err
 	}
+	// Count per stream with one counter update each (a publish is usually one stream).
+	n, last := 0, bus.Stream("")
 	for _, m := range msgs {
-		i.published.WithLabelValues(string(m.Stream)).Inc()
+		if m.Stream != last && n > 0 {
+			i.published.WithLabelValues(string(last)).Add(float64(n))
+			n = 0
+		}
+		last = m.Stream
+		n++
+	}
+	if n > 0 {
+		i.published.WithLabelValues(string(last)).Add(float64(n))
 	}
 	return nil
 }

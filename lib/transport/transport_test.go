@@ -1,0 +1,56 @@
+package transport
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/bustest"
+	"github.com/auditlens/auditlens/lib/bus/kafkabus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+)
+
+func TestOpenEmbeddedCountsPerStream(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := Config{Cluster: "c1", NATS: natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()}}
+	b, err := Open(context.Background(), c, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	msgs := append(bustest.Messages(bus.Events, "e", 3, 1), bustest.Messages(bus.DeadLetter, "d", 2, 1)...)
+	msgs = append(msgs, bustest.Messages(bus.Events, "e2", 1, 1)...)
+	if err := b.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+		# HELP auditlens_bus_published_messages_total Messages acknowledged by the bus, per stream.
+		# TYPE auditlens_bus_published_messages_total counter
+		auditlens_bus_published_messages_total{stream="deadletter"} 2
+		auditlens_bus_published_messages_total{stream="events"} 4
+	`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "auditlens_bus_published_messages_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateNamesTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Cluster: "a/b", NATS: natsbus.Config{URL: "embedded", StoreDir: "x"}}, "--cluster"},
+		{Config{Cluster: "a", NATS: natsbus.Config{URL: ""}}, "--nats-url"},
+		{Config{Cluster: "a", Kafka: kafkaCfg("nohost")}, "--kafka-brokers"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func kafkaCfg(brokers ...string) (c kafkabus.Config) { c.Brokers = brokers; return c }

@@ -95,9 +95,6 @@ type Publisher interface {
 // It must not block for long: hand work to another goroutine and settle the delivery there.
 type Handler func(ctx context.Context, d *Delivery)
 
-// HandlerFunc is an alias kept for readability at call sites.
-type HandlerFunc = Handler
-
 // Consumer reads a stream as a member of a named group: members of one group share the
 // work, each message goes to one member, unsettled messages are redelivered.
 type Consumer interface {

@@ -209,6 +209,15 @@ func DefaultDataDir() string {
 	return ".data"
 }
 
+// CloseAtStop is a stage that holds c open until it is stopped, then closes it: listed after
+// the stages that use c, it closes only once they have drained.
+func CloseAtStop(c io.Closer) Component {
+	return ComponentFuncs{RunFunc: func(ctx context.Context) error {
+		<-ctx.Done()
+		return c.Close()
+	}}
+}
+
 // ComponentFuncs adapts two functions to a Component.
 type ComponentFuncs struct {
 	RunFunc   func(ctx context.Context) error

@@ -130,10 +130,7 @@ func New(c Config, d daemon.Deps) ([]daemon.Component, error) {
 		comps = append(comps, sch)
 	}
 	// Last to stop: the store outlives every component that uses it.
-	comps = append(comps, daemon.ComponentFuncs{RunFunc: func(ctx context.Context) error {
-		<-ctx.Done()
-		return st.Close()
-	}})
+	comps = append(comps, daemon.CloseAtStop(st))
 	log.Info("report configured", "engine", c.Engine.Describe(), "batch_size", c.BatchSize,
 		"batch_max_wait", c.MaxWait, "weekly_schedule", c.Weekly.Enabled())
 	return comps, nil

@@ -83,10 +83,7 @@ func main() {
 			// Upstream first, so a shutdown drains ingest, then classify, then report; the
 			// page's store handle closes last.
 			comps := append(append(in, cl), out...)
-			return append(comps, daemon.ComponentFuncs{RunFunc: func(ctx context.Context) error {
-				<-ctx.Done()
-				return st.Close()
-			}}), nil
+			return append(comps, daemon.CloseAtStop(st)), nil
 		},
 	}, args, os.Stderr))
 }

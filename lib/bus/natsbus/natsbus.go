@@ -53,6 +53,9 @@ type Config struct {
 	StallWait time.Duration
 	// AckTimeout bounds the wait for one publish acknowledgement (default 30s).
 	AckTimeout time.Duration
+	// OneAtATime publishes every message on its own even where the server offers batched
+	// publishing (nats-server >= 2.14), as auditlens does with older servers.
+	OneAtATime bool
 
 	Logger *slog.Logger
 }
@@ -121,6 +124,11 @@ type Bus struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 
+	// batches publishes to the streams in batched (fast-batch publishing on); the others
+	// get one asynchronous publish per message (servers before 2.14).
+	batches *batcher
+	batched map[bus.Stream]bool
+
 	closeOnce sync.Once
 }
 
@@ -180,6 +188,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b.js = js
+	if b.batches, err = newBatcher(nc, c.MaxInflight, c.AckTimeout); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
 	if err := b.ensureStreams(ctx); err != nil {
 		_ = b.Close()
 		return nil, err
@@ -248,6 +260,7 @@ func StartServer(dir, listen string) (*server.Server, error) {
 }
 
 func (b *Bus) ensureStreams(ctx context.Context) error {
+	b.batched = map[bus.Stream]bool{}
 	for _, s := range bus.Streams {
 		sc := jetstream.StreamConfig{
 			Name:       StreamName(s),
@@ -258,15 +271,28 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 			MaxAge:     b.cfg.MaxAge,
 			Replicas:   b.cfg.Replicas,
 			Discard:    jetstream.DiscardOld,
+			// Fast-batch publishing (nats-server >= 2.14); older servers ignore or refuse it.
+			AllowBatchPublish: true,
 		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := b.js.CreateOrUpdateStream(cctx, sc)
-		cancel()
+		st, err := b.createOrUpdateStream(ctx, sc)
 		if err != nil {
-			return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+			sc.AllowBatchPublish = false
+			if st, err = b.createOrUpdateStream(ctx, sc); err != nil {
+				return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+			}
+		}
+		b.batched[s] = st.CachedInfo().Config.AllowBatchPublish && !b.cfg.OneAtATime
+		if !st.CachedInfo().Config.AllowBatchPublish {
+			b.cfg.Logger.Info("the nats server does not offer batched publishing; publishing one message at a time", "stream", sc.Name)
 		}
 	}
 	return nil
+}
+
+func (b *Bus) createOrUpdateStream(ctx context.Context, sc jetstream.StreamConfig) (jetstream.Stream, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return b.js.CreateOrUpdateStream(cctx, sc)
 }
 
 // ClientURL returns the URL other processes can use to reach the embedded server, or "".
@@ -277,21 +303,67 @@ func (b *Bus) ClientURL() string {
 	return b.srv.ClientURL()
 }
 
-// Publish implements bus.Publisher with asynchronous publishes and one wait for all acks.
+// Publish implements bus.Publisher: the messages of each stream go as one batch (or, on an
+// older server, as asynchronous publishes awaited together).
 func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	if len(msgs) == 0 {
+		return nil
+	}
+	limit := b.nc.MaxPayload()
+	same := true
 	for i := range msgs {
 		m := &msgs[i]
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
+		// Refuse oversized messages before sending anything: a batch cut short by the
+		// client would wait on the server until it times out.
+		if size := int64(len(m.Data) + headerSize(m)); limit > 0 && size > limit {
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), Subject(m.Stream, m.Cluster), bus.ErrTooLarge, nats.ErrMaxPayload)
+		}
+		same = same && m.Stream == msgs[0].Stream
+	}
+	if same {
+		return b.publish(ctx, msgs)
+	}
+	for _, s := range bus.Streams {
+		var part []bus.Message
+		for i := range msgs {
+			if msgs[i].Stream == s {
+				part = append(part, msgs[i])
+			}
+		}
+		if len(part) > 0 {
+			if err := b.publish(ctx, part); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// headerSize is an upper bound of the encoded headers of m.
+func headerSize(m *bus.Message) int {
+	n := len("NATS/1.0\r\n\r\n") + len("Nats-Msg-Id: \r\n") + len(m.ID)
+	for k, v := range m.Header {
+		n += len(k) + len(v) + 4
+	}
+	return n
+}
+
+// publish stores msgs, all of one stream.
+func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
+	if b.batched[msgs[0].Stream] {
+		return b.batches.publish(ctx, msgs)
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
 		nm := nats.NewMsg(Subject(m.Stream, m.Cluster))
 		nm.Data = m.Data
 		for k, v := range m.Header {
 			nm.Header.Set(k, v)
 		}
-		nm.Header.Set(bus.HeaderCluster, m.Cluster)
-		nm.Header.Set(bus.HeaderMsgID, m.ID)
 		f, err := b.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID), jetstream.WithStallWait(b.cfg.StallWait))
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), nm.Subject, bus.ErrTooLarge, err)
@@ -357,8 +429,17 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 		d.Stream = c.stream
 		d.Data = m.Data()
 		hdr := m.Headers()
-		d.Cluster = hdr.Get(bus.HeaderCluster)
-		d.ID = hdr.Get(bus.HeaderMsgID)
+		// The cluster is the subject's last token, the id JetStream's own de-duplication key;
+		// messages from earlier auditlens builds carried both in headers of their own.
+		if subj := m.Subject(); strings.LastIndexByte(subj, '.') >= 0 {
+			d.Cluster = subj[strings.LastIndexByte(subj, '.')+1:]
+		}
+		if d.ID = hdr.Get(jetstream.MsgIDHeader); d.ID == "" {
+			d.ID = hdr.Get(bus.HeaderMsgID)
+		}
+		if c := hdr.Get(bus.HeaderCluster); c != "" {
+			d.Cluster = c
+		}
 		if len(hdr) > 0 {
 			d.Header = make(map[string]string, len(hdr))
 			for k := range hdr {
@@ -418,6 +499,9 @@ func (b *Bus) Ready() error {
 // Close implements bus.Bus: flushes, closes the connection, stops the embedded server.
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
+		if b.batches != nil {
+			b.batches.close()
+		}
 		if b.nc != nil {
 			_ = b.nc.FlushTimeout(5 * time.Second)
 			b.nc.Close()

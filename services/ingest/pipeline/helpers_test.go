@@ -185,7 +185,7 @@ func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
 	t.Helper()
 	got := map[string]int{}
 	for _, m := range msgs {
-		id, cluster := m.Header.Get(bus.HeaderMsgID), m.Header.Get(bus.HeaderCluster)
+		id, cluster := m.Header.Get(jetstream.MsgIDHeader), m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 		if cluster == "" || !strings.HasPrefix(id, cluster+"/") {
 			t.Fatalf("message id %q does not start with its cluster %q", id, cluster)
 		}

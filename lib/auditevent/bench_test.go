@@ -24,7 +24,7 @@ func loadBench(b *testing.B, file string) []byte {
 }
 
 // BenchmarkDecode compares the fast decoder with encoding/json into auditv1.Event, the
-// baseline, in the same run.
+// baseline, in the same run; peek is what ingest reads of each event (its identity).
 func BenchmarkDecode(b *testing.B) {
 	for _, in := range benchInputs {
 		data := loadBench(b, in.file)

@@ -243,14 +243,17 @@ func (d *Decoder) check(data []byte) error {
 	return nil
 }
 
-func (e *Event) validate() error {
-	if e.Kind != "" && e.Kind != "Event" {
-		return fmt.Errorf("%w: kind %q", ErrNotAuditEvent, e.Kind)
+func (e *Event) validate() error { return validateHead(e.Kind, e.APIVersion, e.AuditID, e.Stage) }
+
+// validateHead checks the members that make an object an audit event.
+func validateHead(kind, apiVersion, auditID, stage string) error {
+	if kind != "" && kind != "Event" {
+		return fmt.Errorf("%w: kind %q", ErrNotAuditEvent, kind)
 	}
-	if e.APIVersion != "" && !strings.HasPrefix(e.APIVersion, "audit.k8s.io/") {
-		return fmt.Errorf("%w: apiVersion %q", ErrNotAuditEvent, e.APIVersion)
+	if apiVersion != "" && !strings.HasPrefix(apiVersion, "audit.k8s.io/") {
+		return fmt.Errorf("%w: apiVersion %q", ErrNotAuditEvent, apiVersion)
 	}
-	if e.AuditID == "" || e.Stage == "" {
+	if auditID == "" || stage == "" {
 		return fmt.Errorf("%w: no auditID or stage", ErrNotAuditEvent)
 	}
 	return nil
@@ -357,17 +360,8 @@ func (d *Decoder) decodeObject(data []byte, top bool) error {
 	*ev = Event{d: d}
 	d.imp = UserInfo{Groups: impGroups}
 	s := scanner{b: data, arena: &d.arena}
-	if c := s.peek(); c != '{' {
-		if c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9') {
-			if _, err := s.skip(0); err != nil {
-				return err
-			}
-			if s.peek() != 0 {
-				return s.errorf("data after the value")
-			}
-			return fmt.Errorf("%w: a JSON %s", ErrNotAuditEvent, kindName(c))
-		}
-		return s.errorf("want a JSON object")
+	if err := s.objectStart(); err != nil {
+		return err
 	}
 	sc := scratch{groups: groups, ips: ips, ann: ann, impGroups: impGroups}
 	more, err := s.objBegin(1)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,10 +184,11 @@ func checkAgainstReference(t *testing.T, data []byte, requireOK bool) {
 				t.Errorf("fast decoder disagrees with the reference on %q:\n%s", data, diff)
 			}
 		}
-		got = append(got, ev.AuditID)
+		got = append(got, ev.AuditID+"/"+ev.Stage)
 		i++
 		return nil
 	})
+	checkPeek(t, data, got, err)
 	if requireOK && (refErr != nil || err != nil) {
 		t.Fatalf("decode %.200q: reference error %v, fast error %v", data, refErr, err)
 	}
@@ -259,6 +262,32 @@ func TestDecodeAgreesWithReferenceAsEventList(t *testing.T) {
 		})
 		if err != nil || i != end-start {
 			t.Fatalf("EventList %d..%d: decoded %d items, err %v", start, end, i, err)
+		}
+	}
+}
+
+// checkPeek compares what ingest reads of data (Peek, SplitList) with what the decoder read:
+// the same identities whenever the decoder accepts the input, and a failure whenever the
+// decoder found it not JSON or not UTF-8. Peek may accept events whose other members have
+// types the decoder refuses: it does not read them.
+func checkPeek(t *testing.T, data []byte, keys []string, decodeErr error) {
+	t.Helper()
+	items, err := SplitList(data, 0)
+	var peeked []string
+	for _, it := range items {
+		peeked = append(peeked, it.Key())
+	}
+	if decodeErr == nil && (err != nil || !slices.Equal(peeked, keys)) {
+		t.Errorf("SplitList(%.200q) = %q, %v; the decoder read %q", data, peeked, err, keys)
+	}
+	if len(keys) == 1 && decodeErr == nil && !bytes.Contains(data, []byte("EventList")) {
+		if r, err := Peek(data, 0); err != nil || r.Key() != keys[0] {
+			t.Errorf("Peek(%.200q) = %q, %v; the decoder read %q", data, r.Key(), err, keys[0])
+		}
+	}
+	if errors.Is(decodeErr, ErrNotJSON) || errors.Is(decodeErr, ErrInvalidUTF8) {
+		if _, err := SplitList(data, 0); err == nil {
+			t.Errorf("SplitList(%.200q) accepts what the decoder refuses: %v", data, decodeErr)
 		}
 	}
 }

@@ -341,6 +341,25 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	return s.b[start:s.i], nil
 }
 
+// objectStart checks that the input is a JSON object: another JSON value is "not an audit
+// event", anything else "not JSON".
+func (s *scanner) objectStart() error {
+	c := s.peek()
+	if c == '{' {
+		return nil
+	}
+	if c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9') {
+		if _, err := s.skip(0); err != nil {
+			return err
+		}
+		if s.peek() != 0 {
+			return s.errorf("data after the value")
+		}
+		return fmt.Errorf("%w: a JSON %s", ErrNotAuditEvent, kindName(c))
+	}
+	return s.errorf("want a JSON object")
+}
+
 // objBegin consumes '{' and reports whether a member follows. Walk an object with
 //
 //	more, err := s.objBegin(depth)

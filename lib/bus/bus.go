@@ -33,7 +33,7 @@ const (
 	HeaderCluster = "Auditlens-Cluster"
 	HeaderNode    = "Auditlens-Node"
 	HeaderMsgID   = "Auditlens-Msg-Id"
-	// HeaderSource says where a message came from, e.g. "/var/log/audit.log:1234" or "webhook".
+	// HeaderSource says where a dead letter came from, e.g. "/var/log/audit.log:1234" or "webhook".
 	HeaderSource = "Auditlens-Source"
 	// HeaderReason says why a message went to the dead-letter stream.
 	HeaderReason = "Auditlens-Reason"
@@ -47,7 +47,8 @@ type Message struct {
 	// ID is the idempotency key: a message republished with the same ID within the
 	// de-duplication window is stored once. Required.
 	ID string
-	// Header holds extra metadata (HeaderNode, HeaderSource, ...). May be nil.
+	// Header holds extra metadata (HeaderNode, HeaderSource, ...). May be nil, and may be
+	// shared between messages: publishers only read it.
 	Header map[string]string
 	Data   []byte
 }

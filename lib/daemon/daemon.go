@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -58,6 +59,9 @@ type Spec struct {
 	NoBus bool
 	// Build makes the stages once the bus is open, in pipeline order (upstream first).
 	Build func(ctx context.Context, d Deps) ([]Component, error)
+	// GCPercent, when set, is the garbage collector's target for this command unless the
+	// GOGC environment variable says otherwise (see runtime/debug.SetGCPercent).
+	GCPercent int
 }
 
 // ExitUsage is the exit code of a bad flag or value.
@@ -103,11 +107,19 @@ func Main(spec Spec, args []string, stderr io.Writer) int {
 	}
 	log, _ := telemetry.NewLogger(tel.LogFormat, tel.LogLevel, stderr)
 	log = log.With("service", spec.Name)
+	setGCPercent(spec.GCPercent)
 	if err := run(spec, tel, tr, log); err != nil {
 		log.Error("exiting", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// setGCPercent sets the collector's target to p (when positive) unless GOGC is set.
+func setGCPercent(p int) {
+	if p > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(p)
+	}
 }
 
 func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -72,5 +73,20 @@ func TestMainBadInput(t *testing.T) {
 		if code != c.code || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%v: code %d, output %q; want %d and %q", c.args, code, out.String(), c.code, c.want)
 		}
+	}
+}
+
+// A command's GC target applies unless the operator set GOGC.
+func TestGCPercentYieldsToGOGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	setGCPercent(321)
+	if got := debug.SetGCPercent(100); got != 321 {
+		t.Fatalf("GC percent %d, want 321", got)
+	}
+	t.Setenv("GOGC", "50")
+	setGCPercent(321)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent %d with GOGC set, want it left alone (100)", got)
 	}
 }

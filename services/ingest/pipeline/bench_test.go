@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -95,17 +96,23 @@ func BenchmarkFile(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 	})
+	// gogc=400 is how the ingest binary runs (pipeline.GCPercent), gogc=100 Go's default.
 	for _, tc := range []struct {
 		name       string
 		listen     string
 		publishers int
 		batch      int
+		gcPercent  int
 	}{
-		{"file-to-jetstream/in-process", "", 2, 4096},
-		{"file-to-jetstream/tcp", "127.0.0.1:0", 2, 4096},
-		{"file-to-jetstream/tcp/publishers=4/batch=1024", "127.0.0.1:0", 4, 1024},
+		{"file-to-jetstream/in-process/gogc=100", "", 2, 4096, 100},
+		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, pipeline.GCPercent},
+		{"file-to-jetstream/tcp/gogc=400", "127.0.0.1:0", 2, 4096, pipeline.GCPercent},
+		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400", "127.0.0.1:0", 4, 1024, pipeline.GCPercent},
 	} {
-		b.Run(tc.name, func(b *testing.B) { benchFileToJetStream(b, tc.listen, tc.publishers, tc.batch) })
+		b.Run(tc.name, func(b *testing.B) {
+			defer debug.SetGCPercent(debug.SetGCPercent(tc.gcPercent))
+			benchFileToJetStream(b, tc.listen, tc.publishers, tc.batch)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -10,21 +11,25 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/pipeline"
 )
 
 // BenchmarkPublish is the bus alone: batches of ~1.2 KB events published to an embedded
 // JetStream and acknowledged, the ceiling of the file input.
 func BenchmarkPublish(b *testing.B) {
 	for _, tc := range []struct {
-		batch  int
-		listen string
-	}{{512, ""}, {4096, ""}, {4096, "127.0.0.1:0"}} {
+		batch     int
+		listen    string
+		gcPercent int
+	}{{512, "", 100}, {4096, "", 100}, {4096, "", pipeline.GCPercent}, {4096, "127.0.0.1:0", pipeline.GCPercent}} {
 		name := "batch=" + strconv.Itoa(tc.batch)
 		if tc.listen != "" {
 			name += "/tcp"
 		}
+		name += "/gogc=" + strconv.Itoa(tc.gcPercent)
 		batch := tc.batch
 		b.Run(name, func(b *testing.B) {
+			defer debug.SetGCPercent(debug.SetGCPercent(tc.gcPercent))
 			ev := testlog.Load(b)
 			bs, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: b.TempDir(), EmbeddedListen: tc.listen})
 			if err != nil {
@@ -35,7 +40,7 @@ func BenchmarkPublish(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				line, id := ev.Event(i)
 				msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: "bench", ID: id, Data: line,
-					Header: map[string]string{bus.HeaderNode: "n", bus.HeaderSource: "/var/log/audit.log:12345678"}})
+					Header: map[string]string{bus.HeaderNode: "n"}})
 			}
 			b.SetBytes(int64(len(msgs[0].Data)))
 			b.ReportAllocs()

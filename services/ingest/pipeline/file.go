@@ -23,9 +23,10 @@ import (
 // batch is a run of lines published together; pos is checkpointed once it is acknowledged
 // and every batch before it was.
 type batch struct {
-	chunks  []tail.Chunk // lines read, turned into msgs by a publisher
+	chunks  []tail.Chunk // lines read, turned into msgs by a publisher, released once settled
 	lines   int
 	msgs    []bus.Message
+	srcs    []string // "file:offset" of each of msgs
 	events  int
 	bad     map[string]int
 	bytes   int64
@@ -48,6 +49,11 @@ type FileInput struct {
 	failing atomic.Pointer[error] // last publish error while retrying, nil when healthy
 	readErr atomic.Pointer[error] // last read error while retrying, nil when healthy
 
+	// eventHeader is the header of every event message, shared by all of them: an event is
+	// named by cluster/auditID/stage and the node; where in which file it was is only kept
+	// for dead letters (a header per message costs the bus about 1 us, ~6% of ingest).
+	eventHeader map[string]string
+
 	mu           sync.Mutex
 	unacked      []time.Time // creation times of batches not yet checkpointed, oldest first
 	unackedBytes int64
@@ -60,7 +66,8 @@ func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg p
 	if err != nil {
 		return nil, err
 	}
-	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store}
+	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store,
+		eventHeader: map[string]string{bus.HeaderNode: cfg.NodeName}}
 	if reg != nil {
 		stat := func(f func(s *tail.Stats) int64) func() float64 {
 			return func() float64 {
@@ -164,7 +171,7 @@ func (in *FileInput) Run(ctx context.Context) error {
 		})
 	}
 	commitErr := make(chan error, 1)
-	go func() { commitErr <- in.commit(order) }()
+	go func() { commitErr <- in.commit(order, f) }()
 
 	readErr := in.read(ctx, f, work, order)
 	close(work)
@@ -274,10 +281,10 @@ func (in *FileInput) convert(b *batch) {
 		return // a retry
 	}
 	b.msgs = make([]bus.Message, 0, b.lines)
+	b.srcs = make([]string, 0, b.lines)
 	for _, c := range b.chunks {
 		in.add(b, c)
 	}
-	b.chunks = nil
 }
 
 // add converts a chunk's lines into messages of b. The sources ("name:offset") and ids of
@@ -328,6 +335,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 	for i, l := range c.Lines {
 		src, id := all[start:lines[i].srcEnd], all[lines[i].srcEnd:lines[i].idEnd]
 		start = lines[i].idEnd
+		b.srcs = append(b.srcs, src)
 		if err := lines[i].err; err != nil {
 			reason := metrics.Reason(err)
 			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", truncate(err.Error(), 200))
@@ -345,7 +353,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		b.events++
 		b.msgs = append(b.msgs, bus.Message{
 			Stream: bus.Events, Cluster: in.cluster, ID: id,
-			Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src},
+			Header: in.eventHeader,
 			Data:   l.Data,
 		})
 	}
@@ -406,7 +414,7 @@ func (in *FileInput) deadLetterOversized(ctx context.Context, b *batch) {
 		if err := in.bus.Publish(ctx, *m); !errors.Is(err, bus.ErrTooLarge) {
 			continue // stored, or to be retried with the batch
 		}
-		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", m.Header[bus.HeaderSource], "bytes", len(m.Data))
+		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data))
 		if m.Stream == bus.Events {
 			b.events--
 		}
@@ -414,24 +422,24 @@ func (in *FileInput) deadLetterOversized(ctx context.Context, b *batch) {
 			b.bad = map[string]int{}
 		}
 		b.bad["too_large_for_bus"]++
-		h := map[string]string{bus.HeaderReason: fmt.Sprintf("event of %d bytes is larger than the bus accepts; first 64 KiB kept", len(m.Data))}
-		for k, v := range m.Header {
-			if k != bus.HeaderReason {
-				h[k] = v
-			}
-		}
+		h := map[string]string{bus.HeaderReason: fmt.Sprintf("event of %d bytes is larger than the bus accepts; first 64 KiB kept", len(m.Data)),
+			bus.HeaderSource: b.srcs[i], bus.HeaderNode: in.cfg.NodeName}
 		*m = bus.Message{Stream: bus.DeadLetter, Cluster: m.Cluster, ID: "too-large/" + m.ID, Header: h, Data: m.Data[:min(len(m.Data), 64<<10)]}
 	}
 }
 
 // commit saves positions in read order, each once its batch and all before it are
-// acknowledged.
-func (in *FileInput) commit(order <-chan *batch) error {
+// acknowledged, and hands the memory of published lines back to f.
+func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
 	var firstErr error
 	stopped := false
 	for b := range order {
 		<-b.done
 		in.settled(b)
+		for i := range b.chunks {
+			f.Release(&b.chunks[i])
+		}
+		b.msgs, b.srcs = nil, nil
 		if stopped {
 			continue
 		}

@@ -103,6 +103,8 @@ type Chunk struct {
 	Pos checkpoint.Position
 	// CaughtUp is set on an empty chunk when the active file has no new complete line.
 	CaughtUp bool
+
+	arena []byte // backs the lines' Data; see Follower.Release
 }
 
 // Stats are counters a Follower keeps; read them with the atomic methods.
@@ -153,12 +155,39 @@ type Follower struct {
 	waitedForActive bool
 	waiting         bool // logged that the audit log does not exist yet
 	Stats           Stats
+
+	free chan []byte // arenas of released chunks, for reuse
 }
 
 // New returns a Follower that resumes at start (nil: no checkpoint, use cfg.StartAt).
 func New(cfg Config, start *checkpoint.Position) *Follower {
 	cfg = cfg.withDefaults()
-	return &Follower{cfg: cfg, start: start, buf: make([]byte, cfg.ReadBuffer)}
+	return &Follower{cfg: cfg, start: start, buf: make([]byte, cfg.ReadBuffer), free: make(chan []byte, 16)}
+}
+
+// Release hands the memory of c's lines back for reuse once nothing refers to them any more
+// (they were published). Optional; safe from any goroutine.
+func (t *Follower) Release(c *Chunk) {
+	if c.arena == nil {
+		return
+	}
+	select {
+	case t.free <- c.arena[:0]:
+	default:
+	}
+	c.arena, c.Lines = nil, nil
+}
+
+// newArena returns memory for at least n bytes of lines, reused when possible.
+func (t *Follower) newArena(n int) []byte {
+	select {
+	case a := <-t.free:
+		if cap(a) >= n {
+			return a
+		}
+	default:
+	}
+	return make([]byte, 0, n)
 }
 
 // Close releases the open file.
@@ -328,7 +357,7 @@ func (t *Follower) extract(maxLines, maxBytes int) (Chunk, bool) {
 			continue
 		}
 		if arena == nil {
-			arena = make([]byte, 0, min(maxBytes+t.cfg.MaxLineSize, (t.hi-t.lo)+len(line)))
+			arena = t.newArena(min(maxBytes+t.cfg.MaxLineSize, (t.hi-t.lo)+len(line)))
 		}
 		if len(line) > t.cfg.MaxLineSize {
 			lines = append(lines, Line{Data: append([]byte(nil), line[:min(len(line), headKeep)]...), Offset: off, Err: ErrLineTooLong})
@@ -346,7 +375,7 @@ func (t *Follower) extract(maxLines, maxBytes int) (Chunk, bool) {
 	if len(lines) == 0 {
 		return Chunk{}, false
 	}
-	return Chunk{Lines: lines, Name: t.cur.name, Pos: t.Position()}, true
+	return Chunk{Lines: lines, Name: t.cur.name, Pos: t.Position(), arena: arena}, true
 }
 
 // fill reads more bytes into the buffer.

@@ -120,6 +120,8 @@ type Server struct {
 	ln     net.Listener
 	srv    *http.Server
 	failed atomic.Bool
+	// eventHeader is shared by every event message (dead letters get their own).
+	eventHeader map[string]string
 }
 
 // New loads the TLS material and token and listens on cfg.Addr.
@@ -135,7 +137,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	s := &Server{cfg: cfg, opt: opt, bus: b}
+	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node}}
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
 		return nil, fmt.Errorf("load --webhook-tls-cert/--webhook-tls-key: %w", err)
@@ -295,9 +297,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // messages turns a body into event messages and dead letters. whole is set when the body
 // as a whole is unusable (it is then dead-lettered).
 func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, events int, bad map[string]int, whole error) {
-	hdr := func() map[string]string {
-		return map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "webhook"}
-	}
 	dead := func(data []byte, err error) {
 		if bad == nil {
 			bad = map[string]int{}
@@ -305,7 +304,7 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 		reason := metrics.Reason(err)
 		bad[reason]++
 		sum := sha256.Sum256(data)
-		h := hdr()
+		h := map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "webhook"}
 		h[bus.HeaderReason] = err.Error()
 		if len(h[bus.HeaderReason]) > 512 {
 			h[bus.HeaderReason] = h[bus.HeaderReason][:512]
@@ -319,7 +318,7 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 	event := func(it auditevent.Item) {
 		events++
 		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: s.opt.Cluster, ID: s.opt.Cluster + "/" + it.Key(), Header: hdr(), Data: it.Raw})
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: s.opt.Cluster, ID: s.opt.Cluster + "/" + it.Key(), Header: s.eventHeader, Data: it.Raw})
 	}
 	items, err := auditevent.SplitList(body, s.opt.MaxEventSize)
 	if err == nil {

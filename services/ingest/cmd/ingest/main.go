@@ -22,6 +22,7 @@ func main() {
 		Name:               "ingest",
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: ":9101",
+		GCPercent:          pipeline.GCPercent,
 		Flags:              cfg.RegisterFlags,
 		Validate:           cfg.Validate,
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {

@@ -41,6 +41,9 @@ type Config struct {
 	PublishTimeout time.Duration
 	// RetryAfter is the Retry-After of a 503 (default 5s).
 	RetryAfter time.Duration
+	// ReloadInterval is how often the key pair and the token file are checked for changes
+	// (default 10s).
+	ReloadInterval time.Duration
 }
 
 // RegisterFlags adds the --webhook-* flags to fs.
@@ -63,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 5 * time.Second
+	}
+	if c.ReloadInterval <= 0 {
+		c.ReloadInterval = 10 * time.Second
 	}
 	return c
 }
@@ -115,7 +121,8 @@ type Server struct {
 	cfg    Config
 	opt    Options
 	bus    Bus
-	token  []byte
+	token  *reloading[[]byte]
+	cert   *reloading[*tls.Certificate]
 	tlsCfg *tls.Config
 	ln     net.Listener
 	srv    *http.Server
@@ -138,11 +145,20 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		opt.Metrics = metrics.New(nil)
 	}
 	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node}}
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	var err error
+	s.cert, err = newReloading("webhook TLS key pair", cfg.ReloadInterval, opt.Logger, func() (*tls.Certificate, error) {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("load --webhook-tls-cert/--webhook-tls-key: %w", err)
+		}
+		return &cert, nil
+	}, cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
-		return nil, fmt.Errorf("load --webhook-tls-cert/--webhook-tls-key: %w", err)
+		return nil, err
 	}
-	s.tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	s.tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return s.cert.get(), nil
+	}}
 	if cfg.ClientCA != "" {
 		pem, err := os.ReadFile(cfg.ClientCA)
 		if err != nil {
@@ -156,13 +172,18 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		s.tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	if cfg.TokenFile != "" {
-		tok, err := os.ReadFile(cfg.TokenFile)
+		s.token, err = newReloading("webhook token", cfg.ReloadInterval, opt.Logger, func() ([]byte, error) {
+			tok, err := os.ReadFile(cfg.TokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("read --webhook-token-file: %w", err)
+			}
+			if tok = []byte(strings.TrimSpace(string(tok))); len(tok) == 0 {
+				return nil, fmt.Errorf("--webhook-token-file %s is empty", cfg.TokenFile)
+			}
+			return tok, nil
+		}, cfg.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("read --webhook-token-file: %w", err)
-		}
-		s.token = []byte(strings.TrimSpace(string(tok)))
-		if len(s.token) == 0 {
-			return nil, fmt.Errorf("--webhook-token-file %s is empty", cfg.TokenFile)
+			return nil, err
 		}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -224,7 +245,7 @@ func (s *Server) authenticated(r *http.Request) bool {
 	if s.token != nil {
 		h := r.Header.Get("Authorization")
 		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), s.token) == 1
+			return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), s.token.get()) == 1
 		}
 	}
 	return false

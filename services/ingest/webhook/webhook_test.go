@@ -125,7 +125,7 @@ func setup(t *testing.T, maxBody int64) *fixture {
 	return setupWith(t, maxBody, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
 }
 
-func setupWith(t *testing.T, maxBody int64, nc natsbus.Config) *fixture {
+func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...func(*webhook.Config)) *fixture {
 	t.Helper()
 	p := newPKI(t)
 	nc.StallWait, nc.AckTimeout = time.Second, 2*time.Second
@@ -138,9 +138,12 @@ func setupWith(t *testing.T, maxBody int64, nc natsbus.Config) *fixture {
 		t.Fatal(err)
 	}
 	m := metrics.New(nil)
-	srv, err := webhook.New(webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, ClientCA: p.clientCA,
-		TokenFile: tokFile, MaxBody: maxBody, PublishTimeout: 3 * time.Second},
-		b, webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m})
+	cfg := webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, ClientCA: p.clientCA,
+		TokenFile: tokFile, MaxBody: maxBody, PublishTimeout: 3 * time.Second}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	srv, err := webhook.New(cfg, b, webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,6 +246,64 @@ func TestWebhook(t *testing.T) {
 				t.Errorf("%d dead letters, want %d", got, tc.deadLetter)
 			}
 		})
+	}
+}
+
+// A rotated token and a renewed server certificate take effect without a restart; a token
+// file caught empty mid-update keeps the last good token.
+func TestWebhookReloadsTokenAndCertificate(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setupWith(t, 1<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()},
+		func(c *webhook.Config) { c.ReloadInterval = 20 * time.Millisecond })
+	first := f.post(eventList(ev, 0, 1), token, nil)
+	if first.StatusCode != 200 {
+		t.Fatalf("status %d before the rotation", first.StatusCode)
+	}
+	oldSerial := first.TLS.PeerCertificates[0].SerialNumber
+
+	// Rotate as Kubernetes does for a mounted Secret: new files moved into place.
+	replace := func(path string, data []byte) {
+		t.Helper()
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokFile := filepath.Join(f.pki.dir, "token")
+	replace(tokFile, []byte("rotated-token\n"))
+	ca, caKey := mkCert(t, "renewal CA", nil, nil, true)
+	f.pki.caPool.AddCert(ca)
+	srv, srvKey := mkCert(t, "localhost", ca, caKey, false)
+	crt, key := f.pki.write(t, "renewed", srv, srvKey)
+	for _, pair := range [][2]string{{crt, f.pki.serverCert}, {key, f.pki.serverKey}} {
+		data, err := os.ReadFile(pair[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		replace(pair[1], data)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := f.post(eventList(ev, 1, 2), "rotated-token", nil)
+		if resp.StatusCode == 200 && resp.TLS.PeerCertificates[0].SerialNumber.Cmp(srv.SerialNumber) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rotated token or certificate not taken: status %d, serial %v (old %v, new %v)", resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber, oldSerial, srv.SerialNumber)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := f.post(eventList(ev, 2, 3), token, nil).StatusCode; code != 401 {
+		t.Fatalf("old token: status %d, want 401", code)
+	}
+	replace(tokFile, nil)
+	time.Sleep(100 * time.Millisecond)
+	if code := f.post(eventList(ev, 2, 3), "rotated-token", nil).StatusCode; code != 200 {
+		t.Fatalf("after an empty token file: status %d, want the last good token kept (200)", code)
 	}
 }
 

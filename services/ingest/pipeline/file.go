@@ -105,7 +105,7 @@ func (in *FileInput) LagBytes() int64 {
 	if in.follower == nil {
 		return 0
 	}
-	return in.follower.Stats.LagBytes.Load() + in.unackedBytes
+	return in.follower.Lag() + in.unackedBytes
 }
 
 // CheckpointAge is how long the oldest read batch has waited for its checkpoint.

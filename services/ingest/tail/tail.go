@@ -157,6 +157,7 @@ type Follower struct {
 	Stats           Stats
 
 	free chan []byte // arenas of released chunks, for reuse
+	at   atomic.Pointer[readPoint]
 }
 
 // New returns a Follower that resumes at start (nil: no checkpoint, use cfg.StartAt).
@@ -821,17 +822,52 @@ func (t *Follower) updateLag() {
 			c.size = fi.Size()
 		}
 	}
-	lag := c.size - c.off
-	if c.gz || lag < 0 {
-		lag = 0
-	}
-	if c.final {
-		lag += c.pending
-		if fi, err := os.Stat(t.cfg.Path); err == nil {
-			lag += fi.Size()
+	at := &readPoint{f: c.f, size: c.size, off: c.off, pending: c.pending, final: c.final, gz: c.gz, active: t.cfg.Path}
+	t.at.Store(at)
+	t.Stats.LagBytes.Store(at.lag())
+}
+
+// readPoint is where the follower read last, for Lag from other goroutines.
+type readPoint struct {
+	f                  *os.File // may be closed by now: then size is used
+	size, off, pending int64
+	final, gz          bool
+	active             string
+}
+
+// lag measures the bytes behind the read point now: the rest of the file being read (its
+// current size unless it is finished or compressed), rotated files not read yet, and the
+// active file when the one being read is an older one.
+func (p *readPoint) lag() int64 {
+	size := p.size
+	var cur os.FileInfo
+	if !p.final && !p.gz {
+		if fi, err := p.f.Stat(); err == nil {
+			size, cur = fi.Size(), fi
 		}
 	}
-	t.Stats.LagBytes.Store(lag)
+	lag := size - p.off
+	if p.gz || lag < 0 {
+		lag = 0
+	}
+	if p.final {
+		lag += p.pending
+	}
+	// The active file counts when it is not the one being read: the reader moves on to it
+	// later (also after a rotation it has not noticed yet, being stopped).
+	if fi, err := os.Stat(p.active); err == nil && (p.final || cur != nil && !os.SameFile(fi, cur)) {
+		lag += fi.Size()
+	}
+	return lag
+}
+
+// Lag is how many bytes of the audit log lie beyond what the follower read, measured now
+// (the log keeps growing while reading waits for the bus). Safe from any goroutine.
+func (t *Follower) Lag() int64 {
+	if at := t.at.Load(); at != nil {
+		return at.lag()
+	}
+	return t.Stats.LagBytes.Load()
 }
 
 // open picks the first file: the checkpointed one, or per StartAt.

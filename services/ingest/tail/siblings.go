@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ func RotatedName(active string, t time.Time) string {
 type sibling struct {
 	path string
 	ts   time.Time
+	num  int // logrotate's number (audit.log.N), 0 otherwise
 	gz   bool
 	size int64
 	dev  uint64
@@ -40,6 +42,13 @@ type sibling struct {
 
 // listRotated returns the rotated siblings of active, oldest first. When a file exists both
 // plain and compressed (compression in progress), only the plain one is listed.
+//
+// Three namings are recognised: the apiserver's own rotation (lumberjack:
+// audit-2006-01-02T15-04-05.000.log[.gz], the time in the name) and logrotate's, numbered
+// (audit.log.1, audit.log.2.gz, ...) or with dateext (audit.log-20261130[.gz]); logrotate's
+// names say nothing exact about the rotation time, so their modification time stands for it
+// (renames and gzip keep it). Files are recognised by content wherever they moved, so
+// logrotate renumbering them at every rotation does not matter.
 func listRotated(active string) ([]sibling, error) {
 	dir, base := filepath.Split(active)
 	if dir == "" {
@@ -54,44 +63,64 @@ func listRotated(active string) ([]sibling, error) {
 		}
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	byTS := map[time.Time]sibling{}
+	byName := map[string]sibling{} // by name without .gz
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || e.IsDir() {
+		if e.IsDir() || name == base {
 			continue
 		}
-		rest := strings.TrimPrefix(name, prefix)
-		gz := strings.HasSuffix(rest, ext+".gz")
+		plain, gz := strings.CutSuffix(name, ".gz")
+		var ts time.Time
+		var num int
 		switch {
-		case gz:
-			rest = strings.TrimSuffix(rest, ext+".gz")
-		case strings.HasSuffix(rest, ext):
-			rest = strings.TrimSuffix(rest, ext)
+		case strings.HasPrefix(plain, prefix) && strings.HasSuffix(plain, ext):
+			t, err := time.ParseInLocation(RotationTimeFormat, strings.TrimSuffix(strings.TrimPrefix(plain, prefix), ext), time.UTC)
+			if err != nil {
+				continue
+			}
+			ts = t
+		case strings.HasPrefix(plain, base+".") && allDigits(plain[len(base)+1:]):
+			num, _ = strconv.Atoi(plain[len(base)+1:])
+		case strings.HasPrefix(plain, base+"-") && allDigits(plain[len(base)+1:]):
 		default:
 			continue
 		}
-		ts, err := time.ParseInLocation(RotationTimeFormat, rest, time.UTC)
-		if err != nil {
-			continue
-		}
-		s := sibling{path: filepath.Join(dir, name), ts: ts, gz: gz}
+		s := sibling{path: filepath.Join(dir, name), ts: ts, gz: gz, num: num}
 		fi, err := os.Stat(s.path)
 		if err != nil {
 			continue // removed meanwhile
 		}
+		if s.ts.IsZero() {
+			s.ts = fi.ModTime().UTC()
+		}
 		s.size = fi.Size()
 		s.dev, s.ino = devIno(fi)
-		if prev, ok := byTS[ts]; ok && !prev.gz {
+		if prev, ok := byName[plain]; ok && !prev.gz {
 			continue
 		}
-		byTS[ts] = s
+		byName[plain] = s
 	}
-	out := make([]sibling, 0, len(byTS))
-	for _, s := range byTS {
+	out := make([]sibling, 0, len(byName))
+	for _, s := range byName {
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ts.Before(out[j].ts) })
+	// Oldest first; logrotate's higher numbers are older when times tie.
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ts.Equal(out[j].ts) {
+			return out[i].ts.Before(out[j].ts)
+		}
+		return out[i].num > out[j].num
+	})
 	return out, nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func devIno(fi fs.FileInfo) (uint64, uint64) {

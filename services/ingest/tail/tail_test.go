@@ -48,6 +48,9 @@ func (r *reader) until(n int) {
 	for len(r.ids) < n {
 		c, err := r.f.Next(ctx, 1000, 1<<20, true)
 		if err != nil {
+			for _, c := range r.chunks {
+				r.t.Log(c)
+			}
 			r.t.Fatalf("after %d of %d lines: %v (%v)", len(r.ids), n, err, context.Cause(ctx))
 		}
 		r.take(c)
@@ -142,42 +145,48 @@ func TestRotationWhileWriting(t *testing.T) {
 			return testlog.Gzip(rot)
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "audit.log")
-			w := testlog.NewWriter(t, path)
-			const total, every = 4000, 300
-			errc := make(chan error, 1)
-			go func() {
-				for i := 0; i < total; i++ {
-					line, _ := ev.Event(i)
-					if err := w.Line(line); err != nil {
-						errc <- err
-						return
-					}
-					if i%every == every-1 {
-						if err := tc.rotate(w); err != nil {
-							errc <- err
-							return
-						}
-					}
-				}
-				errc <- nil
-			}()
-			r := newReader(t, tail.Config{Path: path}, nil)
-			ctx, cancel := context.WithCancelCause(context.Background())
-			go func() {
-				if err := <-errc; err != nil {
-					cancel(err)
-				}
-			}()
-			r.ctx = ctx
-			r.until(total)
-			r.idle()
-			r.exactly(ev, 0, total)
-			if n := r.f.Stats.LinesRead.Load(); n != total {
-				t.Errorf("LinesRead = %d, want %d", n, total)
+		for _, naming := range []string{"apiserver", "logrotate"} {
+			t.Run(tc.name+"/"+naming, func(t *testing.T) { rotateWhileWriting(t, ev, naming == "logrotate", tc.rotate) })
+		}
+	}
+}
+
+// rotateWhileWriting writes events, rotating every 300, while a follower reads them all.
+func rotateWhileWriting(t *testing.T, ev testlog.Events, logrotate bool, rotate func(w *testlog.Writer) error) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	w := testlog.NewWriter(t, path)
+	w.Logrotate = logrotate
+	const total, every = 4000, 300
+	errc := make(chan error, 1)
+	go func() {
+		for i := 0; i < total; i++ {
+			line, _ := ev.Event(i)
+			if err := w.Line(line); err != nil {
+				errc <- err
+				return
 			}
-		})
+			if i%every == every-1 {
+				if err := rotate(w); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+		errc <- nil
+	}()
+	r := newReader(t, tail.Config{Path: path}, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		if err := <-errc; err != nil {
+			cancel(err)
+		}
+	}()
+	r.ctx = ctx
+	r.until(total)
+	r.idle()
+	r.exactly(ev, 0, total)
+	if n := r.f.Stats.LinesRead.Load(); n != total {
+		t.Errorf("LinesRead = %d, want %d", n, total)
 	}
 }
 
@@ -244,43 +253,46 @@ func TestDeletedWhileOpen(t *testing.T) {
 
 func TestResumeAfterRotationWhileStopped(t *testing.T) {
 	ev := testlog.Load(t)
-	for _, compress := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "gzip"}[compress], func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "audit.log")
-			w := testlog.NewWriter(t, path)
-			write(t, w, ev, 0, 50)
-			r := newReader(t, tail.Config{Path: path}, nil)
-			// Resume exactly after the 21st line, as if only those were acknowledged.
-			var pos checkpoint.Position
-			for {
-				c, err := r.f.Next(context.Background(), 1, 1<<20, false)
-				if err != nil {
+	for _, naming := range []string{"apiserver", "logrotate"} {
+		for _, compress := range []bool{false, true} {
+			t.Run(naming+"/"+map[bool]string{false: "plain", true: "gzip"}[compress], func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "audit.log")
+				w := testlog.NewWriter(t, path)
+				w.Logrotate = naming == "logrotate"
+				write(t, w, ev, 0, 50)
+				r := newReader(t, tail.Config{Path: path}, nil)
+				// Resume exactly after the 21st line, as if only those were acknowledged.
+				var pos checkpoint.Position
+				for {
+					c, err := r.f.Next(context.Background(), 1, 1<<20, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.take(c)
+					if len(r.ids) > 21 {
+						t.Fatalf("read %d lines", len(r.ids))
+					}
+					if len(r.ids) == 21 {
+						pos = c.Pos
+						break
+					}
+				}
+				r.f.Close()
+				write(t, w, ev, 50, 60)
+				if _, err := w.Rotate(compress); err != nil {
 					t.Fatal(err)
 				}
-				r.take(c)
-				if len(r.ids) > 21 {
-					t.Fatalf("read %d lines", len(r.ids))
+				write(t, w, ev, 60, 70)
+				if _, err := w.Rotate(compress); err != nil {
+					t.Fatal(err)
 				}
-				if len(r.ids) == 21 {
-					pos = c.Pos
-					break
-				}
-			}
-			r.f.Close()
-			write(t, w, ev, 50, 60)
-			if _, err := w.Rotate(compress); err != nil {
-				t.Fatal(err)
-			}
-			write(t, w, ev, 60, 70)
-			if _, err := w.Rotate(compress); err != nil {
-				t.Fatal(err)
-			}
-			write(t, w, ev, 70, 80)
-			r2 := newReader(t, tail.Config{Path: path}, &pos)
-			r2.until(59)
-			r2.idle()
-			r2.exactly(ev, 21, 80)
-		})
+				write(t, w, ev, 70, 80)
+				r2 := newReader(t, tail.Config{Path: path}, &pos)
+				r2.until(59)
+				r2.idle()
+				r2.exactly(ev, 21, 80)
+			})
+		}
 	}
 }
 

@@ -60,8 +60,11 @@ func (e Events) Event(n int) ([]byte, string) {
 // Writer appends events to an audit log and rotates it.
 type Writer struct {
 	Path string
-	f    *os.File
-	last time.Time
+	// Logrotate names rotated files as logrotate does (audit.log.1, older ones renumbered
+	// up, audit.log.2.gz, ...) instead of as the apiserver does (audit-<time>.log).
+	Logrotate bool
+	f         *os.File
+	last      time.Time
 }
 
 // NewWriter creates (or appends to) the log at path.
@@ -116,7 +119,10 @@ func (w *Writer) Rotate(compress bool) (string, error) {
 	if err := w.f.Close(); err != nil {
 		return "", err
 	}
-	rot := tail.RotatedName(w.Path, w.stamp())
+	rot, err := w.rotatedName()
+	if err != nil {
+		return "", err
+	}
 	if err := os.Rename(w.Path, rot); err != nil {
 		return "", err
 	}
@@ -129,7 +135,39 @@ func (w *Writer) Rotate(compress bool) (string, error) {
 	return rot + ".gz", Gzip(rot)
 }
 
-// Gzip compresses path to path.gz and removes path, like lumberjack's compression.
+// rotatedName is the name for the next rotated file; with Logrotate it first renumbers the
+// rotated files there are (audit.log.N[.gz] becomes audit.log.N+1[.gz]).
+func (w *Writer) rotatedName() (string, error) {
+	if !w.Logrotate {
+		return tail.RotatedName(w.Path, w.stamp()), nil
+	}
+	// logrotate's files are ordered by modification time, which the kernel keeps at a coarse
+	// tick (a few ms): rotate no faster than real logrotate could tell apart.
+	time.Sleep(15 * time.Millisecond)
+	n := 1
+	for exists(fmt.Sprintf("%s.%d", w.Path, n)) || exists(fmt.Sprintf("%s.%d.gz", w.Path, n)) {
+		n++
+	}
+	for ; n > 1; n-- {
+		for _, sfx := range []string{"", ".gz"} {
+			from := fmt.Sprintf("%s.%d%s", w.Path, n-1, sfx)
+			if exists(from) {
+				if err := os.Rename(from, fmt.Sprintf("%s.%d%s", w.Path, n, sfx)); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	return w.Path + ".1", nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// Gzip compresses path to path.gz and removes path, like lumberjack's compression and gzip
+// (which keeps the modification time).
 func Gzip(path string) error {
 	in, err := os.Open(path)
 	if err != nil {
@@ -150,13 +188,21 @@ func Gzip(path string) error {
 	if err := out.Close(); err != nil {
 		return err
 	}
+	if fi, err := in.Stat(); err == nil {
+		if err := os.Chtimes(path+".gz", fi.ModTime(), fi.ModTime()); err != nil {
+			return err
+		}
+	}
 	return os.Remove(path)
 }
 
 // CopyTruncate copies the log to its rotated name and truncates it in place, as logrotate's
 // copytruncate does. It returns the copy's name.
 func (w *Writer) CopyTruncate() (string, error) {
-	rot := tail.RotatedName(w.Path, w.stamp())
+	rot, err := w.rotatedName()
+	if err != nil {
+		return "", err
+	}
 	in, err := os.Open(w.Path)
 	if err != nil {
 		return "", err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
+	rtmetrics "runtime/metrics"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -132,6 +134,8 @@ func (m *cpuMeter) report(b *testing.B) {
 // alone (pre-decoded blocks of --batch-size findings into findings and its three rollups).
 // Findings travel in FindingBatch messages of up to 32 KiB, as classify publishes them;
 // "bus-to-clickhouse-single" is the format before batches (one Finding per message).
+// peak-live-MB is the most live Go heap (as of a GC) seen while the writer ran, base-live-MB
+// the live heap just before it started: the embedded NATS server holding the stream.
 //
 //	go test -run '^$' -bench BusToClickHouse -benchtime 3x ./sink/
 func BenchmarkBusToClickHouse(b *testing.B) {
@@ -215,6 +219,7 @@ func BenchmarkBusToClickHouse(b *testing.B) {
 			c.BatchSize = DefaultBatchSize
 			c.MaxWait = 200 * time.Millisecond
 			m := cpuMeter{srv: srv}
+			var peak, base uint64
 			for b.Loop() {
 				b.StopTimer()
 				bb := openBus(b)
@@ -226,11 +231,14 @@ func BenchmarkBusToClickHouse(b *testing.B) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
+				runtime.GC()
+				base = heapLive()
 				b.StartTimer()
 				m.start()
 				go func() { done <- w.Run(ctx) }()
 				for testutil.ToFloat64(w.m.written) < benchFindings {
 					time.Sleep(5 * time.Millisecond)
+					peak = max(peak, heapLive())
 				}
 				m.stop()
 				b.StopTimer()
@@ -242,6 +250,15 @@ func BenchmarkBusToClickHouse(b *testing.B) {
 				b.StartTimer()
 			}
 			m.report(b)
+			b.ReportMetric(float64(peak)/(1<<20), "peak-live-MB")
+			b.ReportMetric(float64(base)/(1<<20), "base-live-MB")
 		})
 	}
+}
+
+// heapLive is the live Go heap at the last GC, the embedded NATS server's included.
+func heapLive() uint64 {
+	s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -223,7 +223,7 @@ const inBuffer = 1024
 // cancelled; it then stops consuming, writes and acknowledges what it holds, and returns nil.
 //
 // One goroutine decodes and batches while another writes the previous batch, so at most two
-// batches are in flight; while ClickHouse is down the write retries, batching stops, and the
+// batches are held; while ClickHouse is down the write retries, batching stops, and the
 // bus stops delivering once MaxUnacked messages are held (back-pressure, nothing dropped).
 func (w *Writer) Run(ctx context.Context) error {
 	if !w.migrate(ctx) {
@@ -258,10 +258,12 @@ func (w *Writer) Run(ctx context.Context) error {
 		})
 	}()
 
-	// The write stage; wctx ends only when the drain at shutdown runs out of time. Written
-	// blocks come back through free to be filled again.
-	writes := make(chan batch, 1)
-	free := make(chan *store.Block, 3)
+	// The write stage; wctx ends only when the drain at shutdown runs out of time. A batch
+	// is handed over only when the writer is free (a queued third batch would hold a third
+	// of the memory more and gain nothing: the writer is the slower stage), and its block
+	// comes back through free to be filled again.
+	writes := make(chan batch)
+	free := make(chan *store.Block, 1)
 	wctx, stopWrites := context.WithCancel(context.Background())
 	defer stopWrites()
 	writerDone := make(chan struct{})

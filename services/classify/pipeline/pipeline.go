@@ -52,8 +52,9 @@ type Config struct {
 // DefaultFindingsMessageBytes is the default of --classify-findings-message-bytes: about 45
 // findings of 700 bytes per message. It stays far below the bus limits (NATS max_payload
 // and Kafka message.max.bytes, 1 MiB by default) and keeps what report pulls at once small:
-// it pulls up to 1000 messages, and 1000 messages of 64 KiB made the embedded NATS server
-// cut the connection (64 MiB pending) until the unacknowledged messages came back 30 s later.
+// it pulls up to 1000 messages, and with 64 KiB messages the embedded NATS server closed the
+// connection (1000 x 64 KiB is the 64 MiB a client may have pending) and the pulled messages
+// came back only after the ack wait.
 const DefaultFindingsMessageBytes = 32 << 10
 
 // RegisterFlags adds the service's flags to fs (names prefixed so they can share a flag set

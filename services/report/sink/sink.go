@@ -95,9 +95,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// DefaultBatchSize is the default of --batch-size. ClickHouse 18.16 spends per row about
-// 18 us with 10k-row inserts into findings and its three rollups, 6-8 us with 20k-50k and 4 us
-// with 100k (fewer parts to write and merge); 50k holds ~35 MB of findings per batch.
+// DefaultBatchSize is the default of --batch-size. ClickHouse 18.16 spent 12-18 us of CPU
+// per row on 10k-row inserts into findings and its three rollups, 6-8 us on 20k-50k rows and
+// 4-5 us on 100k (fewer parts to write and merge); end to end 100k gave no more than 50k and
+// holds twice the memory (a 50k block is ~40 MB).
 const DefaultBatchSize = 50000
 
 // New opens the store (a server is contacted only when the writer runs) and returns the

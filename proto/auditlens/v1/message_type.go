@@ -1,3 +1,5 @@
+// Package auditlensv1 holds the auditlens.v1 protobuf messages (generated from finding.proto)
+// and the bus header that says which of them a message on the findings stream holds.
 package auditlensv1
 
 // MessageTypeHeader is the bus header that names the message a payload on the findings stream

@@ -114,12 +114,9 @@ func (b *Block) appendColumns(cols []column.Interface, ingested time.Time) error
 	}
 	var v []byte
 	pv := &v
-	appendStrings := func(c column.Interface, sc *strCol, from, to int) error {
+	appendStrings := func(c column.Interface, sc *strCol) error {
 		start := 0
-		if from > 0 {
-			start = sc.end[from-1]
-		}
-		for _, end := range sc.end[from:to] {
+		for _, end := range sc.end {
 			v = sc.buf[start:end:end]
 			if err := c.AppendRow(pv); err != nil {
 				return err
@@ -175,7 +172,7 @@ func (b *Block) appendColumns(cols []column.Interface, ingested time.Time) error
 		var err error
 		switch name := FindingColumns[i]; {
 		case findingStrCols[i] >= 0:
-			err = appendStrings(c, &b.str[findingStrCols[i]], 0, b.n)
+			err = appendStrings(c, &b.str[findingStrCols[i]])
 		case name == "severity":
 			err = appendEnum(c, b.sev, severityName)
 		case name == "confidence":

@@ -18,7 +18,9 @@ type Stream string
 const (
 	// Events carries one kube-apiserver audit Event (JSON) per message, from ingest to classify.
 	Events Stream = "events"
-	// Findings carries one auditlens.v1.Finding (protobuf) per message, from classify to report.
+	// Findings carries auditlens.v1.FindingBatch messages (protobuf, many findings each) from
+	// classify to report; a message without the Auditlens-Message-Type header holds one
+	// auditlens.v1.Finding (the format before batches).
 	Findings Stream = "findings"
 	// DeadLetter keeps input that could not be processed (bad lines, undecodable events),
 	// with headers saying where it came from and why.

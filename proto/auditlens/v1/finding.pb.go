@@ -377,6 +377,56 @@ func (x *Finding) GetConfidence() Confidence {
 	return Confidence_CONFIDENCE_UNSPECIFIED
 }
 
+// FindingBatch is several findings in one bus message: classify publishes the findings of a
+// run of events together (one JetStream or Kafka acknowledgement for many findings), and
+// report acknowledges the message once every finding in it is stored. A message on the
+// findings stream holds a FindingBatch when its Auditlens-Message-Type header says
+// "auditlens.v1.FindingBatch", else one Finding (the format before batches).
+// Each finding keeps its identity (cluster, audit_id, rule_id); the batch has none of its own.
+type FindingBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Findings      []*Finding             `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindingBatch) Reset() {
+	*x = FindingBatch{}
+	mi := &file_auditlens_v1_finding_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindingBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindingBatch) ProtoMessage() {}
+
+func (x *FindingBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_auditlens_v1_finding_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindingBatch.ProtoReflect.Descriptor instead.
+func (*FindingBatch) Descriptor() ([]byte, []int) {
+	return file_auditlens_v1_finding_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FindingBatch) GetFindings() []*Finding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
 // Evidence is one matched fact: a JSON path into the audit event and the value found there.
 type Evidence struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -388,7 +438,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_auditlens_v1_finding_proto_msgTypes[1]
+	mi := &file_auditlens_v1_finding_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +450,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_auditlens_v1_finding_proto_msgTypes[1]
+	mi := &file_auditlens_v1_finding_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +463,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_auditlens_v1_finding_proto_rawDescGZIP(), []int{1}
+	return file_auditlens_v1_finding_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Evidence) GetPath() string {
@@ -468,7 +518,9 @@ const file_auditlens_v1_finding_proto_rawDesc = "" +
 	"\x04node\x18\x18 \x01(\tR\x04node\x128\n" +
 	"\n" +
 	"confidence\x18\x19 \x01(\x0e2\x18.auditlens.v1.ConfidenceR\n" +
-	"confidence\"4\n" +
+	"confidence\"A\n" +
+	"\fFindingBatch\x121\n" +
+	"\bfindings\x18\x01 \x03(\v2\x15.auditlens.v1.FindingR\bfindings\"4\n" +
 	"\bEvidence\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value*d\n" +
@@ -497,24 +549,26 @@ func file_auditlens_v1_finding_proto_rawDescGZIP() []byte {
 }
 
 var file_auditlens_v1_finding_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_auditlens_v1_finding_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_auditlens_v1_finding_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_auditlens_v1_finding_proto_goTypes = []any{
 	(Severity)(0),                 // 0: auditlens.v1.Severity
 	(Confidence)(0),               // 1: auditlens.v1.Confidence
 	(*Finding)(nil),               // 2: auditlens.v1.Finding
-	(*Evidence)(nil),              // 3: auditlens.v1.Evidence
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*FindingBatch)(nil),          // 3: auditlens.v1.FindingBatch
+	(*Evidence)(nil),              // 4: auditlens.v1.Evidence
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_auditlens_v1_finding_proto_depIdxs = []int32{
 	0, // 0: auditlens.v1.Finding.severity:type_name -> auditlens.v1.Severity
-	4, // 1: auditlens.v1.Finding.event_time:type_name -> google.protobuf.Timestamp
-	3, // 2: auditlens.v1.Finding.evidence:type_name -> auditlens.v1.Evidence
+	5, // 1: auditlens.v1.Finding.event_time:type_name -> google.protobuf.Timestamp
+	4, // 2: auditlens.v1.Finding.evidence:type_name -> auditlens.v1.Evidence
 	1, // 3: auditlens.v1.Finding.confidence:type_name -> auditlens.v1.Confidence
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2, // 4: auditlens.v1.FindingBatch.findings:type_name -> auditlens.v1.Finding
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_auditlens_v1_finding_proto_init() }
@@ -528,7 +582,7 @@ func file_auditlens_v1_finding_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auditlens_v1_finding_proto_rawDesc), len(file_auditlens_v1_finding_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

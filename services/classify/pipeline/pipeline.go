@@ -1,6 +1,6 @@
 // Package pipeline is the classify service: it consumes audit events from the bus, matches
-// them against the rule catalogue and publishes protobuf Findings, acknowledging each event
-// only once its findings are stored.
+// them against the rule catalogue and publishes the findings of each batch of events in
+// protobuf FindingBatch messages, acknowledging each event only once its findings are stored.
 package pipeline
 
 import (
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
@@ -46,7 +45,17 @@ type Config struct {
 	MaxUnacked int
 	// AckWait is how long the bus waits for a settle before redelivering (default 30s).
 	AckWait time.Duration
+	// FindingsMessageBytes bounds one FindingBatch message (default 32 KiB).
+	FindingsMessageBytes int
 }
+
+// DefaultFindingsMessageBytes is the default of --classify-findings-message-bytes: about 45
+// findings of 700 bytes per message. It stays far below the bus limits (NATS max_payload
+// and Kafka message.max.bytes, 1 MiB by default) and keeps what report pulls at once small:
+// it pulls up to 1000 messages, and with 64 KiB messages the embedded NATS server closed the
+// connection (1000 x 64 KiB is the 64 MiB a client may have pending) and the pulled messages
+// came back only after the ack wait.
+const DefaultFindingsMessageBytes = 32 << 10
 
 // RegisterFlags adds the service's flags to fs (names prefixed so they can share a flag set
 // with the other services in an all-in-one binary).
@@ -60,6 +69,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DedupWindow, "classify-dedup-window", dedup.DefaultSize, "finding keys remembered to merge the stages of one request")
 	fs.IntVar(&c.MaxUnacked, "classify-max-unacked", 4096, "events delivered but not yet settled")
 	fs.DurationVar(&c.AckWait, "classify-ack-wait", 30*time.Second, "redelivery delay of an unsettled event")
+	fs.IntVar(&c.FindingsMessageBytes, "classify-findings-message-bytes", DefaultFindingsMessageBytes,
+		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --max-finding-bytes")
 }
 
 func (c Config) withDefaults() Config {
@@ -87,13 +98,19 @@ func (c Config) withDefaults() Config {
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
 	}
+	if c.FindingsMessageBytes <= 0 {
+		c.FindingsMessageBytes = DefaultFindingsMessageBytes
+	}
 	return c
 }
 
 // Validate checks the values and that the rule catalogue (with --rules-file) loads.
 func (c *Config) Validate() error {
-	if c.Workers < 0 || c.BatchSize < 0 || c.MaxEventSize < 0 || c.DedupWindow < 0 || c.MaxUnacked < 0 {
+	if c.Workers < 0 || c.BatchSize < 0 || c.MaxEventSize < 0 || c.DedupWindow < 0 || c.MaxUnacked < 0 || c.FindingsMessageBytes < 0 {
 		return errors.New("classify: worker, batch, size and window flags must not be negative")
+	}
+	if c.FindingsMessageBytes > 1<<20 {
+		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --max-finding-bytes default)", c.FindingsMessageBytes)
 	}
 	if c.MaxUnacked > 0 && c.BatchSize > c.MaxUnacked {
 		return fmt.Errorf("--classify-batch-size %d is larger than --classify-max-unacked %d", c.BatchSize, c.MaxUnacked)
@@ -263,6 +280,18 @@ func (s *Service) worker(in <-chan *bus.Delivery) {
 func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches []rules.Match) []rules.Match {
 	var out []bus.Message
 	var keys []string
+	// The findings, per cluster in order of appearance, packed into FindingBatch messages.
+	var clusters []*findingBatch
+	findingsOf := func(cluster string) *findingBatch {
+		for _, fb := range clusters {
+			if fb.cluster == cluster {
+				return fb
+			}
+		}
+		fb := newFindingBatch(cluster, s.cfg.FindingsMessageBytes)
+		clusters = append(clusters, fb)
+		return fb
+	}
 	inBatch := map[string]bool{}
 	now := time.Now()
 	perRule := map[string]int{}
@@ -299,16 +328,16 @@ func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 			}
 			inBatch[key] = true
 			f := s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])
-			data, err := proto.Marshal(f)
-			if err != nil {
+			if err := findingsOf(cluster).add(key, f); err != nil {
 				s.log.Error("marshal finding", "err", err)
 				continue
 			}
-			out = append(out, bus.Message{Stream: bus.Findings, Cluster: cluster, ID: key, Data: data,
-				Header: map[string]string{"Auditlens-Rule": m.Rule.ID}})
 			keys = append(keys, key)
 			perRule[m.Rule.ID]++
 		}
+	}
+	for _, fb := range clusters {
+		out = append(out, fb.messages()...)
 	}
 	if len(out) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckWait)

@@ -127,22 +127,15 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
 	})
 
-	findings := collect(t, b, bus.Findings, 2, 300*time.Millisecond)
 	ids := map[string]*auditlensv1.Finding{}
-	for _, d := range findings {
-		var f auditlensv1.Finding
-		if err := proto.Unmarshal(d.Data, &f); err != nil {
-			t.Fatalf("finding %s: %v", d.ID, err)
+	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
+		id := f.Cluster + "/" + f.AuditId + "/" + f.RuleId
+		if _, dup := ids[id]; dup {
+			t.Errorf("finding %s delivered twice", id)
 		}
-		if _, dup := ids[d.ID]; dup {
-			t.Errorf("finding %s delivered twice", d.ID)
-		}
-		ids[d.ID] = &f
-		if d.Cluster != f.Cluster {
-			t.Errorf("message cluster %q, finding cluster %q", d.Cluster, f.Cluster)
-		}
+		ids[id] = f
 	}
-	if len(findings) != 2 || ids["prod/r1/removed-api"] == nil || ids["prod/t1/legacy-sa-token"] == nil {
+	if len(ids) != 2 || ids["prod/r1/removed-api"] == nil || ids["prod/t1/legacy-sa-token"] == nil {
 		t.Fatalf("findings %v, want prod/r1/removed-api and prod/t1/legacy-sa-token once each", keys(ids))
 	}
 	f := ids["prod/r1/removed-api"]
@@ -221,9 +214,36 @@ func TestReplicasShareTheWork(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if got := collect(t, b, bus.Findings, 400, 200*time.Millisecond); len(got) != 400 {
-		t.Errorf("%d findings, want 400", len(got))
+	got := map[string]bool{}
+	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 1, 500*time.Millisecond)) {
+		got[f.AuditId] = true
 	}
+	if len(got) != 400 {
+		t.Errorf("%d distinct findings, want 400", len(got))
+	}
+}
+
+// findingsIn decodes the findings of FindingBatch messages, checking each message's header,
+// id and cluster.
+func findingsIn(t *testing.T, ds []*bus.Delivery) []*auditlensv1.Finding {
+	t.Helper()
+	var out []*auditlensv1.Finding
+	for _, d := range ds {
+		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType || !strings.HasPrefix(d.ID, d.Cluster+"/batch/") {
+			t.Errorf("message %s: headers %v", d.ID, d.Header)
+		}
+		var batch auditlensv1.FindingBatch
+		if err := proto.Unmarshal(d.Data, &batch); err != nil {
+			t.Fatalf("message %s: %v", d.ID, err)
+		}
+		for _, f := range batch.Findings {
+			if f.Cluster != d.Cluster {
+				t.Errorf("message %s of cluster %q holds a finding of %q", d.ID, d.Cluster, f.Cluster)
+			}
+		}
+		out = append(out, batch.Findings...)
+	}
+	return out
 }
 
 func itoa(i int) string {
@@ -327,15 +347,17 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	})
 	cancel()
 	<-done
-	// Two workers: the two findings may be published in either order.
-	ids := map[string]bool{}
+	// Two workers: the two findings may be published in one message or two, in either order.
+	var ds []*bus.Delivery
 	for _, m := range fb.published {
-		if m.Stream == bus.Findings {
-			ids[m.ID] = true
-		}
+		ds = append(ds, &bus.Delivery{Message: m})
 	}
-	if len(fb.published) != 2 || !ids["prod/x1/removed-api"] || !ids["prod/x2/removed-api"] {
-		t.Fatalf("published %d messages with finding ids %v, want prod/x1 and prod/x2 removed-api", len(fb.published), ids)
+	ids := map[string]bool{}
+	for _, f := range findingsIn(t, ds) {
+		ids[f.Cluster+"/"+f.AuditId+"/"+f.RuleId] = true
+	}
+	if len(ids) != 2 || !ids["prod/x1/removed-api"] || !ids["prod/x2/removed-api"] {
+		t.Fatalf("published %d messages with findings %v, want prod/x1 and prod/x2 removed-api", len(fb.published), ids)
 	}
 }
 

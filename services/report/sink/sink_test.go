@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -44,12 +46,16 @@ func testConfig() Config {
 
 var t0 = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 
-func findingMsg(cluster, auditID, rule string, msgID string) bus.Message {
-	f := &auditlensv1.Finding{RuleId: rule, Cluster: cluster, AuditId: auditID,
+func finding(cluster, auditID, rule string) *auditlensv1.Finding {
+	return &auditlensv1.Finding{RuleId: rule, Cluster: cluster, AuditId: auditID,
 		EventTime: timestamppb.New(t0), Username: "system:serviceaccount:kube-system:old-controller",
 		UserAgent: "old-controller/v0.1", ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses",
 		RemovedIn: "1.22", Severity: auditlensv1.Severity_SEVERITY_CRITICAL}
-	data, err := proto.Marshal(f)
+}
+
+// findingMsg is one Finding per message, the format before batches.
+func findingMsg(cluster, auditID, rule string, msgID string) bus.Message {
+	data, err := proto.Marshal(finding(cluster, auditID, rule))
 	if err != nil {
 		panic(err)
 	}
@@ -60,6 +66,29 @@ func messages(prefix string, n int) []bus.Message {
 	out := make([]bus.Message, n)
 	for i := range out {
 		out[i] = findingMsg("prod", fmt.Sprintf("%s-%d", prefix, i), "removed-api", fmt.Sprintf("%s-%d", prefix, i))
+	}
+	return out
+}
+
+// batchMsg packs findings into one FindingBatch message, as classify publishes them.
+func batchMsg(cluster, msgID string, fs ...*auditlensv1.Finding) bus.Message {
+	data, err := proto.Marshal(&auditlensv1.FindingBatch{Findings: fs})
+	if err != nil {
+		panic(err)
+	}
+	return bus.Message{Stream: bus.Findings, Cluster: cluster, ID: msgID, Data: data,
+		Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}}
+}
+
+// batches is n findings (audit ids prefix-0 ...) in messages of perMsg findings.
+func batches(prefix string, n, perMsg int) []bus.Message {
+	var out []bus.Message
+	for i := 0; i < n; i += perMsg {
+		var fs []*auditlensv1.Finding
+		for j := i; j < min(i+perMsg, n); j++ {
+			fs = append(fs, finding("prod", fmt.Sprintf("%s-%d", prefix, j), "removed-api"))
+		}
+		out = append(out, batchMsg("prod", fmt.Sprintf("%s-batch-%d-%d", prefix, i, perMsg), fs...))
 	}
 	return out
 }
@@ -148,6 +177,122 @@ func TestWritesEachFindingOnce(t *testing.T) {
 	})
 }
 
+// TestBatchMessagesCountOnce: findings arrive in FindingBatch messages, beside single-Finding
+// messages (a stream written before and after an upgrade of classify); a classify restart
+// re-publishes the same findings in batches of another composition (new message ids, which
+// the bus cannot de-duplicate): ClickHouse and its rollups still count each finding once.
+func TestBatchMessagesCountOnce(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		c := testConfig()
+		c.BatchSize = 250 // smaller than some messages: a message is never split between inserts
+		w, _ := startWriter(t, c, st, b)
+		ctx := context.Background()
+		msgs := append(messages("b", 105), batches("b", 1000, 300)[1:]...) // b-0..b-104 single, b-300.. in batches
+		msgs = append(msgs, batches("b", 300, 7)[15:]...)                  // b-105..b-299 in batches of 7
+		if err := b.Publish(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "1000 distinct findings", func() bool { return distinct(t, st) == 1000 })
+		// The restart: the same findings again, composed differently.
+		if err := b.Publish(ctx, batches("b", 1000, 64)...); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the replay written", func() bool { return testutil.ToFloat64(w.m.written) >= 2000 })
+		if n := distinct(t, st); n != 1000 {
+			t.Errorf("%d distinct findings, want 1000", n)
+		}
+		for _, q := range []string{
+			"SELECT uniqMerge(findings) FROM daily_rules WHERE rule_id = 'removed-api'",
+			"SELECT uniqMerge(findings) FROM daily_apis WHERE rule_id = 'removed-api'",
+			"SELECT uniqMerge(findings) FROM (SELECT findings FROM daily_callers WHERE rule_id = 'removed-api')",
+		} {
+			var n uint64
+			if err := st.DB().QueryRow(q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1000 {
+				t.Errorf("%s: %d, want 1000", q, n)
+			}
+		}
+	})
+}
+
+// TestBadFindingsInABatch: undecodable findings and findings without identity inside a batch
+// go to the dead-letter stream one by one (id "report:<message id>#<index>"); the rest of the
+// batch is written and the message acknowledged. A batch that is not protobuf at all is
+// dead-lettered whole.
+func TestBadFindingsInABatch(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	b := openBus(t)
+	c := testConfig()
+	w, stop := startWriter(t, c, st, b)
+	ctx := context.Background()
+	mixed := batchMsg("prod", "mixed", finding("prod", "ok-1", "psp"), finding("prod", "", "psp"), finding("prod", "ok-2", "psp"))
+	// Corrupt the third finding by hand: field 1 entries are (0x0a, length, finding bytes).
+	good, err := proto.Marshal(finding("prod", "ok-3", "psp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed.Data = append(mixed.Data, 0x0a, 4, 0x0a, 0x10, 'x', 'y') // rule_id claims 16 bytes, has 2
+	mixed.Data = protowire.AppendBytes(protowire.AppendTag(mixed.Data, 1, protowire.BytesType), good)
+	garbage := batchMsg("prod", "garbage")
+	garbage.Data = []byte("\x0a\xff\xff\xff\xff not protobuf")
+	if err := b.Publish(ctx, mixed, garbage); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three good findings", func() bool { return distinct(t, st) == 3 })
+	waitFor(t, "three dead letters", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
+	if n := testutil.ToFloat64(w.m.invalid); n != 3 {
+		t.Errorf("%v invalid, want 3", n)
+	}
+	dl := deadLetters(t, b, 3)
+	if r := dl["report:mixed#1"]; !strings.Contains(r, "without cluster, audit_id or rule_id") {
+		t.Errorf("finding 1 (no audit id): %q", r)
+	}
+	if r := dl["report:mixed#3"]; !strings.Contains(r, "undecodable finding") {
+		t.Errorf("finding 3 (truncated): %q", r)
+	}
+	if r := dl["report:garbage"]; !strings.Contains(r, "undecodable finding batch") {
+		t.Errorf("garbage batch: %q", r)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Both messages were settled: a new writer in the same group receives nothing.
+	w2, stop2 := startWriter(t, c, st, b)
+	time.Sleep(300 * time.Millisecond) // nothing to wait for: absence of deliveries
+	_ = stop2()
+	if n := testutil.ToFloat64(w2.m.written) + testutil.ToFloat64(w2.m.invalid); n != 0 {
+		t.Errorf("a second writer received %v findings: the batches were not settled", n)
+	}
+}
+
+// deadLetters reads n dead letters and returns their reasons by message id.
+func deadLetters(t *testing.T, b bus.Bus, n int) map[string]string {
+	t.Helper()
+	cons, err := b.Consumer(bus.DeadLetter, "test-deadletter", bus.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	reasons := map[string]string{}
+	go func() {
+		_ = cons.Consume(ctx, func(_ context.Context, d *bus.Delivery) {
+			mu.Lock()
+			reasons[d.ID] = d.Header[bus.HeaderReason]
+			mu.Unlock()
+			_ = d.Ack(ctx)
+		})
+	}()
+	waitFor(t, fmt.Sprintf("%d dead letters", n), func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(reasons)
+}
+
 func TestClickHouseDownLosesNothing(t *testing.T) {
 	srv, st := chtest.ServerStore(t)
 	b := openBus(t)
@@ -160,7 +305,8 @@ func TestClickHouseDownLosesNothing(t *testing.T) {
 	waitFor(t, "the first findings", func() bool { return distinct(t, st) == 1000 })
 
 	srv.Stop()
-	if err := b.Publish(ctx, messages("during", 2000)...); err != nil {
+	// Batch messages too: each is acknowledged only once all its findings are committed.
+	if err := b.Publish(ctx, batches("during", 2000, 130)...); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "failed writes while ClickHouse is down", func() bool { return testutil.ToFloat64(w.m.writeErrors) >= 3 })

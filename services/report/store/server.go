@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	chdriver "github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -80,22 +81,122 @@ func (b *serverBackend) Insert(ctx context.Context, table string, columns []stri
 	return batch.Send()
 }
 
-func (b *serverBackend) InsertColumns(ctx context.Context, table string, columns []string, data []any) error {
-	if len(columns) != len(data) {
-		return fmt.Errorf("%d columns, %d column slices", len(columns), len(data))
-	}
-	batch, err := b.conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+strings.Join(columns, ", ")+")")
+func (b *serverBackend) insertBlock(ctx context.Context, table string, blk *Block, ingested time.Time) error {
+	batch, err := b.conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+strings.Join(FindingColumns, ", ")+")")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = batch.Close() }()
-	for i, col := range data {
-		if err := batch.Column(i).Append(col); err != nil {
-			_ = batch.Abort()
-			return fmt.Errorf("column %s: %w", columns[i], err)
-		}
+	if err := blk.appendColumns(batch.Columns(), ingested); err != nil {
+		_ = batch.Abort()
+		return err
 	}
 	return batch.Send()
+}
+
+// findingStrCols maps the columns of FindingColumns to the block's string columns, -1 for
+// the others.
+var findingStrCols = [...]int{colRule, -1, colCluster, colAudit, -1, colVerb, colURI, colGroup,
+	colVersion, colResource, colSub, colNamespace, colName, colUser, colAgent, colIP, -1,
+	colDeprecated, colRemoved, -1, colReplacement, colMessage, colStage, colNode, -1, -1, -1, -1}
+
+// appendColumns fills clickhouse-go's columns of an INSERT INTO findings (FindingColumns,
+// in order). Strings go in as *[]byte, the one way that neither boxes nor copies them into
+// a string first.
+func (b *Block) appendColumns(cols []column.Interface, ingested time.Time) error {
+	if len(cols) != len(FindingColumns) {
+		return fmt.Errorf("insert block: %d columns, want %d", len(cols), len(FindingColumns))
+	}
+	for i, c := range cols {
+		if c.Name() != FindingColumns[i] {
+			return fmt.Errorf("insert block: column %d is %s, want %s", i, c.Name(), FindingColumns[i])
+		}
+	}
+	var v []byte
+	pv := &v
+	appendStrings := func(c column.Interface, sc *strCol) error {
+		start := 0
+		for _, end := range sc.end {
+			v = sc.buf[start:end:end]
+			if err := c.AppendRow(pv); err != nil {
+				return err
+			}
+			start = end
+		}
+		return nil
+	}
+	var name string
+	pn := &name
+	appendEnum := func(c column.Interface, vals []int32, names func(int32) string) error {
+		for _, x := range vals {
+			name = names(x)
+			if err := c.AppendRow(pn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	times := make([]int64, b.n)
+	ingestedAt := make([]int64, b.n)
+	for i, t := range b.times {
+		if t == noTime {
+			t = ingested.Unix()
+		}
+		times[i], ingestedAt[i] = t, ingested.Unix()
+	}
+	// Evidence: one row of *[]byte per finding, pointing into scratch.
+	var scratch [][]byte
+	var ptrs []*[]byte
+	appendEvidence := func(c column.Interface, sc *strCol) error {
+		start := 0
+		for i := range b.n {
+			end := b.evEnd[i]
+			for len(scratch) < end-start {
+				scratch = append(scratch, nil)
+				ptrs = append(ptrs, nil)
+				for j := range ptrs {
+					ptrs[j] = &scratch[j]
+				}
+			}
+			for j := start; j < end; j++ {
+				scratch[j-start] = sc.value(j)
+			}
+			if err := c.AppendRow(ptrs[:end-start]); err != nil {
+				return err
+			}
+			start = end
+		}
+		return nil
+	}
+	for i, c := range cols {
+		var err error
+		switch name := FindingColumns[i]; {
+		case findingStrCols[i] >= 0:
+			err = appendStrings(c, &b.str[findingStrCols[i]])
+		case name == "severity":
+			err = appendEnum(c, b.sev, severityName)
+		case name == "confidence":
+			err = appendEnum(c, b.conf, confidenceName)
+		case name == "event_time":
+			_, err = c.Append(times)
+		case name == "ingested_at":
+			_, err = c.Append(ingestedAt)
+		case name == "response_code":
+			_, err = c.Append(b.codes)
+		case name == "removed_in_key":
+			_, err = c.Append(b.keys)
+		case name == "evidence_path":
+			err = appendEvidence(c, &b.evPath)
+		case name == "evidence_value":
+			err = appendEvidence(c, &b.evValue)
+		default:
+			err = fmt.Errorf("no values for column %s", name)
+		}
+		if err != nil {
+			return fmt.Errorf("column %s: %w", FindingColumns[i], err)
+		}
+	}
+	return nil
 }
 
 func (b *serverBackend) Close() error { return b.conn.Close() }

@@ -50,12 +50,6 @@ type Backend interface {
 	Close() error
 }
 
-// ColumnInserter is implemented by backends that take a block as one typed slice per column
-// ([]string, []time.Time, []int32, []uint32, [][]string), which is much cheaper for big blocks.
-type ColumnInserter interface {
-	InsertColumns(ctx context.Context, table string, columns []string, data []any) error
-}
-
 // Store is an open auditlens database. Opening one does not contact the engine: a server
 // that is down makes queries and inserts fail until it is back, and Migrate (which also
 // creates the database) is the first thing to retry.

@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -273,6 +276,73 @@ func TestVersionKeySQL(t *testing.T) {
 			if want := store.VersionKey(v); got != want {
 				t.Errorf("%s: SQL key of %q = %d, Go %d", e, v, got, want)
 			}
+		}
+	})
+}
+
+// TestWriteBlockStoresEveryColumn writes findings decoded from protobuf bytes and reads every
+// column back, on both engines (the server takes the block column by column, chDB row by row).
+func TestWriteBlockStoresEveryColumn(t *testing.T) {
+	full := finding("removed-api", "full", "system:serviceaccount:a:b", day.Add(1500*time.Millisecond))
+	full.Severity, full.Confidence = auditlensv1.Severity_SEVERITY_WARNING, 9
+	full.Subresource, full.Namespace, full.Name, full.Node = "status", "team-a", "web", "cp-1"
+	full.ResponseCode, full.RemovedIn = 422, "v1.22.3"
+	full.Evidence = append(full.Evidence, &auditlensv1.Evidence{Path: "p2", Value: "v2"}, &auditlensv1.Evidence{})
+	bare := &auditlensv1.Finding{RuleId: "psp", AuditId: "bare"} // no event time, cluster from the message
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		var b store.Block
+		for _, f := range []*auditlensv1.Finding{full, bare} {
+			data, err := proto.Marshal(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.AppendWire(data, "staging"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := time.Now().UTC().Truncate(time.Second)
+		if err := st.WriteBlock(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		type row struct {
+			rule, sev, cluster, audit                          string
+			et                                                 time.Time
+			verb, uri, group, version, resource, sub, ns, name string
+			user, agent, ip                                    string
+			code                                               int32
+			depr, removed                                      string
+			key                                                uint32
+			repl, msg, stage, node, conf                       string
+			paths, values                                      []string
+			ingested                                           time.Time
+		}
+		read := func(audit string) row {
+			var r row
+			err := st.DB().QueryRowContext(ctx, "SELECT "+strings.Join(store.FindingColumns, ", ")+" FROM findings WHERE audit_id = ?", audit).Scan(
+				&r.rule, &r.sev, &r.cluster, &r.audit, &r.et, &r.verb, &r.uri, &r.group, &r.version, &r.resource, &r.sub, &r.ns, &r.name,
+				&r.user, &r.agent, &r.ip, &r.code, &r.depr, &r.removed, &r.key, &r.repl, &r.msg, &r.stage, &r.node, &r.conf,
+				&r.paths, &r.values, &r.ingested)
+			if err != nil {
+				t.Fatalf("read %s: %v", audit, err)
+			}
+			return r
+		}
+		got := read("full")
+		want := row{"removed-api", "warning", "prod", "full", day.Add(time.Second), "list", full.RequestUri, "policy", "v1beta1",
+			"podsecuritypolicies", "status", "team-a", "web", full.Username, "kubectl/v1.24.0", "10.0.0.1", 422, "1.21", "v1.22.3", 1022,
+			"Pod Security Admission", "migrate", "ResponseComplete", "cp-1", "9",
+			[]string{"objectRef.apiVersion", "p2", ""}, []string{"v1beta1", "v2", ""}, got.ingested}
+		if !got.et.Equal(want.et) || !got.ingested.After(before.Add(-time.Second)) {
+			t.Errorf("event_time %v, ingested_at %v", got.et, got.ingested)
+		}
+		got.et = want.et
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("stored\n%+v\nwant\n%+v", got, want)
+		}
+		b2 := read("bare")
+		if b2.cluster != "staging" || !b2.et.Equal(b2.ingested) || len(b2.paths) != 0 || b2.sev != "" || b2.conf != "" {
+			t.Errorf("finding without event time, cluster, evidence: %+v", b2)
 		}
 	})
 }

@@ -185,3 +185,49 @@ func TestStreamsOfAnEarlierBuildAreUpgraded(t *testing.T) {
 		t.Fatalf("stream holds %d, want the old message and 10 new", n)
 	}
 }
+
+// Large messages are pulled by bytes as well as by count: a consumer holding hundreds of
+// 256 KiB deliveries does not overrun what the server buffers for one client (64 MiB), and
+// gets every message once.
+func TestConsumeLargeMessages(t *testing.T) {
+	b, _ := inspect(t, natsbus.Config{})
+	ctx := context.Background()
+	const n = 400
+	msgs := bustest.Messages(bus.Findings, "big", n, 1)
+	body := make([]byte, 256<<10)
+	for i := range msgs {
+		msgs[i].Data = body
+	}
+	for i := 0; i < n; i += 50 {
+		if err := b.Publish(ctx, msgs[i:i+50]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := b.Consumer(bus.Findings, "big", bus.ConsumerOptions{AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := bustest.NewCollector()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	held := make(chan *bus.Delivery, n)
+	go func() {
+		done <- c.Consume(cctx, func(ctx context.Context, d *bus.Delivery) { col.Add(d.ID); held <- d })
+	}()
+	// Settle late, in bulk, as a writer that commits large batches does.
+	go func() {
+		for d := range held {
+			time.Sleep(time.Millisecond)
+			_ = d.Ack(ctx)
+		}
+	}()
+	col.WaitDistinct(t, n, 30*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(held)
+	if d, total := col.Counts(); d != n || total != n {
+		t.Fatalf("%d distinct of %d deliveries, want %d once each", d, total, n)
+	}
+}

@@ -454,7 +454,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 			d.Delivered = 1
 		}
 		h(ctx, d)
-	}, jetstream.PullMaxMessages(batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessagesWithBytesLimit(batch, c.pullBytes()), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		log.Debug("nats consume", "consumer", c.cfg.Durable, "err", err)
 	}))
 	if err != nil {
@@ -471,6 +471,13 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 		}
 		return fmt.Errorf("consumer %s closed: %w", c.cfg.Durable, bus.ErrUnavailable)
 	}
+}
+
+// pullBytes bounds the bytes of deliveries buffered for the consumer: far below what the
+// server buffers for one client (64 MiB, past which it drops the connection as a slow
+// consumer), and never below two of the largest messages the server accepts.
+func (c *consumer) pullBytes() int {
+	return max(16<<20, 2*int(c.b.nc.MaxPayload()))
 }
 
 type natsAcker struct{ m jetstream.Msg }

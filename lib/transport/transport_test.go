@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"flag"
 	"strings"
 	"testing"
 
@@ -54,3 +55,15 @@ func TestValidateNamesTheFlag(t *testing.T) {
 }
 
 func kafkaCfg(brokers ...string) (c kafkabus.Config) { c.Brokers = brokers; return c }
+
+func TestOneAtATimeFlag(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.RegisterFlags(fs, t.TempDir())
+	if err := fs.Parse([]string{"--nats-one-at-a-time"}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.NATS.OneAtATime {
+		t.Fatal("--nats-one-at-a-time did not reach the NATS configuration")
+	}
+}

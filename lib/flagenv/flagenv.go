@@ -24,12 +24,24 @@ func Parse(fs *flag.FlagSet, args []string) error {
 
 // ParseWith is Parse with an explicit environment lookup (for tests).
 func ParseWith(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
-	if err := fs.Parse(args); err != nil {
+	// A list flag given several times on the command line collects every value (--mail-to a
+	// --mail-to b); its first use still replaces the default.
+	lists := map[*flag.Flag]*StringList{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if l, ok := f.Value.(*StringList); ok {
+			lists[f] = l
+			f.Value = &collecting{l: l}
+		}
+	})
+	err := fs.Parse(args)
+	for f, l := range lists {
+		f.Value = l
+	}
+	if err != nil {
 		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || given[f.Name] {
 			return
@@ -64,6 +76,33 @@ func Usage(fs *flag.FlagSet, synopsis string) {
 			fmt.Fprintln(w, ")")
 		})
 	}
+}
+
+// collecting is a StringList while the command line is parsed: the first Set replaces the
+// list, later ones add to it.
+type collecting struct {
+	l   *StringList
+	set bool
+}
+
+func (c *collecting) String() string {
+	if c.l == nil {
+		return ""
+	}
+	return c.l.String()
+}
+
+func (c *collecting) Set(v string) error {
+	if !c.set {
+		c.set = true
+		return c.l.Set(v)
+	}
+	var more StringList
+	if err := more.Set(v); err != nil {
+		return err
+	}
+	*c.l = append(*c.l, more...)
+	return nil
 }
 
 // StringList is a flag.Value holding a comma-separated list.

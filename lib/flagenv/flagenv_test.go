@@ -57,3 +57,36 @@ func TestStringList(t *testing.T) {
 		t.Fatalf("got %q %v", l.String(), err)
 	}
 }
+
+// A list flag repeated on the command line collects every value; the first use replaces the
+// default; the environment twin (when the flag is not given) replaces it too.
+func TestRepeatedListFlagCollects(t *testing.T) {
+	parse := func(args []string, env map[string]string) StringList {
+		t.Helper()
+		l := StringList{"default"}
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Var(&l, "mail-to", "")
+		if err := ParseWith(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := fs.Lookup("mail-to").Value.(*StringList); !ok {
+			t.Fatal("the flag's value is not the list again after parsing")
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--mail-to", "a@x", "--mail-to", "b@y,c@z"}, nil, "a@x,b@y,c@z"},
+		{[]string{"--mail-to", "a@x"}, map[string]string{"AUDITLENS_MAIL_TO": "e@x"}, "a@x"},
+		{nil, map[string]string{"AUDITLENS_MAIL_TO": "e@x,f@x"}, "e@x,f@x"},
+		{nil, nil, "default"},
+	} {
+		if got := parse(tc.args, tc.env); got.String() != tc.want {
+			t.Errorf("args %q env %v: %q, want %q", tc.args, tc.env, got.String(), tc.want)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultStore string) {
 	fs.DurationVar(&c.NATS.MaxAge, "nats-max-age", 7*24*time.Hour, "how long the streams keep messages")
 	fs.IntVar(&c.NATS.Replicas, "nats-replicas", 1, "replicas of each stream on a NATS cluster")
 	fs.BoolVar(&c.NATS.OneAtATime, "nats-one-at-a-time", false, "publish every message on its own, even where the server offers batched publishing (nats-server 2.14+)")
-	fs.Var((*flagenv.StringList)(&c.Kafka.Brokers), "kafka-brokers", "use Kafka instead of NATS: `host:port` list, comma-separated")
+	fs.Var((*flagenv.StringList)(&c.Kafka.Brokers), "kafka-brokers", "use Kafka instead of NATS: `host:port` list, comma-separated or repeated")
 	fs.BoolVar(&c.Kafka.CreateTopics, "kafka-create-topics", true, "create the Kafka topics when missing")
 	fs.IntVar(&c.Kafka.Partitions, "kafka-partitions", 6, "partitions of created Kafka topics")
 }

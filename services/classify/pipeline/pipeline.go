@@ -61,7 +61,7 @@ const DefaultFindingsMessageBytes = 32 << 10
 // with the other services in an all-in-one binary).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Group, "classify-group", "classify", "consumer `group` shared by classify replicas")
-	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated, that add or override rules")
+	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules")
 	fs.IntVar(&c.Workers, "classify-workers", 2, "goroutines decoding and classifying events")
 	fs.IntVar(&c.BatchSize, "classify-batch-size", 256, "events settled together per worker")
 	fs.DurationVar(&c.BatchWait, "classify-batch-wait", 20*time.Millisecond, "longest wait to fill a batch")

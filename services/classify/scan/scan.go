@@ -59,7 +59,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used (empty: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line) or table")
-	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated, that add or override rules, APIs, annotations and labels")
+	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster name put in findings")
 	fs.IntVar(&c.MaxEventSize, "max-event-size", 4<<20, "largest line accepted, in bytes; longer lines are reported and skipped")
 	fs.IntVar(&c.DedupWindow, "dedup-window", dedup.DefaultSize, "finding keys remembered to merge the stages of one request")

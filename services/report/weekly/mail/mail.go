@@ -66,7 +66,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StartTLS, "smtp-starttls", TLSRequired, "STARTTLS policy: required, opportunistic or off (off: plain test servers only, no auth)")
 	fs.StringVar(&c.CAFile, "smtp-ca-file", "", "PEM `file` of extra CA certificates to trust for the SMTP server")
 	fs.StringVar(&c.From, "mail-from", "", "sender address of the weekly report, e.g. auditlens@example.com")
-	fs.Var(&c.To, "mail-to", "comma-separated recipient addresses of the weekly report")
+	fs.Var(&c.To, "mail-to", "recipient addresses of the weekly report, comma-separated or repeated")
 	fs.DurationVar(&c.Timeout, "smtp-timeout", 30*time.Second, "timeout of one SMTP connection")
 }
 

@@ -318,6 +318,7 @@ func (t *Follower) Position() checkpoint.Position {
 }
 
 func (t *Follower) emptyChunk() Chunk {
+	t.updateLag() // a new file may be open
 	return Chunk{Name: t.cur.name, Pos: t.Position()}
 }
 
@@ -839,23 +840,25 @@ type readPoint struct {
 // current size unless it is finished or compressed), rotated files not read yet, and the
 // active file when the one being read is an older one.
 func (p *readPoint) lag() int64 {
-	size := p.size
+	size, final := p.size, p.final
 	var cur os.FileInfo
 	if !p.final && !p.gz {
 		if fi, err := p.f.Stat(); err == nil {
 			size, cur = fi.Size(), fi
+		} else {
+			final = true // closed since: the reader finished it and moved on
 		}
 	}
 	lag := size - p.off
 	if p.gz || lag < 0 {
 		lag = 0
 	}
-	if p.final {
+	if final {
 		lag += p.pending
 	}
 	// The active file counts when it is not the one being read: the reader moves on to it
 	// later (also after a rotation it has not noticed yet, being stopped).
-	if fi, err := os.Stat(p.active); err == nil && (p.final || cur != nil && !os.SameFile(fi, cur)) {
+	if fi, err := os.Stat(p.active); err == nil && (final || !os.SameFile(fi, cur)) {
 		lag += fi.Size()
 	}
 	return lag

@@ -113,9 +113,6 @@ type Stats struct {
 	BytesRead   atomic.Int64
 	Rotations   atomic.Int64
 	Truncations atomic.Int64
-	// LagBytes is how far the read position is behind the end of the active file, counting
-	// rotated files not yet read.
-	LagBytes atomic.Int64
 }
 
 // source is the file being read.
@@ -823,9 +820,7 @@ func (t *Follower) updateLag() {
 			c.size = fi.Size()
 		}
 	}
-	at := &readPoint{f: c.f, size: c.size, off: c.off, pending: c.pending, final: c.final, gz: c.gz, active: t.cfg.Path}
-	t.at.Store(at)
-	t.Stats.LagBytes.Store(at.lag())
+	t.at.Store(&readPoint{f: c.f, size: c.size, off: c.off, pending: c.pending, final: c.final, gz: c.gz, active: t.cfg.Path})
 }
 
 // readPoint is where the follower read last, for Lag from other goroutines.
@@ -870,7 +865,7 @@ func (t *Follower) Lag() int64 {
 	if at := t.at.Load(); at != nil {
 		return at.lag()
 	}
-	return t.Stats.LagBytes.Load()
+	return 0 // nothing opened yet
 }
 
 // open picks the first file: the checkpointed one, or per StartAt.

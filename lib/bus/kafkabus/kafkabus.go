@@ -230,6 +230,9 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 		CommitInterval:    0,
 	})
 	defer r.Close()
+	// Kafka has no redelivery count of its own: Delivered counts this consumer's Naks of a
+	// message, and the bound is the same as on NATS.
+	h = bus.BoundDeliveries(c.b, c.stream, c.opts, h)
 	tr := newTracker()
 	seen := newWindow(1 << 17)
 	sem := make(chan struct{}, c.opts.MaxUnacked)

@@ -199,3 +199,53 @@ func TestWebhookClientAllowList(t *testing.T) {
 		t.Errorf("token with an allow-list: status %d", resp.StatusCode)
 	}
 }
+
+// Issue 9, defect 7: bodies held at once are bounded by --webhook-max-inflight-bytes; a
+// request beyond it gets 429 with Retry-After (the apiserver retries it), and the budget
+// comes back when the request holding it ends.
+func TestWebhookInflightBytesBound(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setupWith(t, 1<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()},
+		func(c *webhook.Config) { c.MaxInflightBytes = 1 << 20 })
+	// A request of 1,000,000 announced bytes whose body stops arriving holds the budget.
+	conn, err := tls.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(f.url, "https://"), "/audit"), &tls.Config{RootCAs: f.pki.caPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("POST /audit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + "\r\nContent-Length: 1000000\r\n\r\n{\"kind\":")); err != nil {
+		t.Fatal(err)
+	}
+	var resp *http.Response
+	var text string
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		resp, text = f.postRaw(eventList(ev, i, i+50), "Authorization", "Bearer "+token)
+		if resp.StatusCode != 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(text, "--webhook-max-inflight-bytes") {
+		t.Fatalf("while the budget is held: status %d, Retry-After %q, %q; want 429 naming --webhook-max-inflight-bytes", resp.StatusCode, resp.Header.Get("Retry-After"), text)
+	}
+	conn.Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		resp, _ = f.postRaw(eventList(ev, 1000, 1050), "Authorization", "Bearer "+token)
+		if resp.StatusCode == 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the holder left: status %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestWebhookInflightBytesValidate(t *testing.T) {
+	p := newPKI(t)
+	c := webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, TokenFile: p.serverKey, MaxBody: 32 << 20, MaxInflightBytes: 1 << 20}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--webhook-max-inflight-bytes") {
+		t.Errorf("in-flight budget below one body: %v", err)
+	}
+}

@@ -15,9 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +68,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", DefaultMaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); bounds the webhook's memory to about 3x this")
 	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", 10*time.Second, "how long a request waits for the bus before answering 503")
 }
+
+// MemoryPerInflightByte is about how many bytes of memory the process needs per byte of
+// request body in flight: the body, the messages made of it, and what the garbage collector
+// leaves between collections (measured by BenchmarkWebhookMemory in package pipeline).
+const MemoryPerInflightByte = 4
 
 // Defaults of the body limits.
 const (
@@ -223,6 +230,10 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && MemoryPerInflightByte*cfg.MaxInflightBytes > limit {
+		opt.Logger.Warn("--webhook-max-inflight-bytes lets request bodies take more memory than GOMEMLIMIT allows; lower it",
+			"max_inflight_bytes", cfg.MaxInflightBytes, "gomemlimit", limit, "bytes_per_body_byte", MemoryPerInflightByte)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -499,7 +510,7 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 		// The auditID is the client's Audit-ID header, of any length: the id is bounded.
 		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.BoundID(cluster + "/" + it.Key()), Header: eventHeader, Data: it.Raw})
 	}
-	items, err := auditevent.SplitList(body, maxEventSize)
+	items, err := auditevent.SplitListShared(body, maxEventSize)
 	if err == nil {
 		for _, it := range items {
 			event(it)

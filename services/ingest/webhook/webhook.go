@@ -65,7 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.ClientAllow, "webhook-client-allow", "accept only client certificates with one of these `identities` (subject CN, DNS or URI SAN; comma-separated or repeated); empty: any certificate of --webhook-client-ca")
 	fs.StringVar(&c.TokenFile, "webhook-token-file", "", "`file` holding the bearer token the apiserver must send")
 	fs.Int64Var(&c.MaxBody, "webhook-max-body", DefaultMaxBody, "largest accepted request body in `bytes` (larger: 413)")
-	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", DefaultMaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); bounds the webhook's memory to about 3x this")
+	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", DefaultMaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); the webhook's memory is about 3 to 5 times this (see services/ingest/README.md)")
 	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", 10*time.Second, "how long a request waits for the bus before answering 503")
 }
 

@@ -129,9 +129,11 @@ type ConsumerOptions struct {
 	// MaxDeliver bounds how often one message is handed to the handler (default
 	// DefaultMaxDeliver). A message delivered that often without an Ack (Nak, AckWait expired,
 	// the consumer crashed) is poison: on its next delivery it goes to the dead-letter stream
-	// (HeaderReason, HeaderDelivered) and is terminated instead. Every delivery counts,
-	// including the redeliveries of a message held while its downstream is down for longer
-	// than AckWait: set it above what such an outage may take.
+	// (HeaderReason, HeaderDelivered) and is terminated instead. It is a backstop: a consumer
+	// that can tell a bad message should dead-letter it itself. Every delivery counts,
+	// including the redeliveries of a message held or Nak'ed while its downstream is down
+	// (AckWait expiring on it), and of every message in flight when a consumer crashes: set
+	// it above what such outages take.
 	MaxDeliver int
 	// GaveUp, when set, is called for every message sent to the dead-letter stream because of
 	// MaxDeliver (to count it).
@@ -139,7 +141,7 @@ type ConsumerOptions struct {
 }
 
 // DefaultMaxDeliver is ConsumerOptions.MaxDeliver when not set.
-const DefaultMaxDeliver = 20
+const DefaultMaxDeliver = 50
 
 // WithDefaults returns o with zero values replaced by defaults.
 func (o ConsumerOptions) WithDefaults() ConsumerOptions {

@@ -319,7 +319,7 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		// Refuse oversized messages before sending anything: a batch cut short by the
 		// client would wait on the server until it times out.
 		if size := int64(len(m.Data) + headerSize(m)); limit > 0 && size > limit {
-			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), Subject(m.Stream, m.Cluster), bus.ErrTooLarge, nats.ErrMaxPayload)
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", bus.Short(m.ID, 100), len(m.Data), Subject(m.Stream, m.Cluster), bus.ErrTooLarge, nats.ErrMaxPayload)
 		}
 		same = same && m.Stream == msgs[0].Stream
 	}
@@ -366,7 +366,7 @@ func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
 		}
 		f, err := b.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID), jetstream.WithStallWait(b.cfg.StallWait))
 		if errors.Is(err, nats.ErrMaxPayload) {
-			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), nm.Subject, bus.ErrTooLarge, err)
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", bus.Short(m.ID, 100), len(m.Data), nm.Subject, bus.ErrTooLarge, err)
 		}
 		if err != nil {
 			return fmt.Errorf("publish to %s: %w: %w", nm.Subject, bus.ErrUnavailable, err)

@@ -45,8 +45,21 @@ var BuiltinRuleIDs = []string{
 //go:embed catalogue.yaml
 var embedded []byte
 
-// Embedded returns the catalogue built into the binary.
+// generated is the API section, written by tools/catalogue (make catalogue).
+//
+//go:embed apis.generated.yaml
+var generated []byte
+
+// Embedded returns the hand-written catalogue built into the binary.
 func Embedded() []byte { return append([]byte(nil), embedded...) }
+
+// EmbeddedAPIs returns the generated API section built into the binary.
+func EmbeddedAPIs() []byte { return append([]byte(nil), generated...) }
+
+// embeddedSources are the two documents of the built-in catalogue.
+func embeddedSources() []Source {
+	return []Source{{Name: "embedded catalogue", Data: embedded}, {Name: "embedded apis.generated.yaml", Data: generated}}
+}
 
 // Catalogue is the rule catalogue file.
 type Catalogue struct {
@@ -56,6 +69,8 @@ type Catalogue struct {
 	Annotations       []AnnotationSpec `yaml:"annotations"`
 	ObjectAnnotations []AnnotationSpec `yaml:"object_annotations"`
 	Labels            []LabelSpec      `yaml:"labels"`
+	BodyKinds         []BodyKindSpec   `yaml:"body_kinds"`
+	Served            []ServedSpec     `yaml:"served"`
 }
 
 // RuleSpec describes one rule: how its findings are rated and worded.
@@ -87,10 +102,34 @@ type APISpec struct {
 	RemovedIn    string `yaml:"removed_in"`
 	Replacement  string `yaml:"replacement"`
 	Note         string `yaml:"note"`
+	// Source says where the values come from (module version, tag, overlay line).
+	Source string `yaml:"source"`
 }
 
 // GroupVersion is "group/version", or "version" for the core group.
 func (a APISpec) GroupVersion() string { return groupVersion(a.Group, a.Version) }
+
+// BodyKindSpec is a removed or deprecated version of a kind that is only ever the body of a
+// subresource request (an Eviction posted to pods/eviction), matched on the body's apiVersion.
+type BodyKindSpec struct {
+	Group        string `yaml:"group"`
+	Version      string `yaml:"version"`
+	Kind         string `yaml:"kind"`
+	Subresource  string `yaml:"subresource"`
+	DeprecatedIn string `yaml:"deprecated_in"`
+	RemovedIn    string `yaml:"removed_in"`
+	Replacement  string `yaml:"replacement"`
+	Source       string `yaml:"source"`
+}
+
+// ServedSpec is a resource the newest Kubernetes release serves: where a replacement is looked
+// up by group and resource or kind.
+type ServedSpec struct {
+	Group    string `yaml:"group"`
+	Version  string `yaml:"version"`
+	Resource string `yaml:"resource"`
+	Kind     string `yaml:"kind"`
+}
 
 // AnnotationSpec matches an annotation by exact key or by prefix.
 type AnnotationSpec struct {
@@ -135,7 +174,7 @@ type Source struct {
 
 // Load reads the embedded catalogue, then each file in order, adding or replacing entries.
 func Load(files ...string) (*Catalogue, error) {
-	srcs := []Source{{Name: "embedded catalogue", Data: embedded}}
+	srcs := embeddedSources()
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -276,6 +315,30 @@ func parse(src Source) (*Catalogue, error) {
 			return nil, err
 		}
 	}
+	bodies := map[gvr]bool{}
+	for i, b := range c.BodyKinds {
+		p := fmt.Sprintf("$.body_kinds[%d]", i)
+		if b.Version == "" || b.Kind == "" {
+			return nil, at(p, "body_kinds entry needs version and kind")
+		}
+		k := gvr{b.Group, b.Version, b.Kind}
+		if bodies[k] {
+			return nil, at(p, "body kind %s %s listed twice", groupVersion(b.Group, b.Version), b.Kind)
+		}
+		bodies[k] = true
+		if b.DeprecatedIn == "" && b.RemovedIn == "" {
+			return nil, at(p, "body kind %s %s: give deprecated_in or removed_in", groupVersion(b.Group, b.Version), b.Kind)
+		}
+		if err := checkVersions(p, [2]string{"deprecated_in", b.DeprecatedIn}, [2]string{"removed_in", b.RemovedIn}); err != nil {
+			return nil, err
+		}
+	}
+	for i, sv := range c.Served {
+		p := fmt.Sprintf("$.served[%d]", i)
+		if sv.Version == "" || sv.Resource == "" || sv.Kind == "" {
+			return nil, at(p, "served entry needs version, resource and kind")
+		}
+	}
 	for _, list := range []struct {
 		name string
 		as   []AnnotationSpec
@@ -337,6 +400,28 @@ func (c *Catalogue) merge(o *Catalogue) {
 		}
 		if !replaced {
 			c.APIs = append(c.APIs, a)
+		}
+	}
+	for _, b := range o.BodyKinds {
+		replaced := false
+		for i := range c.BodyKinds {
+			if c.BodyKinds[i].Group == b.Group && c.BodyKinds[i].Version == b.Version && c.BodyKinds[i].Kind == b.Kind {
+				c.BodyKinds[i], replaced = b, true
+			}
+		}
+		if !replaced {
+			c.BodyKinds = append(c.BodyKinds, b)
+		}
+	}
+	for _, sv := range o.Served {
+		replaced := false
+		for i := range c.Served {
+			if c.Served[i].Group == sv.Group && c.Served[i].Version == sv.Version && c.Served[i].Resource == sv.Resource {
+				c.Served[i], replaced = sv, true
+			}
+		}
+		if !replaced {
+			c.Served = append(c.Served, sv)
 		}
 	}
 	mergeAnn := func(dst []AnnotationSpec, src []AnnotationSpec) []AnnotationSpec {

@@ -6,7 +6,7 @@ CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
-.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m clean
+.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m clean catalogue catalogue-check
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -22,12 +22,12 @@ build:
 	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
 
 ## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
-test: fmt-check mod-check vet lint proto-check
+test: fmt-check mod-check vet lint proto-check catalogue-check
 	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off go test -count=1 -timeout 20m ./...); done
 
 ## mod-check: every go.mod is tidy on its own (no requirement only go.work provides).
 mod-check:
-	@set -e; for m in $(MODULES) tools; do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "$$m: go.mod/go.sum not tidy: run GOWORK=off go mod tidy there"; exit 1; }; done
+	@set -e; for m in $(MODULES) tools tools/catalogue; do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "$$m: go.mod/go.sum not tidy: run GOWORK=off go mod tidy there"; exit 1; }; done
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && GOWORK=off go vet ./...); done
@@ -49,6 +49,18 @@ proto: tools
 ## proto-check: regenerating the Go code from the .proto files must change nothing.
 proto-check: proto
 	@git diff --exit-code -- proto || { echo "generated proto code is stale: run make proto and commit"; exit 1; }
+
+## catalogue: regenerate the API section of the classify rule catalogue
+## (services/classify/rules/apis.generated.yaml) from the prerelease lifecycle data of k8s.io/api,
+## k8s.io/apiextensions-apiserver and k8s.io/kube-aggregator (tools/catalogue/modules.txt; their zips
+## come through the Go module proxy into the module cache, ~60 MB and ~1 min the first time) and
+## tools/catalogue/overlay.yaml.
+catalogue:
+	cd tools/catalogue && GOWORK=off go test -count=1 . && GOWORK=off go run . -out ../../services/classify/rules/apis.generated.yaml
+
+## catalogue-check: regenerating the API catalogue must change nothing.
+catalogue-check:
+	cd tools/catalogue && GOWORK=off go test -count=1 . && GOWORK=off go run . -check -out ../../services/classify/rules/apis.generated.yaml
 
 ## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into .cache/chdb.
 chdb: $(CHDB_DIR)/libchdb.so

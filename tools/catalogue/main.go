@@ -53,7 +53,7 @@ func run(modulesFile, overlayFile, out string, check bool) error {
 	if err != nil {
 		return err
 	}
-	if len(c.Unresolved) > 0 && os.Getenv("CATALOGUE_DEBUG") == "" {
+	if len(c.Unresolved) > 0 {
 		return fmt.Errorf("no replacement served today for %v: add one to the overlay (or say none exists there)", c.Unresolved)
 	}
 	var buf bytes.Buffer

@@ -40,14 +40,19 @@ func FuzzClassify(f *testing.F) {
 	})
 }
 
-// FuzzCatalogue loads arbitrary --rules-file documents over the embedded catalogue: errors
-// are fine, panics are not, and an accepted catalogue must still define every built-in rule.
+// FuzzCatalogue loads arbitrary --rules-file documents over the embedded catalogue (the
+// rules-file loader: strict decoding, the unknown-field report, the checks, the merge):
+// errors are fine, panics are not, and an accepted catalogue must still define every
+// built-in rule.
 func FuzzCatalogue(f *testing.F) {
 	f.Add([]byte("schema_version: 1\n"))
 	f.Add([]byte("schema_version: 1\napis:\n  - {group: a, version: v1, resource: xs, removed_in: \"1.30\"}\n"))
 	f.Add([]byte("schema_version: 1\nrules:\n  - id: psp\n    severity: info\n    message: \"{{.Name}}\"\n"))
 	f.Add([]byte("schema_version: 1\nlabels:\n  - {key: a/b, rule: beta-node-label}\n"))
 	f.Add(embedded)
+	f.Add(generated)
+	f.Add([]byte("schema_version: 1\ncolour: red\napis:\n  - group: a\n    flavour: x\nshape: round\n---\nx: 1\n"))
+	f.Add([]byte("schema_version: 1\nbody_kinds:\n  - {group: policy, version: v1beta1, kind: Eviction, removed_in: \"1.25\"}\nserved:\n  - {group: a, version: v1, resource: xs, kind: X}\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		c, err := LoadSources(Source{Name: "embedded", Data: embedded}, Source{Name: "fuzz.yaml", Data: doc})
 		if err != nil {

@@ -73,14 +73,14 @@ func csvRows(t testing.TB) []map[string]string {
 // hand-collected removed-apis.csv: the lifecycle data (the apiserver's own deprecation
 // warnings) and a replacement that is served today win. Key "group/version resource".
 var csvDifferences = map[string]struct{ deprecatedIn, replacement, why string }{
-	"extensions/v1beta1 podsecuritypolicies": {"1.11", psa, "lifecycle data says 1.11 (removed-apis.md: one release off); its successor policy/v1beta1 was removed too"},
-	"extensions/v1beta1 daemonsets":          {"1.8", "", "lifecycle data: deprecated 1.8 (the CSV took pluto's 1.9)"},
-	"extensions/v1beta1 deployments":         {"1.8", "", "lifecycle data: deprecated 1.8"},
-	"extensions/v1beta1 replicasets":         {"1.8", "", "lifecycle data: deprecated 1.8 (pluto gives none)"},
-	"apps/v1beta1 deployments":               {"1.8", "", "lifecycle data: deprecated 1.8"},
-	"apps/v1beta1 statefulsets":              {"1.8", "", "lifecycle data: deprecated 1.8"},
-	"apps/v1beta2 replicasets":               {"1.9", "", "lifecycle data: deprecated 1.9 (pluto gives none)"},
-	"policy/v1beta1 podsecuritypolicies":     {"", psa, "no API replaces PSP: the guide says Pod Security Admission"},
+	"extensions/v1beta1 podsecuritypolicies":                           {"1.11", psa, "lifecycle data says 1.11 (removed-apis.md: one release off); its successor policy/v1beta1 was removed too"},
+	"extensions/v1beta1 daemonsets":                                    {"1.8", "", "lifecycle data: deprecated 1.8 (the CSV took pluto's 1.9)"},
+	"extensions/v1beta1 deployments":                                   {"1.8", "", "lifecycle data: deprecated 1.8"},
+	"extensions/v1beta1 replicasets":                                   {"1.8", "", "lifecycle data: deprecated 1.8 (pluto gives none)"},
+	"apps/v1beta1 deployments":                                         {"1.8", "", "lifecycle data: deprecated 1.8"},
+	"apps/v1beta1 statefulsets":                                        {"1.8", "", "lifecycle data: deprecated 1.8"},
+	"apps/v1beta2 replicasets":                                         {"1.9", "", "lifecycle data: deprecated 1.9 (pluto gives none)"},
+	"policy/v1beta1 podsecuritypolicies":                               {"", psa, "no API replaces PSP: the guide says Pod Security Admission"},
 	"flowcontrol.apiserver.k8s.io/v1beta1 flowschemas":                 {"", "flowcontrol.apiserver.k8s.io/v1", "v1beta3, the tagged successor, was removed in 1.32: v1 is served"},
 	"flowcontrol.apiserver.k8s.io/v1beta1 prioritylevelconfigurations": {"", "flowcontrol.apiserver.k8s.io/v1", "v1beta3 was removed in 1.32: v1 is served"},
 }
@@ -234,12 +234,12 @@ func TestGeneratedCatalogueIsComplete(t *testing.T) {
 	}
 	for key, want := range map[string]string{
 		"admissionregistration.k8s.io/v1beta1 validatingadmissionpolicies": "1.34",
-		"storage.k8s.io/v1beta1 volumeattributesclasses":                    "1.37",
-		"networking.k8s.io/v1beta1 ipaddresses":                             "1.37",
-		"resource.k8s.io/v1beta1 resourceclaims":                            "1.38",
-		"rbac.authorization.k8s.io/v1alpha1 roles":                          "1.23",
-		"scheduling.k8s.io/v1alpha1 priorityclasses":                        "1.23",
-		"flowcontrol.apiserver.k8s.io/v1beta3 flowschemas":                  "1.32",
+		"storage.k8s.io/v1beta1 volumeattributesclasses":                   "1.37",
+		"networking.k8s.io/v1beta1 ipaddresses":                            "1.37",
+		"resource.k8s.io/v1beta1 resourceclaims":                           "1.38",
+		"rbac.authorization.k8s.io/v1alpha1 roles":                         "1.23",
+		"scheduling.k8s.io/v1alpha1 priorityclasses":                       "1.23",
+		"flowcontrol.apiserver.k8s.io/v1beta3 flowschemas":                 "1.32",
 	} {
 		if rows[key].RemovedIn != want {
 			t.Errorf("%s: removed_in %q, want %q", key, rows[key].RemovedIn, want)
@@ -373,6 +373,8 @@ func TestCatalogueErrorsNameLineAndColumn(t *testing.T) {
 		{"template", "schema_version: 1\nrules:\n  - id: r\n    severity: info\n    message: \"{{.Nope}}\"\n", "over.yaml:5:14: rule r: message"},
 		{"undefined rule", "schema_version: 1\nlabels:\n  - {key: a/b, rule: no-such-rule}\n", "undefined rule \"no-such-rule\""},
 		{"duplicate key", "schema_version: 1\nschema_version: 1\n", "over.yaml:2:"},
+		{"several unknown keys", "schema_version: 1\ncolour: red\napis:\n  - group: a\n    flavour: x\nshape: round\n",
+			"over.yaml:2:1: unknown top-level key \"colour\"; over.yaml:6:1: unknown top-level key \"shape\"; over.yaml:5:5: unknown apis field \"flavour\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadSources(base, Source{Name: "over.yaml", Data: []byte(tc.doc)})

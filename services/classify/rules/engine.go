@@ -449,3 +449,51 @@ func containsFold(s, substr string) bool {
 	}
 	return false
 }
+
+// ResourceOf is the REST resource of a kind at group/version, for input that names kinds
+// (manifests): from the catalogue's rows and served resources, else the lower-case plural
+// the apiserver would use for a custom resource.
+func (e *Engine) ResourceOf(group, version, kind string) string {
+	for i := range e.cat.APIs {
+		if a := &e.cat.APIs[i]; a.Group == group && a.Kind == kind && a.Version == version {
+			return a.Resource
+		}
+	}
+	res := ""
+	for i := range e.cat.Served {
+		if sv := &e.cat.Served[i]; sv.Group == group && sv.Kind == kind {
+			if sv.Version == version {
+				return sv.Resource
+			}
+			res = sv.Resource
+		}
+	}
+	if res == "" {
+		for i := range e.cat.APIs {
+			if a := &e.cat.APIs[i]; a.Group == group && a.Kind == kind {
+				res = a.Resource
+			}
+		}
+	}
+	if res != "" {
+		return res
+	}
+	return strings.ToLower(plural(kind))
+}
+
+// plural is the English plural client-gen derives resource names with.
+func plural(s string) string {
+	if len(s) < 2 {
+		return s
+	}
+	last, prev := s[len(s)-1], s[len(s)-2]
+	switch {
+	case last == 's' || last == 'x' || last == 'z':
+		return s + "es"
+	case last == 'h' && (prev == 'c' || prev == 's'):
+		return s + "es"
+	case last == 'y' && !strings.ContainsRune("aeiouAEIOU", rune(prev)):
+		return s[:len(s)-1] + "ies"
+	}
+	return s + "s"
+}

@@ -90,5 +90,25 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 	if err := m.Rule.tmpl.Execute(&b, d); err != nil {
 		return m.Rule.ID + ": " + err.Error()
 	}
-	return strings.Join(strings.Fields(b.String()), " ")
+	return collapseSpace(b.String())
+}
+
+// collapseSpace trims s and turns each run of white space in it into one space (the folded
+// YAML and template lines of a message), in one pass and one allocation.
+func collapseSpace(s string) string {
+	out := make([]byte, 0, len(s))
+	space := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\r', '\v', '\f':
+			space = len(out) > 0
+		default:
+			if space {
+				out = append(out, ' ')
+				space = false
+			}
+			out = append(out, c)
+		}
+	}
+	return string(out)
 }

@@ -466,3 +466,11 @@ func TestParseURI(t *testing.T) {
 		}
 	}
 }
+
+func TestCollapseSpace(t *testing.T) {
+	for in, want := range map[string]string{"": "", "  a \n\t b  ": "a b", "a": "a", "x  y\n\nz ": "x y z", " é  ü ": "é ü"} {
+		if got := collapseSpace(in); got != want || got != strings.Join(strings.Fields(in), " ") {
+			t.Errorf("collapseSpace(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

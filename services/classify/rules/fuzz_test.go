@@ -26,6 +26,9 @@ func FuzzClassify(f *testing.F) {
 	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","level":"Request","objectRef":{"resource":"pods"},"requestObject":{"metadata":{"annotations":{"seccomp.security.alpha.kubernetes.io/pod":1}},"spec":{"nodeSelector":[],"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":{"a":1}}}},"tolerations":"x"}}}`))
 	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","objectRef":{"resource":"certificatesigningrequests"},"requestObject":{"spec":{"usages":["key encipherment"],"request":"!!"}}}`))
 	f.Add([]byte(`{"auditID":"a","stage":"s","requestURI":"/apis/x/v1/namespaces","user":{"username":"a@b.c","groups":["3f2504e0-4f89-11d3-9a0c-0305e82c3301"]},"userAgent":"kubectl/v1.9"}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","objectRef":{"resource":"pods","subresource":"eviction"},"requestObject":{"kind":"Eviction","apiVersion":"policy/v1beta1"}}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"patch","objectRef":{"resource":"services"},"requestObject":{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"topologyKeys\":[\"a\"]}}"}}}}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"list","objectRef":{"resource":"xs","apiGroup":"resource.k8s.io","apiVersion":"v9"},"annotations":{"k8s.io/removed-release":"1.40"}}`))
 	e := mustEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := auditevent.NewDecoder(1 << 20)

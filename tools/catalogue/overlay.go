@@ -13,6 +13,17 @@ import (
 type overlay struct {
 	APIs         []overlayAPI         `yaml:"apis"`
 	Replacements []overlayReplacement `yaml:"replacements"`
+	Removals     []overlayRemoval     `yaml:"removals"`
+}
+
+// overlayRemoval is a release in which kube-apiserver stopped serving a tagged API earlier
+// than its tag says (seen in kube-apiserver's own storage registration).
+type overlayRemoval struct {
+	Group     string `yaml:"group"`
+	Version   string `yaml:"version"`
+	Kind      string `yaml:"kind"`
+	RemovedIn string `yaml:"removed_in"`
+	Source    string `yaml:"source"`
 }
 
 type overlayAPI struct {
@@ -51,6 +62,11 @@ func readOverlay(path string) (*overlay, error) {
 	for i, a := range o.APIs {
 		if a.Source == "" || a.Version == "" || a.Resource == "" || a.Kind == "" || (a.RemovedIn == "" && a.DeprecatedIn == "") {
 			return nil, fmt.Errorf("%s: apis[%d]: every line needs version, resource, kind, deprecated_in or removed_in, and its source", path, i)
+		}
+	}
+	for i, r := range o.Removals {
+		if r.Source == "" || r.Version == "" || r.Kind == "" || r.RemovedIn == "" {
+			return nil, fmt.Errorf("%s: removals[%d]: every line needs version, kind, removed_in and its source", path, i)
 		}
 	}
 	for i, r := range o.Replacements {
@@ -112,6 +128,27 @@ func (o *overlay) apply(c *catalogueData) error {
 			c.Served = slices.DeleteFunc(c.Served, func(r Row) bool {
 				return r.Group == a.Group && r.Version == a.Version && r.Resource == a.Resource
 			})
+		}
+	}
+	for _, r := range o.Removals {
+		found := false
+		for i := range c.APIs {
+			g := &c.APIs[i]
+			if g.Group != r.Group || g.Version != r.Version || g.Kind != r.Kind {
+				continue
+			}
+			if g.RemovedIn != "" && cmpRelease(r.RemovedIn, g.RemovedIn) >= 0 {
+				return fmt.Errorf("overlay: removal of %s %s in %s is not earlier than the data's %s: drop the overlay line",
+					gv(r.Group, r.Version), r.Kind, r.RemovedIn, g.RemovedIn)
+			}
+			g.Source += fmt.Sprintf("; removed_in: overlay %s (data: %s): %s", r.RemovedIn, orNone(g.RemovedIn), r.Source)
+			g.RemovedIn, found = r.RemovedIn, true
+			if g.DeprecatedIn != "" && cmpRelease(g.DeprecatedIn, g.RemovedIn) > 0 {
+				g.DeprecatedIn = ""
+			}
+		}
+		if !found {
+			return fmt.Errorf("overlay: removal of %s %s matches no API row", gv(r.Group, r.Version), r.Kind)
 		}
 	}
 	for _, r := range o.Replacements {

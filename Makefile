@@ -51,13 +51,16 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-tools: $(BIN)/buf $(BIN)/protoc-gen-go
-$(BIN)/buf $(BIN)/protoc-gen-go: tools/go.mod tools/go.sum
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/golangci-lint
+$(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/golangci-lint: tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	cd tools && GOWORK=off go build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go
+	cd tools && GOWORK=off go build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
+## lint: buf lint on the protobuf files, and golangci-lint (.golangci.yml: staticcheck, errorlint,
+## bodyclose, sloglint, ...) on every Go module, tests included; clean means no finding at all.
 lint: tools
 	cd proto && $(BIN)/buf lint
+	@set -e; for m in $(MODULES) tools/catalogue; do echo "== golangci-lint $$m"; (cd $$m && GOWORK=off $(BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml ./...); done
 
 proto: tools
 	cd proto && PATH=$(BIN):$$PATH $(BIN)/buf generate

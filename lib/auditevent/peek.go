@@ -189,13 +189,13 @@ func splitList(data []byte, maxEventSize int, clone bool) ([]Item, error) {
 		if maxEventSize > 0 && len(raw) > maxEventSize {
 			return nil, fmt.Errorf("item %d: %w (%d > %d bytes)", i, ErrTooLarge, len(raw), maxEventSize)
 		}
-		it, err := peekObject(raw, false, &arena)
-		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
+		it, perr := peekObject(raw, false, &arena)
+		if perr != nil {
+			return nil, fmt.Errorf("item %d: %w", i, perr)
 		}
-		r, err := it.ref()
-		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
+		r, rerr := it.ref()
+		if rerr != nil {
+			return nil, fmt.Errorf("item %d: %w", i, rerr)
 		}
 		out = append(out, Item{Ref: r, Raw: keep(raw)})
 		more, err = s.arrNext()

@@ -438,18 +438,18 @@ func (s *scanner) arrNext() (bool, error) {
 
 // kindName names the JSON type starting with c, for error messages.
 func kindName(c byte) string {
-	switch {
-	case c == '"':
+	switch c {
+	case '"':
 		return "string"
-	case c == '{':
+	case '{':
 		return "object"
-	case c == '[':
+	case '[':
 		return "array"
-	case c == 't' || c == 'f':
+	case 't', 'f':
 		return "boolean"
-	case c == 'n':
+	case 'n':
 		return "null"
-	case c == 0:
+	case 0:
 		return "nothing"
 	}
 	return "number"

@@ -17,7 +17,7 @@ func TestServerEndpoints(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_test_total", Help: "t"})
 	reg.MustRegister(c)
 	c.Add(3)
-	var notReady error = errors.New("bus down")
+	var notReady = errors.New("bus down")
 	extra := http.NewServeMux()
 	extra.HandleFunc("/report", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "weekly") })
 	s, err := NewServer("127.0.0.1:0", reg, map[string]Check{"bus": func() error { return notReady }}, extra)

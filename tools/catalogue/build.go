@@ -35,7 +35,7 @@ func readModules(path string) ([]moduleSpec, error) {
 		}
 		f := strings.Fields(line)
 		if len(f) < 3 {
-			return nil, fmt.Errorf("%s:%d: want MODULE DIR VERSION...", path, n+1)
+			return nil, fmt.Errorf("%s:%d: want MODULE DIR VERSION [VERSION ...]", path, n+1)
 		}
 		for _, v := range f[2:] {
 			if minorOf(v) < 0 {
@@ -95,7 +95,7 @@ func download(mods []moduleSpec) (map[string]string, error) {
 		dirs[r.Path+"@"+r.Version] = r.Zip
 	}
 	if len(failed) > 0 || (runErr != nil && len(dirs) == 0) {
-		return nil, fmt.Errorf("go mod download: %v %s%s", runErr, strings.Join(failed, "; "), stderr.String())
+		return nil, fmt.Errorf("go mod download: %w %s%s", runErr, strings.Join(failed, "; "), stderr.String())
 	}
 	return dirs, nil
 }
@@ -279,7 +279,7 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		}
 		s := all[from]
 		var next gvk
-		how := ""
+		var how string
 		if s != nil && s.info.Replacement != (gvk{}) {
 			next, how = s.info.Replacement, "tagged "+s.info.Replacement.String()
 			if next.Kind == from.Kind+"List" {

@@ -426,7 +426,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // cancelled while creating: a clean stop, not a failure
 		}
 		return fmt.Errorf("create consumer %s on %s: %w", c.cfg.Durable, StreamName(c.stream), err)
 	}
@@ -476,7 +476,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 		return nil
 	case <-cc.Closed():
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // closed because cancelled: a clean stop
 		}
 		return fmt.Errorf("consumer %s closed: %w", c.cfg.Durable, bus.ErrUnavailable)
 	}

@@ -250,7 +250,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 		if err != nil {
 			if ctx.Err() != nil {
 				send()
-				return nil
+				return nil //nolint:nilerr // the read ended because of the shutdown: a clean stop
 			}
 			// An unreadable file (permissions, I/O error): log, retry, never crash.
 			in.log.Error("read audit log", "err", err)

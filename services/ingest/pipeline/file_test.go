@@ -82,7 +82,9 @@ func start(t testing.TB, cfg pipeline.Config, b bus.Bus) *running {
 		if !r.stopped { // the test failed before stopping it
 			r.stopped = true
 			cancel()
-			<-r.done
+			if err := <-r.done; err != nil {
+				t.Logf("pipeline stopped after the failure: %v", err)
+			}
 		}
 	})
 	return r

@@ -22,7 +22,7 @@ import (
 )
 
 func logger(t testing.TB) *slog.Logger {
-	var w io.Writer = t.Output()
+	var w = t.Output()
 	if os.Getenv("INGEST_TEST_QUIET") != "" {
 		w = io.Discard
 	}

@@ -56,7 +56,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first request: %v %v", resp, err)
 	}
 	resp.Body.Close()
@@ -79,7 +79,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("shutdown took %s with a slow client", took)
 	}
-	if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode == 200 {
+	if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode == http.StatusOK {
 		t.Errorf("the cut request was answered 200")
 	}
 	t.Logf("shutdown took %s", took)

@@ -113,9 +113,9 @@ func webhookPeak(b *testing.B, n *natsServer, inflight, memLimit string, bodies 
 				}
 				resp.Body.Close()
 				switch resp.StatusCode {
-				case 200:
+				case http.StatusOK:
 					return
-				case 429:
+				case http.StatusTooManyRequests:
 					mu.Lock()
 					tooMany++
 					mu.Unlock()

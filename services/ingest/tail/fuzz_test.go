@@ -56,17 +56,17 @@ func FuzzLines(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fa.Write(content[split:])
+		if _, err := fa.Write(content[split:]); err != nil {
+			t.Fatal(err)
+		}
 		fa.Close()
 		drain()
 
 		var want [][]byte
 		wantLong := 0
-		complete := content
+		var complete []byte
 		if i := bytes.LastIndexByte(content, '\n'); i >= 0 {
 			complete = content[:i+1]
-		} else {
-			complete = nil
 		}
 		for _, l := range bytes.SplitAfter(complete, []byte("\n")) {
 			l = bytes.TrimSuffix(l, []byte("\n"))

@@ -73,7 +73,7 @@ func TestWebhookItemLargerThanTheBusIsDeadLetteredAlone(t *testing.T) {
 	hugeID = bytes.Replace(hugeID, []byte(ref), []byte(`"auditID":"`+strings.Repeat("A", 990000)+`"`), 1)
 	body := eventList(ev, 0, 10, string(huge), string(hugeID))
 	resp := f.post(body, token, nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, want 200", resp.StatusCode)
 	}
 	if got := f.count(bus.Events); got != 11 {
@@ -131,11 +131,11 @@ func TestWebhookBearerSchemeIsCaseInsensitive(t *testing.T) {
 	ev := testlog.Load(t)
 	f := setup(t, 1<<20)
 	for i, scheme := range []string{"Bearer", "bearer", "BEARER"} {
-		if resp, text := f.postRaw(eventList(ev, i, i+1), "Authorization", scheme+" "+token); resp.StatusCode != 200 {
+		if resp, text := f.postRaw(eventList(ev, i, i+1), "Authorization", scheme+" "+token); resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: status %d %q", scheme, resp.StatusCode, text)
 		}
 	}
-	if resp, _ := f.postRaw(eventList(ev, 5, 6), "Authorization", "Basic "+token); resp.StatusCode != 401 {
+	if resp, _ := f.postRaw(eventList(ev, 5, 6), "Authorization", "Basic "+token); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("Basic scheme: status %d, want 401", resp.StatusCode)
 	}
 }
@@ -195,7 +195,7 @@ func TestWebhookClientAllowList(t *testing.T) {
 		}
 	}
 	// The token still works beside the list.
-	if resp, _ := f.postRaw(eventList(ev, 9, 10), "Authorization", "Bearer "+token); resp.StatusCode != 200 {
+	if resp, _ := f.postRaw(eventList(ev, 9, 10), "Authorization", "Bearer "+token); resp.StatusCode != http.StatusOK {
 		t.Errorf("token with an allow-list: status %d", resp.StatusCode)
 	}
 }
@@ -220,7 +220,7 @@ func TestWebhookInflightBytesBound(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		resp, text = f.postRaw(eventList(ev, i, i+50), "Authorization", "Bearer "+token)
-		if resp.StatusCode != 200 || time.Now().After(deadline) {
+		if resp.StatusCode != http.StatusOK || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -232,12 +232,12 @@ func TestWebhookInflightBytesBound(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		resp, _ = f.postRaw(eventList(ev, 1000, 1050), "Authorization", "Bearer "+token)
-		if resp.StatusCode == 200 || time.Now().After(deadline) {
+		if resp.StatusCode == http.StatusOK || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the holder left: status %d, want 200", resp.StatusCode)
 	}
 }

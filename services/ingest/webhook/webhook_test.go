@@ -269,7 +269,7 @@ func TestWebhookReloadsTokenAndCertificate(t *testing.T) {
 	f := setupWith(t, 1<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()},
 		func(c *webhook.Config) { c.ReloadInterval = 20 * time.Millisecond })
 	first := f.post(eventList(ev, 0, 1), token, nil)
-	if first.StatusCode != 200 {
+	if first.StatusCode != http.StatusOK {
 		t.Fatalf("status %d before the rotation", first.StatusCode)
 	}
 	oldSerial := first.TLS.PeerCertificates[0].SerialNumber
@@ -302,7 +302,7 @@ func TestWebhookReloadsTokenAndCertificate(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp := f.post(eventList(ev, 1, 2), "rotated-token", nil)
-		if resp.StatusCode == 200 && resp.TLS.PeerCertificates[0].SerialNumber.Cmp(srv.SerialNumber) == 0 {
+		if resp.StatusCode == http.StatusOK && resp.TLS.PeerCertificates[0].SerialNumber.Cmp(srv.SerialNumber) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -337,7 +337,7 @@ func TestWebhookBusOutage(t *testing.T) {
 		enginetest.Unavailable(t, "embedded nats", err)
 	}
 	f := setupWith(t, 1<<20, natsbus.Config{URL: "nats://" + addr})
-	if resp := f.post(eventList(ev, 0, 10), token, nil); resp.StatusCode != 200 {
+	if resp := f.post(eventList(ev, 0, 10), token, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d before the outage", resp.StatusCode)
 	}
 	srv.Shutdown()
@@ -361,12 +361,12 @@ func TestWebhookBusOutage(t *testing.T) {
 	// The apiserver retries the batch; parts of it may have been stored before the outage.
 	for i := 0; ; i++ {
 		resp = f.post(eventList(ev, 10, 20), token, nil)
-		if resp.StatusCode == 200 || i == 50 {
+		if resp.StatusCode == http.StatusOK || i == 50 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d after the bus came back", resp.StatusCode)
 	}
 	if got := f.count(bus.Events); got != 20 {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -65,5 +66,25 @@ func TestOneAtATimeFlag(t *testing.T) {
 	}
 	if !c.NATS.OneAtATime {
 		t.Fatal("--nats-one-at-a-time did not reach the NATS configuration")
+	}
+}
+
+// A NATS password stays out of the errors of a bad or unreachable --nats-url, for every URL
+// of the list.
+func TestErrorsHidePasswords(t *testing.T) {
+	bad := Config{Cluster: "a", NATS: natsbus.Config{URL: "alice:s3/cret@nats:4222"}}
+	if err := bad.Validate(); err == nil || strings.Contains(err.Error(), "s3/cret") {
+		t.Errorf("Validate: %v", err)
+	}
+	down := Config{Cluster: "a", NATS: natsbus.Config{URL: "nats://alice:s3cret@127.0.0.1:1,nats://bob:pa@ss@127.0.0.1:2"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := Open(ctx, down, nil, nil)
+	if err == nil {
+		_ = b.Close()
+		t.Fatal("connected to nothing")
+	}
+	if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, "pa@ss") || !strings.Contains(msg, "127.0.0.1:2") {
+		t.Errorf("Open: %v", err)
 	}
 }

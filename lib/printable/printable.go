@@ -52,3 +52,23 @@ func Truncate(s string, n int) string {
 	}
 	return s[:cut] + "..."
 }
+
+// JSON appends to dst the JSON document src (as encoding/json writes it) with the control
+// characters encoding/json leaves raw written as \u escapes: DEL (U+007F) and the C1 controls
+// (U+0080 to U+009F; U+009B is a CSI to many terminals). The value is the same JSON.
+func JSON(dst, src []byte) []byte {
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case c == 0x7f:
+			dst = append(dst, `\u007f`...)
+		case c == 0xc2 && i+1 < len(src) && src[i+1] >= 0x80 && src[i+1] <= 0x9f:
+			dst = append(dst, `\u00`...)
+			dst = append(dst, "0123456789abcdef"[src[i+1]>>4], "0123456789abcdef"[src[i+1]&0xf])
+			i++
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}

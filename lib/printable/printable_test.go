@@ -1,6 +1,8 @@
 package printable
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 	"unicode"
 )
@@ -48,4 +50,16 @@ func FuzzString(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestJSON(t *testing.T) {
+	in, _ := json.Marshal(map[string]string{"ua": "a\u009b2Jb\x7fc\x1bé"})
+	out := JSON(nil, in)
+	if bytes.ContainsAny(out, "\x7f\u009b\x1b") {
+		t.Errorf("JSON kept a control character: %q", out)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(out, &back); err != nil || back["ua"] != "a\u009b2Jb\x7fc\x1bé" {
+		t.Errorf("JSON changed the value: %q, %v", back["ua"], err)
+	}
 }

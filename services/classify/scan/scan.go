@@ -129,7 +129,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if cfg.Format == "table" {
 		s.table = newTable(s.stdout)
 	}
-	s.enc = json.NewEncoder(s.stdout)
+	s.enc = json.NewEncoder(&s.jsonBuf)
 	s.enc.SetEscapeHTML(false)
 	return s.run(fs.Args(), stdin)
 }
@@ -143,6 +143,9 @@ type scanner struct {
 	stderr io.Writer
 	enc    *json.Encoder
 	table  *tableWriter
+	// jsonBuf holds one encoded finding, jsonOut the same with DEL and C1 controls escaped.
+	jsonBuf bytes.Buffer
+	jsonOut []byte
 
 	matches      []rules.Match
 	sum          summary
@@ -382,7 +385,10 @@ func (s *scanner) emit(f *auditlensv1.Finding) {
 		s.table.row(f)
 		return
 	}
+	s.jsonBuf.Reset()
 	_ = s.enc.Encode(ToJSON(f))
+	s.jsonOut = printable.JSON(s.jsonOut[:0], s.jsonBuf.Bytes())
+	_, _ = s.stdout.Write(s.jsonOut)
 }
 
 func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {

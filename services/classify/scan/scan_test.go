@@ -268,3 +268,18 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// encoding/json leaves DEL and the C1 controls raw (U+009B is a CSI to many terminals):
+// the JSON lines escape them too, keeping the value.
+func TestJSONEscapesC1Controls(t *testing.T) {
+	ev := strings.Replace(removedEv, `"userAgent":"helm/v3.8.0"`, `"userAgent":"evil\u009b2J\u007f"`, 1)
+	f := write(t, "audit.log", ev+"\n")
+	_, out, _ := run(t, "", f)
+	if strings.ContainsAny(out, "\u009b\x7f") {
+		t.Errorf("raw C1 or DEL in the JSON output: %q", out)
+	}
+	var j JSONFinding
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.UserAgent != "evil\u009b2J\x7f" {
+		t.Errorf("user agent %q, %v", j.UserAgent, err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/secret"
 )
 
 // Embedded is the URL value that starts an in-process server.
@@ -101,7 +102,7 @@ func (c *Config) Validate() error {
 		for _, u := range strings.Split(c.URL, ",") {
 			u = strings.TrimSpace(u)
 			if !strings.Contains(u, "://") && strings.Contains(u, "/") {
-				return fmt.Errorf("--nats-url %q is not a NATS URL (nats://host:4222)", u)
+				return fmt.Errorf("--nats-url %q is not a NATS URL (nats://host:4222)", secret.URL(u))
 			}
 		}
 	}
@@ -179,7 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		b.shutdownServer()
-		return nil, fmt.Errorf("connect to nats %s: %w: %w", redact(url), bus.ErrUnavailable, err)
+		return nil, fmt.Errorf("connect to nats %s: %w: %w", secret.URLs(url), bus.ErrUnavailable, err)
 	}
 	b.nc = nc
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxInflight))
@@ -532,15 +533,6 @@ func (b *Bus) shutdownServer() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
-}
-
-func redact(url string) string {
-	if i := strings.Index(url, "@"); i >= 0 {
-		if j := strings.Index(url, "://"); j >= 0 && j < i {
-			return url[:j+3] + "***" + url[i:]
-		}
-	}
-	return url
 }
 
 func splitHostPort(hp string) (string, int, error) {

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 
 // writeInput multiplies the genuine events of examples/audit.log: copy i of every event gets
 // auditID "<id>-<i>", so the input holds copies*168 distinct requests with real shapes.
-func writeInput(t *testing.T, path string, copies int) int {
+func writeInput(t testing.TB, path string, copies int) int {
 	t.Helper()
 	src, err := os.ReadFile("../../../examples/audit.log")
 	if err != nil {
@@ -125,14 +125,14 @@ func expected(t *testing.T, input string) scanned {
 }
 
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	args []string
 	cmd  *exec.Cmd
 	log  *os.File
 }
 
-func start(t *testing.T, dir, name string, args ...string) *proc {
+func start(t testing.TB, dir, name string, args ...string) *proc {
 	p := &proc{t: t, name: name, args: args}
 	var err error
 	p.log, err = os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -170,7 +170,7 @@ func (p *proc) kill() {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func stored(t *testing.T, db *sql.DB) map[string]bool {
 	return got
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

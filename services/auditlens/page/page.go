@@ -6,6 +6,7 @@ package page
 import (
 	"bytes"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -51,7 +52,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("target-version"); v != "" {
 		t, err := weekly.ParseVersion(v)
 		if err != nil {
-			http.Error(w, fmt.Sprintf("target-version %q: want X.Y", v), http.StatusBadRequest)
+			http.Error(w, fmt.Sprintf("target-version %q: %v", v, err), http.StatusBadRequest)
 			return
 		}
 		o.Target = t
@@ -60,6 +61,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d, err := weekly.ParseDate(v)
 		if err != nil {
 			http.Error(w, fmt.Sprintf("week-ending %q: want YYYY-MM-DD", v), http.StatusBadRequest)
+			return
+		}
+		if err := weekly.CheckWeekEnding(d); err != nil {
+			http.Error(w, fmt.Sprintf("week-ending %s: %v", v, err), http.StatusBadRequest)
 			return
 		}
 		o.WeekEnding = d
@@ -74,6 +79,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := weekly.Build(r.Context(), h.DB, o)
+	if errors.Is(err, weekly.ErrInvalid) {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	if err != nil {
 		h.Log.Error("build weekly report", "err", err)
 		http.Error(w, "the report could not be built; see the service log", http.StatusServiceUnavailable)

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
@@ -106,8 +108,16 @@ func (c Config) withDefaults() Config {
 
 // Validate checks the values and that the rule catalogue (with --rules-file) loads.
 func (c *Config) Validate() error {
-	if c.Workers < 0 || c.BatchSize < 0 || c.MaxEventSize < 0 || c.DedupWindow < 0 || c.MaxUnacked < 0 || c.FindingsMessageBytes < 0 {
-		return errors.New("classify: worker, batch, size and window flags must not be negative")
+	for _, f := range []struct {
+		name  string
+		value int
+	}{
+		{"classify-workers", c.Workers}, {"classify-batch-size", c.BatchSize}, {"classify-max-event-size", c.MaxEventSize},
+		{"classify-dedup-window", c.DedupWindow}, {"classify-max-unacked", c.MaxUnacked}, {"classify-findings-message-bytes", c.FindingsMessageBytes},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("--%s %d: want 0 (the default) or more", f.name, f.value)
+		}
 	}
 	if c.FindingsMessageBytes > 1<<20 {
 		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --max-finding-bytes default)", c.FindingsMessageBytes)
@@ -130,6 +140,7 @@ type metrics struct {
 	lag         prometheus.Histogram
 	lagLast     prometheus.Gauge
 	redelivered prometheus.Counter
+	panics      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -156,9 +167,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		redelivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "auditlens_classify_redeliveries_total", Help: "Events received more than once (unsettled or failed before).",
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "auditlens_classify_panics_total", Help: "Events whose classification panicked (sent to the dead-letter stream).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.findings, m.parseErrors, m.duplicates, m.lag, m.lagLast, m.redelivered)
+		reg.MustRegister(m.events, m.findings, m.parseErrors, m.duplicates, m.lag, m.lagLast, m.redelivered, m.panics)
 	}
 	return m
 }
@@ -169,13 +183,20 @@ type Service struct {
 	bus     bus.Bus
 	cluster string
 	log     *slog.Logger
-	engine  *rules.Engine
+	engine  classifier
 	seen    *dedup.Window
 	met     *metrics
 	running atomic.Bool
 }
 
 var _ daemon.Component = (*Service)(nil)
+
+// classifier is what the service needs of the rule engine (*rules.Engine); tests put a
+// faulty one in its place.
+type classifier interface {
+	Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
+	Finding(ev *auditevent.Event, m *rules.Match, cluster, node string) *auditlensv1.Finding
+}
 
 // New builds the service from cfg; d.Bus is required.
 func New(cfg Config, d daemon.Deps) (daemon.Component, error) {
@@ -186,7 +207,7 @@ func New(cfg Config, d daemon.Deps) (daemon.Component, error) {
 func NewService(cfg Config, d daemon.Deps) (*Service, error) {
 	cfg = cfg.withDefaults()
 	if d.Bus == nil {
-		return nil, errors.New("classify: no bus")
+		return nil, errors.New("no bus")
 	}
 	cat, err := rules.Load(cfg.RulesFiles...)
 	if err != nil {
@@ -218,7 +239,7 @@ func (s *Service) Ready() error {
 func (s *Service) Run(ctx context.Context) error {
 	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait})
 	if err != nil {
-		return fmt.Errorf("classify: %w", err)
+		return fmt.Errorf("consume events: %w", err)
 	}
 	in := make(chan *bus.Delivery, s.cfg.BatchSize*s.cfg.Workers)
 	var wg sync.WaitGroup
@@ -242,7 +263,7 @@ func (s *Service) Run(ctx context.Context) error {
 	close(in)
 	wg.Wait()
 	if err != nil {
-		return fmt.Errorf("classify: %w", err)
+		return fmt.Errorf("consume events: %w", err)
 	}
 	return nil
 }
@@ -304,36 +325,26 @@ func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		if cluster == "" {
 			cluster = s.cluster
 		}
-		ev, err := dec.DecodeEvent(d.Data)
+		var found []found
+		var err error
+		found, matches, err = s.classify(dec, d, cluster, now, matches[:0])
 		if err != nil {
 			bad++
-			reason := reasonOf(err)
-			s.met.parseErrors.WithLabelValues(reason).Inc()
-			s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
 			out = append(out, s.deadLetter(d, cluster, err))
 			continue
 		}
-		if !ev.StageTimestamp.IsZero() {
-			lag := now.Sub(ev.StageTimestamp).Seconds()
-			s.met.lag.Observe(max(lag, 0))
-			s.met.lagLast.Set(lag)
-		}
-		matches = s.engine.Classify(ev, matches[:0])
-		for i := range matches {
-			m := &matches[i]
-			key := dedup.Key(cluster, ev.AuditID, m.Rule.ID)
-			if inBatch[key] || s.seen.Seen(key) {
+		for _, f := range found {
+			if inBatch[f.key] || s.seen.Seen(f.key) {
 				s.met.duplicates.Inc()
 				continue
 			}
-			inBatch[key] = true
-			f := s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])
-			if err := findingsOf(cluster).add(key, f); err != nil {
+			inBatch[f.key] = true
+			if err := findingsOf(cluster).add(f.key, f.finding); err != nil {
 				s.log.Error("marshal finding", "err", err)
 				continue
 			}
-			keys = append(keys, key)
-			perRule[m.Rule.ID]++
+			keys = append(keys, f.key)
+			perRule[f.finding.RuleId]++
 		}
 	}
 	for _, fb := range clusters {
@@ -367,6 +378,49 @@ func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		}
 	}
 	return matches
+}
+
+// found is one finding of an event with its de-duplication key.
+type found struct {
+	key     string
+	finding *auditlensv1.Finding
+}
+
+// errPanic marks an event whose classification panicked.
+var errPanic = errors.New("panic while classifying")
+
+// classify decodes and classifies one delivery. An event that cannot be decoded, or whose
+// classification panics (a bug, or a rule meeting input it was not written for), is an error
+// for the dead-letter stream: one event never stops the others nor, redelivered for ever,
+// restarts the service.
+// It returns matches (its scratch space) for the next call.
+func (s *Service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster string, now time.Time, matches []rules.Match) (out []found, _ []rules.Match, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("%w: %v", errPanic, p)
+			s.met.panics.Inc()
+			s.log.Error("classifying an event panicked; sent to the dead-letter stream", "id", d.ID, "position", d.Position,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	ev, err := dec.DecodeEvent(d.Data)
+	if err != nil {
+		reason := reasonOf(err)
+		s.met.parseErrors.WithLabelValues(reason).Inc()
+		s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
+		return nil, matches, err
+	}
+	if !ev.StageTimestamp.IsZero() {
+		lag := now.Sub(ev.StageTimestamp).Seconds()
+		s.met.lag.Observe(max(lag, 0))
+		s.met.lagLast.Set(lag)
+	}
+	matches = s.engine.Classify(ev, matches)
+	for i := range matches {
+		m := &matches[i]
+		out = append(out, found{dedup.Key(cluster, ev.AuditID, m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
+	}
+	return out, matches, nil
 }
 
 // deadLetter wraps an undecodable event for the dead-letter stream.

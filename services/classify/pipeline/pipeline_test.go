@@ -12,10 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 func event(auditID, stage, body string) []byte {
@@ -372,5 +374,62 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Config{}, daemon.Deps{}); err == nil {
 		t.Error("New without a bus accepted")
+	}
+}
+
+// panicky is the real engine, except that classifying the event with auditID poison panics,
+// as a rule meeting input it was not written for would.
+type panicky struct{ classifier }
+
+func (p panicky) Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match {
+	if ev.AuditID == "poison" {
+		var m map[string]int
+		m["boom"]++ // nil map write: a genuine runtime panic
+	}
+	return p.classifier.Classify(ev, dst)
+}
+
+// A panic while classifying one event dead-letters that event, counted, and the service
+// goes on with the others (before, the panic ended the process, and the redelivered event
+// ended it again at every restart).
+func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
+	b := openNATS(t)
+	reg := prometheus.NewRegistry()
+	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.engine = panicky{svc.engine}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+	msgs := []bus.Message{
+		{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete", Data: event("r1", "ResponseComplete", removedBody)},
+		{Stream: bus.Events, Cluster: "prod", ID: "poison/ResponseComplete", Data: event("poison", "ResponseComplete", removedBody)},
+		{Stream: bus.Events, Cluster: "prod", ID: "t1/ResponseComplete", Data: event("t1", "ResponseComplete", tokenBody)},
+	}
+	if err := b.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all events settled", func() bool {
+		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 3
+	})
+	if got := testutil.ToFloat64(svc.met.panics); got != 1 {
+		t.Errorf("panics_total %v, want 1", got)
+	}
+	var ids []string
+	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
+		ids = append(ids, f.AuditId+"/"+f.RuleId)
+	}
+	if strings.Join(ids, " ") != "r1/removed-api t1/legacy-sa-token" {
+		t.Errorf("findings %v, want those of r1 and t1 only", ids)
+	}
+	dead := collect(t, b, bus.DeadLetter, 1, 100*time.Millisecond)
+	if len(dead) != 1 || dead[0].ID != "classify/poison/ResponseComplete" || !strings.Contains(dead[0].Header[bus.HeaderReason], "panic") {
+		t.Fatalf("dead letters %+v, want the poison event with a panic reason", dead)
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

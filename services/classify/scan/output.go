@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -115,26 +116,28 @@ func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
 	if s.rules == nil {
 		s.rules = map[string]*ruleSum{}
 	}
+	// Every string shown comes from the event or a rules file: escaped once, here.
 	r := s.rules[f.RuleId]
 	if r == nil {
-		r = &ruleSum{id: f.RuleId, severity: SeverityName(f.Severity), apis: map[string]*apiSum{}}
+		r = &ruleSum{id: printable.String(f.RuleId), severity: SeverityName(f.Severity), apis: map[string]*apiSum{}}
 		s.rules[f.RuleId] = r
 	}
 	r.count++
-	api := strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion) + " " + f.Resource)
+	api := printable.String(strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion) + " " + f.Resource))
 	if api == "" {
 		api = "(no API)"
 	}
 	a := r.apis[api]
 	if a == nil {
-		a = &apiSum{api: api, removedIn: f.RemovedIn, deprecatedIn: f.DeprecatedIn, replacement: f.Replacement, message: f.Message, callers: map[string]int{}}
+		a = &apiSum{api: api, removedIn: printable.String(f.RemovedIn), deprecatedIn: printable.String(f.DeprecatedIn),
+			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[string]int{}}
 		r.apis[api] = a
 	}
 	a.count++
 	a.blocking = a.blocking || blocking
-	caller := f.Username
+	caller := printable.String(f.Username)
 	if f.UserAgent != "" {
-		caller += "  " + f.UserAgent
+		caller += "  " + printable.String(f.UserAgent)
 	}
 	a.callers[caller]++
 }
@@ -240,8 +243,12 @@ func (t *tableWriter) row(f *auditlensv1.Finding) {
 	if f.Subresource != "" {
 		obj += " (" + f.Subresource + ")"
 	}
-	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ts, SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
-		dash(strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion)+" "+f.Resource)), f.Verb, dash(obj), f.Username, truncate(f.UserAgent, 48))
+	// Every field but the time and severity comes from the event or a rules file, and a tab
+	// would also break the columns: all are escaped.
+	p := printable.String
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ts, SeverityName(f.Severity), p(f.RuleId), dash(p(f.RemovedIn)),
+		dash(p(strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion)+" "+f.Resource))), p(f.Verb), dash(p(obj)), p(f.Username),
+		printable.Truncate(f.UserAgent, 48))
 }
 
 func (t *tableWriter) flush() { _ = t.tw.Flush() }
@@ -251,11 +258,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
 	"github.com/auditlens/auditlens/services/classify/rules"
@@ -81,6 +82,12 @@ func (c *Config) Validate() error {
 	if c.Progress != "auto" && c.Progress != "always" && c.Progress != "never" {
 		return fmt.Errorf("--progress %q: want auto, always or never", c.Progress)
 	}
+	if c.DedupWindow < 0 {
+		return fmt.Errorf("--dedup-window %d: want a number of keys, 0 or more (below 2: the default, %d)", c.DedupWindow, dedup.DefaultSize)
+	}
+	if c.MaxBadReports < 0 {
+		return fmt.Errorf("--max-bad-reports %d: want 0 or more (0: count bad lines without reporting them)", c.MaxBadReports)
+	}
 	if c.MaxEventSize < 1024 {
 		return fmt.Errorf("--max-event-size %d: want at least 1024 bytes", c.MaxEventSize)
 	}
@@ -122,7 +129,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if cfg.Format == "table" {
 		s.table = newTable(s.stdout)
 	}
-	s.enc = json.NewEncoder(s.stdout)
+	s.enc = json.NewEncoder(&s.jsonBuf)
 	s.enc.SetEscapeHTML(false)
 	return s.run(fs.Args(), stdin)
 }
@@ -136,6 +143,9 @@ type scanner struct {
 	stderr io.Writer
 	enc    *json.Encoder
 	table  *tableWriter
+	// jsonBuf holds one encoded finding, jsonOut the same with DEL and C1 controls escaped.
+	jsonBuf bytes.Buffer
+	jsonOut []byte
 
 	matches      []rules.Match
 	sum          summary
@@ -165,7 +175,7 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 	start := time.Now()
 	for _, f := range files {
 		if err := s.file(f, stdin); err != nil {
-			fmt.Fprintf(s.stderr, "classify scan: %v\n", err)
+			fmt.Fprintf(s.stderr, "classify scan: %s\n", printable.String(err.Error()))
 			s.failed = true
 		}
 	}
@@ -218,11 +228,11 @@ func (s *scanner) file(name string, stdin io.Reader) error {
 	} else {
 		f, err := os.Open(name)
 		if err != nil {
-			return fmt.Errorf("open %w", err)
+			return err // *fs.PathError: "open NAME: why"
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return fmt.Errorf("%s is a directory: give audit log files", name)
+			return fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
 		}
 		r = f
 	}
@@ -310,7 +320,7 @@ func (s *scanner) badLine(err error) {
 	}
 	s.badReasons[reason]++
 	if s.bad <= s.cfg.MaxBadReports {
-		fmt.Fprintf(s.stderr, "classify scan: %s: skipped: %v\n", s.pos, err)
+		fmt.Fprintf(s.stderr, "classify scan: %s: skipped: %s\n", printable.String(s.pos), printable.String(err.Error()))
 	}
 }
 
@@ -375,7 +385,10 @@ func (s *scanner) emit(f *auditlensv1.Finding) {
 		s.table.row(f)
 		return
 	}
+	s.jsonBuf.Reset()
 	_ = s.enc.Encode(ToJSON(f))
+	s.jsonOut = printable.JSON(s.jsonOut[:0], s.jsonBuf.Bytes())
+	_, _ = s.stdout.Write(s.jsonOut)
 }
 
 func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
@@ -403,7 +416,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 		parts := make([]string, 0, len(res))
 		for _, r := range res {
 			n += *s.metadataOnly[r]
-			parts = append(parts, fmt.Sprintf("%s %d", r, *s.metadataOnly[r]))
+			parts = append(parts, fmt.Sprintf("%s %d", printable.String(r), *s.metadataOnly[r]))
 		}
 		were := "were"
 		if n == 1 {

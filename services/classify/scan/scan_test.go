@@ -219,3 +219,67 @@ func TestBlocks(t *testing.T) {
 		}
 	}
 }
+
+// An attacker writes the user agent, user name and object name of an audit event: scan must
+// not pass their control characters (terminal escape sequences, forged newlines) to the
+// terminal, in the table nor in the summary; the JSON lines keep them, JSON-escaped.
+func TestTerminalInjection(t *testing.T) {
+	ev := strings.NewReplacer(
+		`"userAgent":"helm/v3.8.0"`, `"userAgent":"evil\u001b]0;pwned\u0007\u001b[2J"`,
+		`"username":"ci-bot"`, `"username":"ci-bot\nFAKE: all clear\r"`,
+		`"namespace":"x"`, `"namespace":"x\u001b[31m"`,
+	).Replace(removedEv)
+	pod := strings.NewReplacer(`"resource":"pods"`, `"resource":"po\u001b[1mds"`).Replace(podMetaEv)
+	f := write(t, "audit.log", ev+"\n"+pod+"\n")
+	for _, format := range []string{"table", "json"} {
+		code, out, errOut := run(t, "", "--format", format, f)
+		if code != ExitRemoved {
+			t.Fatalf("%s: exit %d\n%s%s", format, code, out, errOut)
+		}
+		if format == "json" {
+			var j JSONFinding
+			if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &j); err != nil || j.UserAgent != "evil\x1b]0;pwned\x07\x1b[2J" {
+				t.Errorf("json: %v, user agent %q", err, j.UserAgent)
+			}
+		}
+		for name, s := range map[string]string{"stdout": out, "stderr": errOut} {
+			if strings.ContainsAny(s, "\x1b\x07\r") || strings.Contains(s, "\nFAKE") {
+				t.Errorf("%s %s holds raw control characters:\n%q", format, name, s)
+			}
+		}
+		if !strings.Contains(out+errOut, `evil\x1b]0;pwned\a`) || !strings.Contains(out+errOut, `ci-bot\nFAKE`) {
+			t.Errorf("%s: the escaped values are missing:\n%s%s", format, out, errOut)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"/nonexistent/audit.log"}, "classify scan: open /nonexistent/audit.log: no such file or directory\n"},
+		{[]string{"--dedup-window", "-1", "x"}, "classify scan: --dedup-window -1: want a number of keys, 0 or more (below 2: the default, 200000)\n"},
+		{[]string{"--max-bad-reports", "-1", "x"}, "classify scan: --max-bad-reports -1: want 0 or more (0: count bad lines without reporting them)\n"},
+	} {
+		code, _, errOut := run(t, "", c.args...)
+		if code != ExitError || !strings.HasPrefix(errOut, c.want) {
+			t.Errorf("scan %v: exit %d, stderr %q, want %d and %q", c.args, code, errOut, ExitError, c.want)
+		}
+	}
+}
+
+// encoding/json leaves DEL and the C1 controls raw (U+009B is a CSI to many terminals):
+// the JSON lines escape them too, keeping the value.
+func TestJSONEscapesC1Controls(t *testing.T) {
+	ev := strings.Replace(removedEv, `"userAgent":"helm/v3.8.0"`, `"userAgent":"evil\u009b2J\u007f"`, 1)
+	f := write(t, "audit.log", ev+"\n")
+	_, out, _ := run(t, "", f)
+	if strings.ContainsAny(out, "\u009b\x7f") {
+		t.Errorf("raw C1 or DEL in the JSON output: %q", out)
+	}
+	var j JSONFinding
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.UserAgent != "evil\u009b2J\x7f" {
+		t.Errorf("user agent %q, %v", j.UserAgent, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/auditlens/auditlens/lib/secret"
 	"github.com/auditlens/auditlens/services/report/chdb"
 	"github.com/auditlens/auditlens/services/report/store"
 )
@@ -38,7 +39,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
 // Validate checks the flags.
 func (c *Config) Validate() error {
 	if c.DSN != "" && !strings.HasPrefix(c.DSN, "clickhouse://") && !strings.HasPrefix(c.DSN, "tcp://") {
-		return fmt.Errorf("--clickhouse-dsn %q: want clickhouse://HOST:9000/DATABASE (the native protocol)", redact(c.DSN))
+		return fmt.Errorf("--clickhouse-dsn %q: want clickhouse://HOST:9000/DATABASE (the native protocol)", secret.URL(c.DSN))
 	}
 	if c.DSN == "" && c.DataDir == "" {
 		return errors.New("--data-dir is empty: give a directory for the embedded ClickHouse, or --clickhouse-dsn")
@@ -75,14 +76,5 @@ func (c *Config) Describe() string {
 	if c.DSN == "" {
 		return "embedded chdb in " + c.DataDir
 	}
-	return redact(c.DSN)
-}
-
-func redact(dsn string) string {
-	if i := strings.Index(dsn, "@"); i >= 0 {
-		if j := strings.Index(dsn, "://"); j >= 0 && j < i {
-			return dsn[:j+3] + "***" + dsn[i:]
-		}
-	}
-	return dsn
+	return secret.URL(c.DSN)
 }

@@ -30,9 +30,22 @@ func TestValidate(t *testing.T) {
 }
 
 func TestDescribeHidesPassword(t *testing.T) {
-	c := Config{DSN: "clickhouse://report:s3cret@ch:9000/auditlens"}
-	if d := c.Describe(); strings.Contains(d, "s3cret") || !strings.Contains(d, "ch:9000") {
-		t.Errorf("Describe() = %q", d)
+	for _, dsn := range []string{
+		"clickhouse://report:s3cret@ch:9000/auditlens",
+		// clickhouse-go also takes the credentials as query parameters.
+		"clickhouse://ch:9000/auditlens?username=report&password=s3cret",
+		// A password with '@' in it.
+		"clickhouse://report:s3@cret@ch:9000/auditlens",
+		"clickhouse://report:s3%40cret@ch:9000/auditlens",
+	} {
+		c := Config{DSN: dsn}
+		if d := c.Describe(); strings.Contains(d, "s3") || strings.Contains(d, "cret") || !strings.Contains(d, "ch:9000") {
+			t.Errorf("Describe() of %s = %q", dsn, d)
+		}
+	}
+	c := Config{DSN: "http://report:s3cret@ch:8123/?password=s3cret"}
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Validate: %v", err)
 	}
 	c = Config{DataDir: "/var/lib/auditlens/chdb"}
 	if d := c.Describe(); !strings.Contains(d, "/var/lib/auditlens/chdb") {

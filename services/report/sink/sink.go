@@ -108,7 +108,7 @@ func New(c Config, d daemon.Deps) ([]daemon.Component, error) {
 		return nil, err
 	}
 	if d.Bus == nil {
-		return nil, errors.New("report: no bus")
+		return nil, errors.New("no bus")
 	}
 	log := d.Logger
 	if log == nil {
@@ -241,7 +241,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		AckWait:    w.cfg.AckWait,
 	})
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("consume findings: %w", err)
 	}
 	cctx, stopConsume := context.WithCancel(context.Background())
 	defer stopConsume()
@@ -321,7 +321,7 @@ loop:
 			break loop
 		case err := <-consumeErr:
 			if err != nil {
-				runErr = fmt.Errorf("report: consume findings: %w", err)
+				runErr = fmt.Errorf("consume findings: %w", err)
 			}
 			break loop
 		case d := <-in:

@@ -45,6 +45,17 @@ var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_
 
 // Validate checks o and fills its defaults.
 func (o *Options) Validate() error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// ErrInvalid marks an error of Build or Validate caused by the options (a bad request), not
+// by the database.
+var ErrInvalid = errors.New("invalid report options")
+
+func (o *Options) validate() error {
 	if o.Cluster == "" {
 		return errors.New("cluster is empty")
 	}
@@ -53,6 +64,9 @@ func (o *Options) Validate() error {
 	}
 	if o.WeekEnding.IsZero() {
 		return errors.New("week ending is not set")
+	}
+	if err := CheckWeekEnding(o.WeekEnding); err != nil {
+		return fmt.Errorf("week ending %s: %w", o.WeekEnding, err)
 	}
 	if o.Table == "" {
 		o.Table = DefaultTable

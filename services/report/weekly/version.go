@@ -35,6 +35,10 @@ func ParseVersion(s string) (Version, error) {
 	if n[0] == 0 {
 		return Version{}, fmt.Errorf("version %q: major version must be at least 1", s)
 	}
+	if n[0] > 99 || n[1] > 999 {
+		// Ordinal (what the SQL compares) needs the minor below 1000.
+		return Version{}, fmt.Errorf("version %q: want a major version below 100 and a minor below 1000", s)
+	}
 	return Version{n[0], n[1]}, nil
 }
 

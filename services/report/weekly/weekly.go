@@ -22,6 +22,7 @@
 package weekly
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -154,6 +155,22 @@ func ParseDate(s string) (Date, error) {
 		return Date{}, err
 	}
 	return Date{t}, nil
+}
+
+// The weeks a report can cover: ClickHouse stores DateTime from 1970 to 2106, and a report
+// reads up to two years of trend before its week.
+var (
+	MinWeekEnding = Date{time.Date(1972, 1, 1, 0, 0, 0, 0, time.UTC)}
+	MaxWeekEnding = Date{time.Date(2105, 12, 31, 0, 0, 0, 0, time.UTC)}
+)
+
+// CheckWeekEnding reports a week ending outside MinWeekEnding..MaxWeekEnding (e.g.
+// 0001-01-01, which would otherwise reach the database and fail there).
+func CheckWeekEnding(d Date) error {
+	if d.Before(MinWeekEnding.Time) || d.After(MaxWeekEnding.Time) {
+		return fmt.Errorf("want a day from %s to %s", MinWeekEnding, MaxWeekEnding)
+	}
+	return nil
 }
 
 // DateOf is the calendar day of t in its location, as midnight UTC.

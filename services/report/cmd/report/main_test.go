@@ -64,3 +64,18 @@ func TestMigrateServerDown(t *testing.T) {
 		t.Errorf("exit %d, output %q: want 1 and the address", code, out.String())
 	}
 }
+
+// The DSN's password, in the user information or as a query parameter, stays out of what
+// migrate prints when the server cannot be reached.
+func TestMigrateErrorHidesPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"clickhouse://127.0.0.1:1/auditlens?username=report&password=s3cret&dial_timeout=200ms",
+		"clickhouse://report:s3@cret@127.0.0.1:1/auditlens?dial_timeout=200ms",
+	} {
+		var out bytes.Buffer
+		code := run([]string{"migrate", "--clickhouse-dsn", dsn, "--timeout", "5s"}, &out, &out)
+		if code != 1 || strings.Contains(out.String(), "s3") || strings.Contains(out.String(), "cret") || !strings.Contains(out.String(), "127.0.0.1:1") {
+			t.Errorf("%s: exit %d, output %q: want 1, the address and no password", dsn, code, out.String())
+		}
+	}
+}

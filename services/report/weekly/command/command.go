@@ -94,6 +94,9 @@ func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 		if d.After(now) {
 			return weekly.Date{}, fmt.Errorf("--week-ending %s is in the future", c.WeekEnding)
 		}
+		if err := weekly.CheckWeekEnding(d); err != nil {
+			return weekly.Date{}, fmt.Errorf("--week-ending %s: %w", c.WeekEnding, err)
+		}
 		week = d
 	}
 	ok := false

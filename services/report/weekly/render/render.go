@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -68,16 +68,16 @@ func HTML(w io.Writer, r *weekly.Report, img Images) error {
 		R       *weekly.Report
 		Img     Images
 		Subject string
-	}{printable(r), img, Subject(r)}); err != nil {
+	}{escaped(r), img, Subject(r)}); err != nil {
 		return fmt.Errorf("render html: %w", err)
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
 }
 
-// printable is a copy of r whose strings from audit events have their control characters
+// escaped is a copy of r whose strings from audit events have their control characters
 // escaped (see clean): harmless in HTML, but unreadable and invalid there.
-func printable(r *weekly.Report) *weekly.Report {
+func escaped(r *weekly.Report) *weekly.Report {
 	c := *r
 	key := func(k weekly.Key) weekly.Key {
 		return weekly.Key{RuleID: clean(k.RuleID), APIGroup: clean(k.APIGroup), APIVersion: clean(k.APIVersion),
@@ -228,29 +228,8 @@ func Text(w io.Writer, r *weekly.Report) error {
 	return err
 }
 
-// clean escapes control and other non-printing characters, keeping printable unicode.
-func clean(s string) string {
-	ok := true
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsPrint(r) {
-			b.WriteRune(r)
-			continue
-		}
-		q := strconv.QuoteRuneToASCII(r)
-		b.WriteString(q[1 : len(q)-1])
-	}
-	return b.String()
-}
+// clean escapes the control characters of text from audit events (see lib/printable).
+func clean(s string) string { return printable.String(s) }
 
 func delta(now, before uint64) string {
 	switch {

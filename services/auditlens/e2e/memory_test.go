@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/services/report/chtest"
+)
+
+// BenchmarkServicesMemory runs ingest, classify and report as separate processes, as
+// deployed (NATS JetStream in the test process, a ClickHouse server), over generated audit
+// logs of two sizes, and reports each process's peak resident memory (VmHWM): the per-binary
+// bounds the README states. It reports; it asserts nothing about them.
+//
+//	flock /work/bench.lock go test -run '^$' -bench ServicesMemory -benchtime 1x ./e2e/
+func BenchmarkServicesMemory(b *testing.B) {
+	ch := chtest.StartServer(b)
+	for _, mb := range []int{50, 200} {
+		b.Run(fmt.Sprintf("input=%dMB", mb), func(b *testing.B) {
+			dir := b.TempDir()
+			input := filepath.Join(dir, "audit.log")
+			// One copy of examples/audit.log is ~140 KB.
+			lines := writeInput(b, input, mb*1024/140)
+			st, _ := os.Stat(input)
+			b.SetBytes(st.Size())
+			for i := range b.N {
+				peak := runServices(b, filepath.Join(dir, strconv.Itoa(i)), input, lines, ch.DSN(fmt.Sprintf("mem%d_%d", mb, i)))
+				for name, v := range peak {
+					b.ReportMetric(float64(v)/(1<<20), name+"-peak-rss-MB")
+				}
+				b.ReportMetric(float64(st.Size())/(1<<20), "input-MB")
+			}
+		})
+	}
+}
+
+// runServices runs the three services until report has written every finding of input,
+// and returns each one's peak resident memory in bytes.
+func runServices(b *testing.B, dir, input string, lines int, dsn string) map[string]int64 {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	natsAddr := freeAddr(b)
+	srv, err := natsbus.StartServer(filepath.Join(dir, "nats"), natsAddr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	addr := map[string]string{"ingest": freeAddr(b), "classify": freeAddr(b), "report": freeAddr(b)}
+	common := func(name string) []string {
+		return []string{"--cluster", "mem", "--log-format", "json", "--log-level", "warn", "--nats-url", "nats://" + natsAddr, "--metrics-addr", addr[name]}
+	}
+	procs := map[string]*proc{
+		"ingest":   start(b, dir, "ingest", append([]string{"--audit-log", input, "--checkpoint-dir", filepath.Join(dir, "cp")}, common("ingest")...)...),
+		"classify": start(b, dir, "classify", common("classify")...),
+		"report":   start(b, dir, "report", append([]string{"--clickhouse-dsn", dsn, "--retention-days", "0"}, common("report")...)...),
+	}
+	last, stable := -1.0, 0
+	waitFor(b, 30*time.Minute, "every finding written", func() bool {
+		time.Sleep(400 * time.Millisecond)
+		in, cl, rp := scrape(addr["ingest"]), scrape(addr["classify"]), scrape(addr["report"])
+		classified := cl["auditlens_classify_events_total"]
+		if classified == last {
+			stable++
+		} else {
+			last, stable = classified, 0
+		}
+		return in["auditlens_ingest_lines_read_total"] >= float64(lines) && stable >= 5 && cl["auditlens_classify_findings_total"] > 0 &&
+			rp["auditlens_report_findings_written_total"] >= cl["auditlens_classify_findings_total"] && rp["auditlens_report_pending_findings"] == 0
+	})
+	peak := map[string]int64{}
+	for name, p := range procs {
+		peak[name] = vmHWM(b, p.cmd.Process.Pid)
+	}
+	return peak
+}
+
+// scrape sums every series of each metric family at addr's /metrics (labels ignored).
+func scrape(addr string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, " ")
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+			_, rest, _ = strings.Cut(line, "} ")
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+			out[name] += v
+		}
+	}
+	return out
+}
+
+// vmHWM is the peak resident memory of pid in bytes.
+func vmHWM(b *testing.B, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -51,7 +51,7 @@ func TestReportPage(t *testing.T) {
 	}
 
 	resp, body := get("target-version=1.33")
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("html: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	if strings.Contains(body, "<script>alert") || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
@@ -68,10 +68,10 @@ func TestReportPage(t *testing.T) {
 	var rep struct {
 		Totals struct{ Findings, Blocking int }
 	}
-	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Findings != 3 || rep.Totals.Blocking != 3 {
+	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Findings != 3 || rep.Totals.Blocking != 3 {
 		t.Fatalf("json: %d %+v %.300s", resp.StatusCode, rep.Totals, body)
 	}
-	resp, body = get("format=json&week-ending=2026-11-29&target-version=1.21")
+	_, body = get("format=json&week-ending=2026-11-29&target-version=1.21")
 	if json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Blocking != 0 {
 		t.Fatalf("removed in 1.22 must not block 1.21: %+v", rep.Totals)
 	}
@@ -79,7 +79,7 @@ func TestReportPage(t *testing.T) {
 	// Absurd but well-formed values are bad requests too, not a failure of the service.
 	for _, q := range []string{"format=pdf", "target-version=latest", "week-ending=tuesday", "week-ending=0001-01-01",
 		"week-ending=9999-12-26", "week-ending=1969-12-28", "target-version=1.1000", "target-version=0.9"} {
-		if resp, body := get(q); resp.StatusCode != 400 || !strings.Contains(body, strings.Split(q, "=")[0]) {
+		if resp, body := get(q); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, strings.Split(q, "=")[0]) {
 			t.Errorf("%s: %d %q", q, resp.StatusCode, body)
 		}
 	}

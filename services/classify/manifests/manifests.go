@@ -270,7 +270,7 @@ func (c *Checker) Check(name string, data []byte, emit func(source string, f *au
 		n++
 		var doc any
 		if err := yaml.Unmarshal(chunk.data, &doc); err != nil {
-			errs = append(errs, fmt.Errorf("document %d (line %d): parse: %v", n, chunk.line, err))
+			errs = append(errs, fmt.Errorf("document %d (line %d): parse: %w", n, chunk.line, err))
 			continue
 		}
 		if doc == nil {
@@ -365,7 +365,7 @@ func (c *Checker) object(obj map[string]any, source string, emit func(string, *a
 	namespace, _ := meta["namespace"].(string)
 	body, err := json.Marshal(obj)
 	if err != nil {
-		return fmt.Errorf("not a Kubernetes object: %v", err)
+		return fmt.Errorf("not a Kubernetes object: %w", err)
 	}
 	ev, err := json.Marshal(map[string]any{
 		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Request", "auditID": "manifest", "stage": "ResponseComplete",

@@ -419,7 +419,7 @@ var knownFields = func() map[string]map[string]bool {
 func unknownFields(src Source) error {
 	file, err := parser.ParseBytes(src.Data, 0)
 	if err != nil || len(file.Docs) == 0 {
-		return nil
+		return nil //nolint:nilerr // the decoder reports why the document does not parse
 	}
 	var bad []*PosError
 	pairs := func(n ast.Node) []*ast.MappingValueNode {

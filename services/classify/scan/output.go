@@ -100,9 +100,9 @@ type summary struct {
 }
 
 type ruleSum struct {
-	id, severity, removedIn string
-	count                   int
-	apis                    map[string]*apiSum
+	id, severity string
+	count        int
+	apis         map[string]*apiSum
 }
 
 type apiSum struct {

@@ -258,7 +258,7 @@ func (s *scanner) file(name string, stdin io.Reader) error {
 				s.line(line)
 			}
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
@@ -279,7 +279,7 @@ func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool,
 				buf = append(buf, chunk...)
 			}
 		}
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		if tooLong {

@@ -129,7 +129,9 @@ func TestTableFormatAndSummaryOnStdout(t *testing.T) {
 func TestGzipStdinAndBadLinesWithPositions(t *testing.T) {
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
-	zw.Write([]byte(cleanEv + "\n" + removedEv + "\n"))
+	if _, err := zw.Write([]byte(cleanEv + "\n" + removedEv + "\n")); err != nil {
+		t.Fatal(err)
+	}
 	zw.Close()
 	gzFile := filepath.Join(t.TempDir(), "audit.log.1.gz")
 	if err := os.WriteFile(gzFile, gz.Bytes(), 0o644); err != nil {

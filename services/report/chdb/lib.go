@@ -18,7 +18,7 @@ var ErrNoLibrary = errors.New("libchdb.so not available (set CHDB_LIB_PATH or ru
 // error from Open, not a panic at program start.
 var (
 	libOnce sync.Once
-	libErr  error
+	errLib  error
 
 	cConnect       func(argc int, argv []*byte) *cConnection
 	cCloseConn     func(conn *cConnection)
@@ -31,10 +31,14 @@ var (
 )
 
 // cConnection is chdb_connection's target: a struct holding one pointer.
-type cConnection struct{ internal unsafe.Pointer }
+type cConnection struct {
+	internal unsafe.Pointer //nolint:unused // C memory layout; only libchdb reads it
+}
 
 // cResult is chdb_result: a struct holding one pointer.
-type cResult struct{ internal unsafe.Pointer }
+type cResult struct {
+	internal unsafe.Pointer //nolint:unused // C memory layout; only libchdb reads it
+}
 
 // LibraryPath returns where libchdb.so is looked for: $CHDB_LIB_PATH, else
 // <repo>/.cache/chdb/libchdb.so found by walking up from the working directory, else
@@ -63,18 +67,18 @@ func loadLibrary() error {
 	libOnce.Do(func() {
 		path := LibraryPath()
 		if _, err := os.Stat(path); err != nil {
-			libErr = fmt.Errorf("%w: %v", ErrNoLibrary, err)
+			errLib = fmt.Errorf("%w: %w", ErrNoLibrary, err)
 			return
 		}
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
-			libErr = fmt.Errorf("%w: load %s: %v", ErrNoLibrary, path, err)
+			errLib = fmt.Errorf("%w: load %s: %w", ErrNoLibrary, path, err)
 			return
 		}
 		defer func() {
 			// RegisterLibFunc panics on a missing symbol (an incompatible library).
 			if r := recover(); r != nil {
-				libErr = fmt.Errorf("%w: %s: %v", ErrNoLibrary, path, r)
+				errLib = fmt.Errorf("%w: %s: %v", ErrNoLibrary, path, r)
 			}
 		}()
 		purego.RegisterLibFunc(&cConnect, h, "chdb_connect")
@@ -86,7 +90,7 @@ func loadLibrary() error {
 		purego.RegisterLibFunc(&cResultRows, h, "chdb_result_rows_read")
 		purego.RegisterLibFunc(&cResultError, h, "chdb_result_error")
 	})
-	return libErr
+	return errLib
 }
 
 // Available reports whether libchdb.so can be loaded, and why not.

@@ -18,11 +18,11 @@ import (
 
 // The test binary's one chDB session (chDB allows one per process), held open until exit.
 var (
-	embOnce sync.Once
-	embDir  string
-	embHold *store.Store
-	embErr  error
-	embSeq  atomic.Int64
+	embOnce     sync.Once
+	embDir      string
+	embHold     *store.Store //nolint:unused // keeps the session open for the life of the test binary
+	errEmbedded error
+	embSeq      atomic.Int64
 )
 
 // EmbeddedDir is the data directory of the test binary's chDB session, opening it if needed.
@@ -36,19 +36,19 @@ func openEmbedded(t testing.TB) {
 	t.Helper()
 	embOnce.Do(func() {
 		if err := chdb.Available(); err != nil {
-			embErr = err
+			errEmbedded = err
 			return
 		}
-		embDir, embErr = os.MkdirTemp("", "auditlens-chdb-test-")
-		if embErr != nil {
+		embDir, errEmbedded = os.MkdirTemp("", "auditlens-chdb-test-")
+		if errEmbedded != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		embHold, embErr = chdb.Open(ctx, embDir, "default")
+		embHold, errEmbedded = chdb.Open(ctx, embDir, "default")
 	})
-	if embErr != nil {
-		enginetest.Unavailable(t, "chdb", embErr)
+	if errEmbedded != nil {
+		enginetest.Unavailable(t, "chdb", errEmbedded)
 	}
 }
 

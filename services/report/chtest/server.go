@@ -106,16 +106,16 @@ func (s *Server) Start() error {
 	for {
 		if err := s.ping(); err == nil {
 			s.cmd = cmd
-			go func() { <-exited }() // reaped by Stop through cmd.Process
+			go func() { <-exited }() //nolint:errcheck // reaped here; Stop reports through cmd.Process
 			return nil
 		} else if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("clickhouse-server did not answer on %s within 30s: %v\n%s", s.Addr(), err, s.logs())
+			<-exited //nolint:errcheck // killed: its exit status says nothing more
+			return fmt.Errorf("clickhouse-server did not answer on %s within 30s: %w\n%s", s.Addr(), err, s.logs())
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("clickhouse-server exited: %v\n%s", err, s.logs())
+			return fmt.Errorf("clickhouse-server exited: %w\n%s", err, s.logs())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -104,8 +104,6 @@ const blockingExpr = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
 // identity counts each finding once, however often it was stored.
 const identity = `uniqExact(cluster, audit_id, rule_id)`
 
-const day = 24 * time.Hour
-
 // Build reads the week o.WeekEnding of o.Cluster from db and assembles the report. It runs
 // the same SQL on ClickHouse 18.16 and on current ClickHouse (chDB), with ? parameters only.
 func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {

@@ -94,8 +94,8 @@ func writeAuditLog(b *testing.B, path string, size int) int {
 			ev["auditID"] = fmt.Sprintf("%v-%d", id, i)
 			line, _ := json.Marshal(ev)
 			ev["auditID"] = id
-			w.Write(line)
-			w.WriteByte('\n')
+			_, _ = w.Write(line) // a failed write shows in w.Flush
+			_ = w.WriteByte('\n')
 			written += len(line) + 1
 			n++
 		}

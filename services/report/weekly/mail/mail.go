@@ -107,14 +107,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := netmail.ParseAddress(c.From); err != nil {
-		return fmt.Errorf("--mail-from %q: %v", c.From, err)
+		return fmt.Errorf("--mail-from %q: %w", c.From, err)
 	}
 	if len(c.To) == 0 {
 		return errors.New("--mail-to is required to send the report")
 	}
 	for _, to := range c.To {
 		if _, err := netmail.ParseAddress(to); err != nil {
-			return fmt.Errorf("--mail-to %q: %v", to, err)
+			return fmt.Errorf("--mail-to %q: %w", to, err)
 		}
 	}
 	if c.Timeout <= 0 {

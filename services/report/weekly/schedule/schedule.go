@@ -141,10 +141,10 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	if _, err := parser.Parse(c.Cron); err != nil {
-		return fmt.Errorf("--weekly-schedule %q: %v", c.Cron, err)
+		return fmt.Errorf("--weekly-schedule %q: %w", c.Cron, err)
 	}
 	if _, err := time.LoadLocation(c.TimeZone); err != nil {
-		return fmt.Errorf("--weekly-time-zone %q: %v", c.TimeZone, err)
+		return fmt.Errorf("--weekly-time-zone %q: %w", c.TimeZone, err)
 	}
 	if c.Target.IsZero() {
 		return errors.New("--target-version is required")
@@ -223,7 +223,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		out, err := s.d.Deliver(ctx, week, false)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // stopped mid-delivery: the week stays pending for the next start
 		}
 		if err != nil {
 			s.log.Error("weekly report not sent; will retry", "week_ending", week.String(), "retry_in", s.retry, "err", err)

@@ -228,13 +228,13 @@ func (c Config) Image(name, bin string) (v1.Image, error) {
 			"org.opencontainers.image.version":  c.Version,
 			"org.opencontainers.image.revision": c.Revision,
 			"org.opencontainers.image.created":  c.Created.Format(time.RFC3339),
-			"org.opencontainers.image.licenses": "Apache-2.0",
 		},
 	}
 	return mutate.ConfigFile(img, cf)
 }
 
-// WriteArchive writes the image of bin, tagged c.Tag(name), to path and returns its digest.
+// WriteArchive writes the image of bin, tagged c.Tag(name), to path and returns the digest it
+// has once pushed.
 func (c Config) WriteArchive(path, name, bin string) (v1.Hash, error) {
 	img, err := c.Image(name, bin)
 	if err != nil {
@@ -247,7 +247,13 @@ func (c Config) WriteArchive(path, name, bin string) (v1.Hash, error) {
 	if err := tarball.WriteToFile(path, tag, img); err != nil {
 		return v1.Hash{}, fmt.Errorf("write %s: %w", path, err)
 	}
-	return img.Digest()
+	// The digest a registry will know it by: the manifest of the image as read back from the
+	// archive (docker-archive manifests are rebuilt by their readers, as crane push does).
+	back, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("read back %s: %w", path, err)
+	}
+	return back.Digest()
 }
 
 func nameTag(s string) (name.Tag, error) {

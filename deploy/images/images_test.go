@@ -2,7 +2,7 @@ package main
 
 import (
 	"archive/tar"
-		"crypto/sha256"
+	"crypto/sha256"
 	"io"
 	"os"
 	"os/exec"

@@ -70,6 +70,10 @@ func TestLiveAPIServerThroughThePipeline(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(auditLog), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// As on a node: the file exists before its follower starts (the apiserver appends to it).
+	if err := os.WriteFile(auditLog, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	natsAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	common := []string{"--cluster", "live", "--log-format", "json"}
 	remote := append([]string{"--nats-url", "nats://" + natsAddr, "--metrics-addr", ""}, common...)
@@ -167,11 +171,13 @@ func TestLiveAPIServerThroughThePipeline(t *testing.T) {
 	}
 }
 
-// deprecatedAPI is a deprecated API version that v1.37 still serves when asked to.
+// deprecatedAPI is a deprecated API version that v1.37 still serves when asked to (deprecated in
+// 1.36, removed in 1.39: the apiserver annotates its events with k8s.io/removed-release, so
+// classify reports removed-api with removed_in 1.39).
 var deprecatedAPI = struct {
 	runtimeConfig, path string
 	rule                string
-}{"flowcontrol.apiserver.k8s.io/v1beta3", "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", "removed-api"}
+}{"resource.k8s.io/v1beta2", "/apis/resource.k8s.io/v1beta2/deviceclasses", "removed-api"}
 
 // drive sends the requests, each tagged with its own Audit-ID, and returns the findings they
 // must produce as "audit_id rule_id".
@@ -278,6 +284,7 @@ func drive(t *testing.T, s *kubeapiserver.Server) map[string]bool {
 		Type:       corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{"token": []byte(legacy)}}, metav1.CreateOptions{})
 	must("create token secret", err)
 	legacyCfg := &rest.Config{Host: s.URL, BearerToken: legacy, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, WarningHandler: rest.NoWarnings{},
+		UserAgent: "auditlens-live-test/1.0",
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripper(func(r *http.Request) (*http.Response, error) {
 				r = r.Clone(r.Context())

@@ -183,6 +183,10 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// No controller manager creates the default service account, which pods are admitted with.
+		if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		p := pod.DeepCopy()
 		p.Namespace = ns.Name
 		_, err := cs.CoreV1().Pods(ns.Name).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

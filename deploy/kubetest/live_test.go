@@ -215,6 +215,9 @@ func drive(t *testing.T, s *kubeapiserver.Server) map[string]bool {
 	} {
 		_, err := setup.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		must("create namespace", err)
+		// No controller manager creates the default service account, which pods are admitted with.
+		_, err = setup.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		must("create default service account", err)
 	}
 
 	// A removed API version: 404, and no annotation from the apiserver.

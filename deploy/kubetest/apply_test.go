@@ -167,7 +167,7 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 	var pod corev1.Pod
 	for _, o := range objs {
 		if o.GetKind() == "DaemonSet" {
-			tmpl, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+			tmpl, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template")
 			b, _ := yaml.Marshal(tmpl)
 			if err := yaml.UnmarshalStrict(b, &pod); err != nil {
 				t.Fatal(err)

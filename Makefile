@@ -6,7 +6,7 @@ CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
-.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m clean images kube-apiserver
+.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m fuzz clean images kube-apiserver
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -21,13 +21,29 @@ build:
 	cd services/report && go build -o $(BIN)/ ./cmd/report
 	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
 
+## RACE_<module>: the packages that run goroutines (bus, daemon, pipelines, sink, webhook, tail, ...);
+## `make test` runs them under the race detector, the rest without it (each package runs once).
+RACE_lib := ./bus/... ./daemon/... ./telemetry/... ./transport/...
+RACE_services/ingest := ./pipeline/... ./webhook/... ./tail/... ./checkpoint/...
+RACE_services/classify := ./pipeline/... ./scan/... ./dedup/...
+RACE_services/report := ./sink/... ./weekly/schedule/... ./weekly/mail/...
+RACE_services/auditlens := ./page/...
+
 ## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
-test: fmt-check mod-check vet lint proto-check
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off go test -count=1 -timeout 20m ./...); done
+test: fmt-check mod-check vet lint proto-check catalogue-check
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(call gotest,$(RACE_$(m)))); done
+
+# gotest runs a module's packages once each: those named in $(1) with -race, the others without.
+define gotest
+all=$$(GOWORK=off go list ./...); race=$$( [ -z "$(strip $(1))" ] || GOWORK=off go list $(1)); \
+rest=$$(comm -23 <(echo "$$all" | sort) <(echo "$$race" | sort)); \
+if [ -n "$$race" ]; then GOWORK=off go test -race -count=1 -timeout 20m $$race; fi; \
+if [ -n "$$rest" ]; then GOWORK=off go test -count=1 -timeout 20m $$rest; fi
+endef
 
 ## mod-check: every go.mod is tidy on its own (no requirement only go.work provides).
 mod-check:
-	@set -e; for m in $(MODULES) tools; do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "$$m: go.mod/go.sum not tidy: run GOWORK=off go mod tidy there"; exit 1; }; done
+	@set -e; for m in $(MODULES) tools tools/catalogue; do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "$$m: go.mod/go.sum not tidy: run GOWORK=off go mod tidy there"; exit 1; }; done
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && GOWORK=off go vet ./...); done
@@ -78,5 +94,28 @@ bench:
 bench-10m:
 	cd services/report && GOWORK=off go test -run '^$$' -bench '10M' -benchtime 3x ./store/ ./weekly/
 
+## fuzz: every fuzz target of every module for FUZZTIME each (seed corpora also run in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for m in $(MODULES); do (cd $$m && for d in $$(GOWORK=off go list -f '{{.Dir}}' ./...); do \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$d/*_test.go 2>/dev/null | cut -c6-); do \
+	    echo "== fuzz $$m $${d#$$PWD/} $$f ($(FUZZTIME))"; \
+	    GOWORK=off go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) "$$d" || exit 1; \
+	  done; done); done
+
 clean:
 	rm -rf $(BIN) .data
+
+.PHONY: catalogue catalogue-check
+## catalogue: regenerate the API section of the classify rule catalogue
+## (services/classify/rules/apis.generated.yaml) from the prerelease lifecycle data of k8s.io/api,
+## k8s.io/apiextensions-apiserver and k8s.io/kube-aggregator (tools/catalogue/modules.txt; their zips
+## come through the Go module proxy into the module cache: ~105 MB of zips, ~750 MB unpacked, ~2 min
+## the first time, seconds after) and
+## tools/catalogue/overlay.yaml.
+catalogue:
+	cd tools/catalogue && GOWORK=off go test -count=1 . && GOWORK=off go run . -out ../../services/classify/rules/apis.generated.yaml
+
+## catalogue-check: regenerating the API catalogue must change nothing.
+catalogue-check:
+	cd tools/catalogue && GOWORK=off go test -count=1 . && GOWORK=off go run . -check -out ../../services/classify/rules/apis.generated.yaml

@@ -134,6 +134,23 @@ type Item struct {
 // whole list: the webhook answers 400 and the apiserver logs it. An EventList without items
 // is no error: there is nothing in it.
 func SplitList(data []byte, maxEventSize int) ([]Item, error) {
+	return splitList(data, maxEventSize, true)
+}
+
+// SplitListShared is SplitList without the copies: each item's Raw points into data, which
+// must then stay unchanged while the items are used. The webhook holds a request body until
+// its events are published, so a copy would only double its memory.
+func SplitListShared(data []byte, maxEventSize int) ([]Item, error) {
+	return splitList(data, maxEventSize, false)
+}
+
+func splitList(data []byte, maxEventSize int, clone bool) ([]Item, error) {
+	keep := func(b []byte) []byte {
+		if clone {
+			return bytes.Clone(b)
+		}
+		return b[:len(b):len(b)]
+	}
 	if !utf8.Valid(data) {
 		return nil, ErrInvalidUTF8
 	}
@@ -150,7 +167,7 @@ func SplitList(data []byte, maxEventSize int) ([]Item, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []Item{{Ref: r, Raw: bytes.Clone(data)}}, nil
+		return []Item{{Ref: r, Raw: keep(data)}}, nil
 	}
 	if h.apiVersion != "" && !strings.HasPrefix(h.apiVersion, "audit.k8s.io/") {
 		return nil, fmt.Errorf("%w: EventList of apiVersion %q", ErrNotAuditEvent, h.apiVersion)
@@ -180,7 +197,7 @@ func SplitList(data []byte, maxEventSize int) ([]Item, error) {
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
-		out = append(out, Item{Ref: r, Raw: bytes.Clone(raw)})
+		out = append(out, Item{Ref: r, Raw: keep(raw)})
 		more, err = s.arrNext()
 	}
 	if err != nil {

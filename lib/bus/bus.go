@@ -126,7 +126,22 @@ type ConsumerOptions struct {
 	// DrainTimeout bounds how long a stopping consumer waits for deliveries in flight to be
 	// settled before it leaves them to redelivery (default 30s).
 	DrainTimeout time.Duration
+	// MaxDeliver bounds how often one message is handed to the handler (default
+	// DefaultMaxDeliver). A message delivered that often without an Ack (Nak, AckWait expired,
+	// the consumer crashed) is poison: on its next delivery it goes to the dead-letter stream
+	// (HeaderReason, HeaderDelivered) and is terminated instead. It is a backstop: a consumer
+	// that can tell a bad message should dead-letter it itself. Every delivery counts,
+	// including the redeliveries of a message held or Nak'ed while its downstream is down
+	// (AckWait expiring on it), and of every message in flight when a consumer crashes: set
+	// it above what such outages take.
+	MaxDeliver int
+	// GaveUp, when set, is called for every message sent to the dead-letter stream because of
+	// MaxDeliver (to count it).
+	GaveUp func(d *Delivery)
 }
+
+// DefaultMaxDeliver is ConsumerOptions.MaxDeliver when not set.
+const DefaultMaxDeliver = 50
 
 // WithDefaults returns o with zero values replaced by defaults.
 func (o ConsumerOptions) WithDefaults() ConsumerOptions {
@@ -138,6 +153,9 @@ func (o ConsumerOptions) WithDefaults() ConsumerOptions {
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = DefaultMaxDeliver
 	}
 	return o
 }

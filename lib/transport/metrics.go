@@ -11,7 +11,7 @@ import (
 // instrumented counts what passes through a bus.
 type instrumented struct {
 	bus.Bus
-	published, publishErrors, delivered *prometheus.CounterVec
+	published, publishErrors, delivered, gaveUp *prometheus.CounterVec
 }
 
 // Instrument wraps b so published messages, publish errors and deliveries are counted per
@@ -31,8 +31,11 @@ func Instrument(b bus.Bus, reg prometheus.Registerer) bus.Bus {
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "auditlens_bus_delivered_messages_total", Help: "Messages delivered to a consumer, redeliveries included, per stream.",
 		}, []string{"stream"}),
+		gaveUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auditlens_bus_poison_messages_total", Help: "Messages sent to the dead-letter stream after too many deliveries (ConsumerOptions.MaxDeliver), per stream.",
+		}, []string{"stream"}),
 	}
-	reg.MustRegister(i.published, i.publishErrors, i.delivered)
+	reg.MustRegister(i.published, i.publishErrors, i.delivered, i.gaveUp)
 	return i
 }
 
@@ -60,6 +63,13 @@ func (i *instrumented) Publish(ctx context.Context, msgs ...bus.Message) error {
 }
 
 func (i *instrumented) Consumer(s bus.Stream, group string, o bus.ConsumerOptions) (bus.Consumer, error) {
+	poison, gaveUp := i.gaveUp.WithLabelValues(string(s)), o.GaveUp
+	o.GaveUp = func(d *bus.Delivery) {
+		poison.Inc()
+		if gaveUp != nil {
+			gaveUp(d)
+		}
+	}
 	c, err := i.Bus.Consumer(s, group, o)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ require (
 	github.com/goccy/go-yaml v1.19.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/valyala/fastjson v1.6.10
+	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/apiserver v0.37.2
 )

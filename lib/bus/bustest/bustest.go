@@ -176,6 +176,62 @@ func Run(t *testing.T, open Opener) {
 		}
 	})
 
+	// A message the consumer fails on every time (Nak) is handed out MaxDeliver times, then
+	// goes to the dead-letter stream, counted, and the others are not held up by it.
+	t.Run("PoisonMessageEndsInDeadLetter", func(t *testing.T) {
+		b := open(t)
+		const n, maxDeliver = 50, 3
+		msgs := Messages(bus.Events, "pm", n, 1)
+		poison := msgs[17].ID
+		msgs[17].Header = map[string]string{bus.HeaderNode: "node-a", bus.HeaderSource: "origin"}
+		if err := b.Publish(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		col := NewCollector()
+		var mu sync.Mutex
+		tries, gaveUp := 0, 0
+		opts := bus.ConsumerOptions{MaxDeliver: maxDeliver, AckWait: 2 * time.Second,
+			GaveUp: func(d *bus.Delivery) {
+				mu.Lock()
+				gaveUp++
+				mu.Unlock()
+			}}
+		stop := consume(t, b, bus.Events, "gp", opts, func(ctx context.Context, d *bus.Delivery) {
+			if d.ID == poison {
+				mu.Lock()
+				tries++
+				mu.Unlock()
+				_ = d.Nak(10 * time.Millisecond)
+				return
+			}
+			ackAll(col)(ctx, d)
+		})
+		dead := NewCollector()
+		var dl bus.Delivery
+		consume(t, b, bus.DeadLetter, "gpd", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+			mu.Lock()
+			dl = *d
+			mu.Unlock()
+			ackAll(dead)(ctx, d)
+		})
+		col.WaitDistinct(t, n-1, 30*time.Second)
+		dead.WaitDistinct(t, 1, 30*time.Second)
+		time.Sleep(quiet)
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if tries != maxDeliver || gaveUp != 1 {
+			t.Errorf("poison handed out %d times and given up %d times, want %d and 1", tries, gaveUp, maxDeliver)
+		}
+		if d, tot := dead.Counts(); d != 1 || tot != 1 {
+			t.Errorf("%d dead letters (%d deliveries), want 1", d, tot)
+		}
+		if dl.Header[bus.HeaderDelivered] != fmt.Sprint(maxDeliver) || dl.Header[bus.HeaderReason] == "" ||
+			dl.Header[bus.HeaderNode] != "node-a" || len(dl.Data) != 1200 || dl.Header[bus.HeaderSource] == "" {
+			t.Errorf("dead letter headers %v, %d bytes", dl.Header, len(dl.Data))
+		}
+	})
+
 	t.Run("UnackedRedeliveredAfterRestart", func(t *testing.T) {
 		b := open(t)
 		const n = 200

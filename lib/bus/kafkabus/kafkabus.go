@@ -49,6 +49,7 @@ func (c *Config) Validate() error {
 type Bus struct {
 	cfg       Config
 	w         *kafka.Writer
+	transport *kafka.Transport
 	closeOnce sync.Once
 }
 
@@ -68,8 +69,12 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Bus{cfg: cfg, w: &kafka.Writer{
+	// The writer gets a transport of its own, not kafka-go's process-wide default, so that
+	// Close can end its connections (and their goroutines) too.
+	transport := &kafka.Transport{}
+	b := &Bus{cfg: cfg, transport: transport, w: &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
+		Transport:    transport,
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond,
@@ -190,7 +195,10 @@ func (b *Bus) Ready() error {
 // Close implements bus.Bus.
 func (b *Bus) Close() error {
 	var err error
-	b.closeOnce.Do(func() { err = b.w.Close() })
+	b.closeOnce.Do(func() {
+		err = b.w.Close()
+		b.transport.CloseIdleConnections()
+	})
 	return err
 }
 
@@ -230,6 +238,9 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 		CommitInterval:    0,
 	})
 	defer r.Close()
+	// Kafka has no redelivery count of its own: Delivered counts this consumer's Naks of a
+	// message, and the bound is the same as on NATS.
+	h = bus.BoundDeliveries(c.b, c.stream, c.opts, h)
 	tr := newTracker()
 	seen := newWindow(1 << 17)
 	sem := make(chan struct{}, c.opts.MaxUnacked)

@@ -197,7 +197,7 @@ func (bt *batcher) publish(ctx context.Context, msgs []bus.Message) error {
 		nm.Subject, nm.Reply, nm.Data = subject, string(reply), m.Data
 		if err := bt.nc.PublishMsg(nm); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
-				return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), subject, bus.ErrTooLarge, err)
+				return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", bus.Short(m.ID, 100), len(m.Data), subject, bus.ErrTooLarge, err)
 			}
 			return fmt.Errorf("publish to %s: %w: %w", subject, bus.ErrUnavailable, err)
 		}

@@ -319,7 +319,7 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		// Refuse oversized messages before sending anything: a batch cut short by the
 		// client would wait on the server until it times out.
 		if size := int64(len(m.Data) + headerSize(m)); limit > 0 && size > limit {
-			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), Subject(m.Stream, m.Cluster), bus.ErrTooLarge, nats.ErrMaxPayload)
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", bus.Short(m.ID, 100), len(m.Data), Subject(m.Stream, m.Cluster), bus.ErrTooLarge, nats.ErrMaxPayload)
 		}
 		same = same && m.Stream == msgs[0].Stream
 	}
@@ -366,7 +366,7 @@ func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
 		}
 		f, err := b.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID), jetstream.WithStallWait(b.cfg.StallWait))
 		if errors.Is(err, nats.ErrMaxPayload) {
-			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", m.ID, len(m.Data), nm.Subject, bus.ErrTooLarge, err)
+			return fmt.Errorf("publish %s (%d bytes) to %s: %w: %w", bus.Short(m.ID, 100), len(m.Data), nm.Subject, bus.ErrTooLarge, err)
 		}
 		if err != nil {
 			return fmt.Errorf("publish to %s: %w: %w", nm.Subject, bus.ErrUnavailable, err)
@@ -395,20 +395,28 @@ func (b *Bus) Consumer(s bus.Stream, group string, o bus.ConsumerOptions) (bus.C
 		return nil, fmt.Errorf("consumer group %q: use letters, digits, '-' or '_'", group)
 	}
 	o = o.WithDefaults()
-	return &consumer{b: b, stream: s, cfg: jetstream.ConsumerConfig{
+	return &consumer{b: b, stream: s, opts: o, cfg: jetstream.ConsumerConfig{
 		Durable:       group,
 		FilterSubject: "auditlens." + string(s) + ".>",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
 		MaxAckPending: o.MaxUnacked,
-		MaxDeliver:    -1,
+		// The handler sees a message at most o.MaxDeliver times (bus.BoundDeliveries); the
+		// server's own bound leaves room for the delivery that dead-letters it, and for
+		// retries of that while the dead-letter stream is unavailable.
+		MaxDeliver:    o.MaxDeliver + deadLetterAttempts,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}}, nil
 }
 
+// deadLetterAttempts is how many deliveries past ConsumerOptions.MaxDeliver the server
+// still makes, for bus.BoundDeliveries to dead-letter the message (retried every 5 s).
+const deadLetterAttempts = 60
+
 type consumer struct {
 	b      *Bus
 	stream bus.Stream
+	opts   bus.ConsumerOptions
 	cfg    jetstream.ConsumerConfig
 }
 
@@ -424,6 +432,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	}
 	log := c.b.cfg.Logger
 	batch := min(c.cfg.MaxAckPending, 1000)
+	h = bus.BoundDeliveries(c.b, c.stream, c.opts, h)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		d := &bus.Delivery{Acker: natsAcker{m}}
 		d.Stream = c.stream

@@ -20,7 +20,8 @@ func TestConfigurationReferenceIsCurrent(t *testing.T) {
 		"`services/auditlens`; a test fails when it is stale. Every flag also reads its environment twin\n" +
 		"(`--nats-url` is `AUDITLENS_NATS_URL`); a flag on the command line wins.\n")
 	for _, c := range [][]string{
-		{"ingest"}, {"classify"}, {"classify", "scan"}, {"report"}, {"report", "migrate"}, {"report", "weekly"}, {"auditlens"},
+		{"ingest"}, {"classify"}, {"classify", "scan"}, {"classify", "manifests"}, {"classify", "catalogue"},
+		{"report"}, {"report", "migrate"}, {"report", "weekly"}, {"auditlens"},
 	} {
 		cmd := exec.Command(filepath.Join(bin, c[0]), append(c[1:], "--help")...)
 		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"} // defaults, not this machine's env

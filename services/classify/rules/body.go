@@ -61,9 +61,29 @@ func (m *matcher) body() {
 	if obj == nil || obj.Type() != fastjson.TypeObject {
 		return // absent, unparseable, or a JSON patch (an array)
 	}
-	switch res := m.ev.ObjectRef.Resource; res {
+	res := m.ev.ObjectRef.Resource
+	m.object(res, obj)
+	// kubectl's client-side apply records the manifest it applied; a field or annotation the
+	// apiserver drops on write (topologyKeys, alpha seccomp) survives only there.
+	if la := obj.GetStringBytes("metadata", "annotations", lastApplied); len(la) > 0 {
+		applied, err := fastjson.ParseBytes(la)
+		if err != nil || applied.Type() != fastjson.TypeObject {
+			return
+		}
+		m.root, m.origin = m.root+`.metadata.annotations["`+lastApplied+`"]`, appliedManifestNote
+		m.object(res, applied)
+		m.root, m.origin = "requestObject", ""
+	}
+}
+
+// lastApplied is the annotation in which kubectl apply records the applied manifest.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// object runs the body rules of resource res over obj (found at m.root).
+func (m *matcher) object(res string, obj *fastjson.Value) {
+	switch res {
 	case "pods":
-		m.podObject(obj, "requestObject")
+		m.podObject(obj, m.root)
 	case "nodes":
 		m.nodeObject(obj)
 	case "services":
@@ -72,13 +92,13 @@ func (m *matcher) body() {
 		m.csr(obj)
 	case "persistentvolumes":
 		if terms := obj.Get("spec", "nodeAffinity", "required", "nodeSelectorTerms"); terms != nil {
-			m.selectorTerms(terms, "requestObject.spec.nodeAffinity.required.nodeSelectorTerms", "PV node affinity")
+			m.selectorTerms(terms, m.root+".spec.nodeAffinity.required.nodeSelectorTerms", "PV node affinity")
 		}
 	case "storageclasses":
 		for i, t := range obj.GetArray("allowedTopologies") {
 			for j, e := range t.GetArray("matchLabelExpressions") {
 				m.labelKey(string(e.GetStringBytes("key")), "StorageClass allowedTopologies", func() string {
-					return "requestObject.allowedTopologies[" + itoa(i) + "].matchLabelExpressions[" + itoa(j) + "].key"
+					return m.root + ".allowedTopologies[" + itoa(i) + "].matchLabelExpressions[" + itoa(j) + "].key"
 				})
 			}
 		}
@@ -87,11 +107,11 @@ func (m *matcher) body() {
 			sel.Visit(func(k []byte, _ *fastjson.Value) {
 				key := string(k)
 				m.labelKey(key, "RuntimeClass nodeSelector", func() string {
-					return `requestObject.scheduling.nodeSelector["` + key + `"]`
+					return m.root + `.scheduling.nodeSelector["` + key + `"]`
 				})
 			})
 		}
-		m.tolerations(obj.Get("scheduling", "tolerations"), "requestObject.scheduling.tolerations")
+		m.tolerations(obj.Get("scheduling", "tolerations"), m.root+".scheduling.tolerations")
 	default:
 		path := BodyResources[res]
 		if path == "" {
@@ -99,7 +119,7 @@ func (m *matcher) body() {
 		}
 		keys := strings.Split(path, ".")
 		if tmpl := obj.Get(keys...); tmpl != nil && tmpl.Type() == fastjson.TypeObject {
-			m.podObject(tmpl, "requestObject."+path)
+			m.podObject(tmpl, m.root+"."+path)
 		}
 	}
 }
@@ -225,12 +245,12 @@ func (m *matcher) nodeObject(obj *fastjson.Value) {
 	if labels := obj.GetObject("metadata", "labels"); labels != nil {
 		labels.Visit(func(k []byte, v *fastjson.Value) {
 			key := string(k)
-			m.labelKey(key, "node label", func() string { return `requestObject.metadata.labels["` + key + `"]` })
+			m.labelKey(key, "node label", func() string { return m.root + `.metadata.labels["` + key + `"]` })
 		})
 	}
 	for i, t := range obj.GetArray("spec", "taints") {
 		m.labelKey(string(t.GetStringBytes("key")), "node taint", func() string {
-			return "requestObject.spec.taints[" + itoa(i) + "].key"
+			return m.root + ".spec.taints[" + itoa(i) + "].key"
 		})
 	}
 }
@@ -246,7 +266,7 @@ func (m *matcher) service(obj *fastjson.Value) {
 	}
 	v := "[" + strings.Join(vals, ", ") + "]"
 	m.add(ServiceTopologyKeys, Match{Detail: "spec.topologyKeys", Value: v,
-		Evidence: []Evidence{{"requestObject.spec.topologyKeys", v}}})
+		Evidence: []Evidence{{m.root + ".spec.topologyKeys", v}}})
 }
 
 // csr flags a CertificateSigningRequest asking for "key encipherment" with a key that cannot
@@ -268,9 +288,9 @@ func (m *matcher) csr(obj *fastjson.Value) {
 	}
 	signer := string(obj.GetStringBytes("spec", "signerName"))
 	m.add(CSRKeyEnciphermentNonRSA, Match{Detail: alg, Value: signer, Evidence: []Evidence{
-		{"requestObject.spec.usages", `"key encipherment"`},
-		{"requestObject.spec.request", alg + " public key"},
-		{"requestObject.spec.signerName", signer},
+		{m.root + ".spec.usages", `"key encipherment"`},
+		{m.root + ".spec.request", alg + " public key"},
+		{m.root + ".spec.signerName", signer},
 	}})
 }
 

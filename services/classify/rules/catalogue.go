@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"text/template"
@@ -45,8 +46,21 @@ var BuiltinRuleIDs = []string{
 //go:embed catalogue.yaml
 var embedded []byte
 
-// Embedded returns the catalogue built into the binary.
+// generated is the API section, written by tools/catalogue (make catalogue).
+//
+//go:embed apis.generated.yaml
+var generated []byte
+
+// Embedded returns the hand-written catalogue built into the binary.
 func Embedded() []byte { return append([]byte(nil), embedded...) }
+
+// EmbeddedAPIs returns the generated API section built into the binary.
+func EmbeddedAPIs() []byte { return append([]byte(nil), generated...) }
+
+// embeddedSources are the two documents of the built-in catalogue.
+func embeddedSources() []Source {
+	return []Source{{Name: "embedded catalogue", Data: embedded}, {Name: "embedded apis.generated.yaml", Data: generated}}
+}
 
 // Catalogue is the rule catalogue file.
 type Catalogue struct {
@@ -56,6 +70,8 @@ type Catalogue struct {
 	Annotations       []AnnotationSpec `yaml:"annotations"`
 	ObjectAnnotations []AnnotationSpec `yaml:"object_annotations"`
 	Labels            []LabelSpec      `yaml:"labels"`
+	BodyKinds         []BodyKindSpec   `yaml:"body_kinds"`
+	Served            []ServedSpec     `yaml:"served"`
 }
 
 // RuleSpec describes one rule: how its findings are rated and worded.
@@ -87,10 +103,34 @@ type APISpec struct {
 	RemovedIn    string `yaml:"removed_in"`
 	Replacement  string `yaml:"replacement"`
 	Note         string `yaml:"note"`
+	// Source says where the values come from (module version, tag, overlay line).
+	Source string `yaml:"source"`
 }
 
 // GroupVersion is "group/version", or "version" for the core group.
 func (a APISpec) GroupVersion() string { return groupVersion(a.Group, a.Version) }
+
+// BodyKindSpec is a removed or deprecated version of a kind that is only ever the body of a
+// subresource request (an Eviction posted to pods/eviction), matched on the body's apiVersion.
+type BodyKindSpec struct {
+	Group        string `yaml:"group"`
+	Version      string `yaml:"version"`
+	Kind         string `yaml:"kind"`
+	Subresource  string `yaml:"subresource"`
+	DeprecatedIn string `yaml:"deprecated_in"`
+	RemovedIn    string `yaml:"removed_in"`
+	Replacement  string `yaml:"replacement"`
+	Source       string `yaml:"source"`
+}
+
+// ServedSpec is a resource the newest Kubernetes release serves: where a replacement is looked
+// up by group and resource or kind.
+type ServedSpec struct {
+	Group    string `yaml:"group"`
+	Version  string `yaml:"version"`
+	Resource string `yaml:"resource"`
+	Kind     string `yaml:"kind"`
+}
 
 // AnnotationSpec matches an annotation by exact key or by prefix.
 type AnnotationSpec struct {
@@ -135,7 +175,7 @@ type Source struct {
 
 // Load reads the embedded catalogue, then each file in order, adding or replacing entries.
 func Load(files ...string) (*Catalogue, error) {
-	srcs := []Source{{Name: "embedded catalogue", Data: embedded}}
+	srcs := embeddedSources()
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -188,6 +228,9 @@ var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
 // parse decodes one document strictly and checks each entry, reporting line:column.
 func parse(src Source) (*Catalogue, error) {
 	var c Catalogue
+	if err := unknownFields(src); err != nil {
+		return nil, err
+	}
 	if err := yaml.UnmarshalWithOptions(src.Data, &c, yaml.Strict()); err != nil {
 		var ye yaml.Error
 		if errors.As(err, &ye) && ye.GetToken() != nil {
@@ -276,6 +319,30 @@ func parse(src Source) (*Catalogue, error) {
 			return nil, err
 		}
 	}
+	bodies := map[gvr]bool{}
+	for i, b := range c.BodyKinds {
+		p := fmt.Sprintf("$.body_kinds[%d]", i)
+		if b.Version == "" || b.Kind == "" {
+			return nil, at(p, "body_kinds entry needs version and kind")
+		}
+		k := gvr{b.Group, b.Version, b.Kind}
+		if bodies[k] {
+			return nil, at(p, "body kind %s %s listed twice", groupVersion(b.Group, b.Version), b.Kind)
+		}
+		bodies[k] = true
+		if b.DeprecatedIn == "" && b.RemovedIn == "" {
+			return nil, at(p, "body kind %s %s: give deprecated_in or removed_in", groupVersion(b.Group, b.Version), b.Kind)
+		}
+		if err := checkVersions(p, [2]string{"deprecated_in", b.DeprecatedIn}, [2]string{"removed_in", b.RemovedIn}); err != nil {
+			return nil, err
+		}
+	}
+	for i, sv := range c.Served {
+		p := fmt.Sprintf("$.served[%d]", i)
+		if sv.Version == "" || sv.Resource == "" || sv.Kind == "" {
+			return nil, at(p, "served entry needs version, resource and kind")
+		}
+	}
 	for _, list := range []struct {
 		name string
 		as   []AnnotationSpec
@@ -311,6 +378,101 @@ func parse(src Source) (*Catalogue, error) {
 	return &c, nil
 }
 
+// UnknownFieldsError names every unknown field of a catalogue document, top-level keys and
+// keys of list entries alike, each at its line:column (strict decoding stops at one).
+type UnknownFieldsError struct{ Fields []*PosError }
+
+func (e *UnknownFieldsError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// knownFields are the keys of each level of the schema, from the yaml tags of its types.
+var knownFields = func() map[string]map[string]bool {
+	fields := func(v any) map[string]bool {
+		out := map[string]bool{}
+		t := reflect.TypeOf(v)
+		for i := 0; i < t.NumField(); i++ {
+			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
+				out[tag] = true
+			}
+		}
+		return out
+	}
+	return map[string]map[string]bool{
+		"":                   fields(Catalogue{}),
+		"rules":              fields(RuleSpec{}),
+		"apis":               fields(APISpec{}),
+		"annotations":        fields(AnnotationSpec{}),
+		"object_annotations": fields(AnnotationSpec{}),
+		"labels":             fields(LabelSpec{}),
+		"body_kinds":         fields(BodyKindSpec{}),
+		"served":             fields(ServedSpec{}),
+	}
+}()
+
+// unknownFields reports every key the schema does not know. A document that does not parse
+// is left to the decoder, which says why.
+func unknownFields(src Source) error {
+	file, err := parser.ParseBytes(src.Data, 0)
+	if err != nil || len(file.Docs) == 0 {
+		return nil
+	}
+	var bad []*PosError
+	pairs := func(n ast.Node) []*ast.MappingValueNode {
+		switch m := n.(type) {
+		case *ast.MappingNode:
+			return m.Values
+		case *ast.MappingValueNode:
+			return []*ast.MappingValueNode{m}
+		}
+		return nil
+	}
+	check := func(kvs []*ast.MappingValueNode, level string) {
+		known := knownFields[level]
+		for _, kv := range kvs {
+			if kv == nil || kv.Key == nil {
+				continue
+			}
+			key := kv.Key.GetToken()
+			if key == nil || known[key.Value] {
+				continue
+			}
+			where := "top-level key"
+			if level != "" {
+				where = level + " field"
+			}
+			bad = append(bad, &PosError{src.Name, key.Position.Line, key.Position.Column, fmt.Sprintf("unknown %s %q", where, key.Value)})
+		}
+	}
+	for _, doc := range file.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		top := pairs(doc.Body)
+		check(top, "")
+		for _, kv := range top {
+			if kv == nil || kv.Key == nil {
+				continue
+			}
+			seq, ok := kv.Value.(*ast.SequenceNode)
+			if !ok || kv.Key.GetToken() == nil || kv.Key.GetToken().Value == "" || knownFields[kv.Key.GetToken().Value] == nil {
+				continue
+			}
+			for _, item := range seq.Values {
+				check(pairs(item), kv.Key.GetToken().Value)
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &UnknownFieldsError{bad}
+}
+
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
@@ -337,6 +499,28 @@ func (c *Catalogue) merge(o *Catalogue) {
 		}
 		if !replaced {
 			c.APIs = append(c.APIs, a)
+		}
+	}
+	for _, b := range o.BodyKinds {
+		replaced := false
+		for i := range c.BodyKinds {
+			if c.BodyKinds[i].Group == b.Group && c.BodyKinds[i].Version == b.Version && c.BodyKinds[i].Kind == b.Kind {
+				c.BodyKinds[i], replaced = b, true
+			}
+		}
+		if !replaced {
+			c.BodyKinds = append(c.BodyKinds, b)
+		}
+	}
+	for _, sv := range o.Served {
+		replaced := false
+		for i := range c.Served {
+			if c.Served[i].Group == sv.Group && c.Served[i].Version == sv.Version && c.Served[i].Resource == sv.Resource {
+				c.Served[i], replaced = sv, true
+			}
+		}
+		if !replaced {
+			c.Served = append(c.Served, sv)
 		}
 	}
 	mergeAnn := func(dst []AnnotationSpec, src []AnnotationSpec) []AnnotationSpec {

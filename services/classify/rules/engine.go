@@ -1,7 +1,10 @@
 package rules
 
 import (
+	"bytes"
 	"strings"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -39,7 +42,13 @@ type Match struct {
 	// Detail says what matched (an annotation, a label's place); Value is its value.
 	Detail, Value string
 	// Plugin is the credential plugin to install (legacy-auth-provider-client).
-	Plugin   string
+	Plugin string
+	// ReplacementUnknown: the API is known only from the apiserver's annotation and the
+	// catalogue has no successor for it (never "has no replacement").
+	ReplacementUnknown bool
+	// Origin says where in the event the evidence was found when that is not the object the
+	// request sent (kubectl's last-applied-configuration: the applied manifest).
+	Origin   string
 	Evidence []Evidence
 }
 
@@ -51,6 +60,9 @@ type Engine struct {
 	annotations    []AnnotationSpec
 	objAnnotations []AnnotationSpec
 	labels         map[string]*LabelSpec
+	bodyKinds      map[gvr]*BodyKindSpec
+	// served lists the served versions of each group and resource.
+	served map[[2]string][]*ServedSpec
 	// needles: a pod, template or node body can only match when its raw JSON contains one.
 	needles [][]byte
 }
@@ -58,10 +70,21 @@ type Engine struct {
 // NewEngine prepares c for matching.
 func NewEngine(c *Catalogue) *Engine {
 	e := &Engine{
-		cat:    c,
-		rules:  map[string]*RuleSpec{},
-		apis:   map[gvr]*APISpec{},
-		labels: map[string]*LabelSpec{},
+		cat:       c,
+		rules:     map[string]*RuleSpec{},
+		apis:      map[gvr]*APISpec{},
+		labels:    map[string]*LabelSpec{},
+		bodyKinds: map[gvr]*BodyKindSpec{},
+		served:    map[[2]string][]*ServedSpec{},
+	}
+	for i := range c.BodyKinds {
+		b := &c.BodyKinds[i]
+		e.bodyKinds[gvr{b.Group, b.Version, b.Kind}] = b
+	}
+	for i := range c.Served {
+		sv := &c.Served[i]
+		k := [2]string{sv.Group, sv.Resource}
+		e.served[k] = append(e.served[k], sv)
 	}
 	for i := range c.Rules {
 		if !c.Rules[i].Disabled {
@@ -122,6 +145,9 @@ type matcher struct {
 	out []Match
 	// api is the API called, resolved once.
 	group, version, resource string
+	// root is the JSON path of the object the body rules walk; origin is set while they
+	// walk something other than the object the request sent (see Match.Origin).
+	root, origin string
 }
 
 // add records m unless its rule is off or ignores the caller; a second match of the same
@@ -156,6 +182,9 @@ func (m *matcher) add(ruleID string, mt Match) {
 	if mt.APIGroup == "" && mt.APIVersion == "" && mt.Resource == "" {
 		mt.APIGroup, mt.APIVersion, mt.Resource = m.group, m.version, m.resource
 	}
+	if mt.Origin == "" {
+		mt.Origin = m.origin
+	}
 	m.out = append(m.out, mt)
 }
 
@@ -170,9 +199,12 @@ func (r *RuleSpec) ignores(user string) bool {
 
 // Classify appends to dst the matches of ev, at most one per rule, and returns it.
 func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
-	m := matcher{e: e, ev: ev, out: dst}
+	m := matcher{e: e, ev: ev, out: dst, root: "requestObject"}
 	m.group, m.version, m.resource = apiOf(ev)
 	m.api()
+	if r := ev.ObjectRef; r != nil && r.Subresource != "" && ev.RequestObjectRaw != nil && len(e.bodyKinds) > 0 {
+		m.subresourceBody()
+	}
 	m.auditAnnotations()
 	if m.resource == "podsecuritypolicies" {
 		m.add(PSP, Match{Detail: "request on podsecuritypolicies", Value: ev.Verb, Evidence: []Evidence{
@@ -243,7 +275,7 @@ func (m *matcher) api() {
 	if a := m.e.apis[gvr{m.group, m.version, m.resource}]; a != nil {
 		mt := Match{
 			DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement,
-			Detail: a.Kind, Value: a.Note,
+			Value: a.Note,
 			Evidence: ann([]Evidence{
 				{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
 			}),
@@ -255,15 +287,114 @@ func (m *matcher) api() {
 		}
 		return
 	}
-	switch {
-	case hasRemoved && versionRE.MatchString(removed):
-		m.add(RemovedAPI, Match{RemovedIn: removed, Evidence: ann([]Evidence{
-			{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
-		})})
-	case deprecated == "true":
-		m.add(DeprecatedAPI, Match{Evidence: ann([]Evidence{
-			{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
-		})})
+	if !(hasRemoved && versionRE.MatchString(removed)) && deprecated != "true" {
+		return
+	}
+	// Known from the apiserver's annotation alone: the successor is the most stable version
+	// of the same group and resource served today, if the catalogue knows one.
+	repl := m.e.servedSuccessor(m.group, m.version, m.resource)
+	mt := Match{Replacement: repl, ReplacementUnknown: repl == "", Evidence: ann([]Evidence{
+		{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
+	})}
+	if hasRemoved && versionRE.MatchString(removed) {
+		mt.RemovedIn = removed
+		m.add(RemovedAPI, mt)
+	} else {
+		m.add(DeprecatedAPI, mt)
+	}
+}
+
+// servedSuccessor is the most stable served version of group and resource other than
+// version ("group/version"), or "".
+func (e *Engine) servedSuccessor(group, version, resource string) string {
+	best := ""
+	for _, sv := range e.served[[2]string{group, resource}] {
+		if sv.Version != version && (best == "" || betterVersion(sv.Version, best)) {
+			best = sv.Version
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return groupVersion(group, best)
+}
+
+// betterVersion reports whether Kubernetes API version a is more stable than b: GA before
+// beta before alpha, then the higher number.
+func betterVersion(a, b string) bool {
+	ra, rb := versionRank(a), versionRank(b)
+	for i := range ra {
+		if ra[i] != rb[i] {
+			return ra[i] > rb[i]
+		}
+	}
+	return false
+}
+
+func versionRank(v string) [3]int {
+	var r [3]int
+	rest, ok := strings.CutPrefix(v, "v")
+	if !ok {
+		return r
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		r[1] = r[1]*10 + int(rest[i]-'0')
+		i++
+	}
+	switch tail := rest[i:]; {
+	case tail == "":
+		r[0] = 3
+	case strings.HasPrefix(tail, "beta"):
+		r[0] = 2
+		r[2] = atoiDigits(tail[4:])
+	case strings.HasPrefix(tail, "alpha"):
+		r[0] = 1
+		r[2] = atoiDigits(tail[5:])
+	}
+	return r
+}
+
+func atoiDigits(s string) int {
+	n := 0
+	for i := 0; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
+}
+
+// subresourceBody flags a subresource request whose logged body names a removed or
+// deprecated version of its kind (an Eviction posted to pods/eviction as policy/v1beta1).
+func (m *matcher) subresourceBody() {
+	raw := m.ev.RequestObjectRaw
+	if !bytes.Contains(raw, []byte(`"apiVersion"`)) {
+		return
+	}
+	obj := m.ev.RequestObject()
+	if obj == nil || obj.Type() != fastjson.TypeObject {
+		return
+	}
+	apiVersion := string(obj.GetStringBytes("apiVersion"))
+	kind := string(obj.GetStringBytes("kind"))
+	group, version, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		group, version = "", apiVersion
+	}
+	b := m.e.bodyKinds[gvr{group, version, kind}]
+	if b == nil {
+		return
+	}
+	mt := Match{
+		DeprecatedIn: b.DeprecatedIn, RemovedIn: b.RemovedIn, Replacement: b.Replacement,
+		APIGroup: group, APIVersion: version, Resource: m.resource,
+		Detail: "a " + apiVersion + " " + kind + " body sent to " + m.resource + "/" + m.ev.ObjectRef.Subresource,
+		Evidence: []Evidence{{"requestObject.apiVersion", apiVersion}, {"requestObject.kind", kind},
+			{"objectRef.subresource", m.ev.ObjectRef.Subresource}},
+	}
+	if b.RemovedIn != "" {
+		m.add(RemovedAPI, mt)
+	} else {
+		m.add(DeprecatedAPI, mt)
 	}
 }
 
@@ -317,4 +448,52 @@ func containsFold(s, substr string) bool {
 		}
 	}
 	return false
+}
+
+// ResourceOf is the REST resource of a kind at group/version, for input that names kinds
+// (manifests): from the catalogue's rows and served resources, else the lower-case plural
+// the apiserver would use for a custom resource.
+func (e *Engine) ResourceOf(group, version, kind string) string {
+	for i := range e.cat.APIs {
+		if a := &e.cat.APIs[i]; a.Group == group && a.Kind == kind && a.Version == version {
+			return a.Resource
+		}
+	}
+	res := ""
+	for i := range e.cat.Served {
+		if sv := &e.cat.Served[i]; sv.Group == group && sv.Kind == kind {
+			if sv.Version == version {
+				return sv.Resource
+			}
+			res = sv.Resource
+		}
+	}
+	if res == "" {
+		for i := range e.cat.APIs {
+			if a := &e.cat.APIs[i]; a.Group == group && a.Kind == kind {
+				res = a.Resource
+			}
+		}
+	}
+	if res != "" {
+		return res
+	}
+	return strings.ToLower(plural(kind))
+}
+
+// plural is the English plural client-gen derives resource names with.
+func plural(s string) string {
+	if len(s) < 2 {
+		return s
+	}
+	last, prev := s[len(s)-1], s[len(s)-2]
+	switch {
+	case last == 's' || last == 'x' || last == 'z':
+		return s + "es"
+	case last == 'h' && (prev == 'c' || prev == 's'):
+		return s + "es"
+	case last == 'y' && !strings.ContainsRune("aeiouAEIOU", rune(prev)):
+		return s[:len(s)-1] + "ies"
+	}
+	return s + "s"
 }

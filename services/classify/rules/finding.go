@@ -15,11 +15,21 @@ type TemplateData struct {
 	Namespace, Name, Username, UserAgent                            string
 	DeprecatedIn, RemovedIn, Replacement                            string
 	Detail, Value, Plugin                                           string
+	// Source names the manifest file and document (classify manifests); "" for audit events.
+	Source string
+	// ReplacementUnknown: see Match.ReplacementUnknown.
+	ReplacementUnknown bool
 }
 
 // Finding turns a match on ev into a Finding (contract fields, evidence, message). Every
 // string is copied, so the finding outlives the decoded event.
 func (e *Engine) Finding(ev *auditevent.Event, m *Match, cluster, node string) *auditlensv1.Finding {
+	return e.FindingFrom(ev, m, cluster, node, "")
+}
+
+// FindingFrom is Finding for input that is not an audit log: source (a manifest file and
+// document) is what the message names instead of a caller.
+func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, source string) *auditlensv1.Finding {
 	f := &auditlensv1.Finding{
 		RuleId:       m.Rule.ID,
 		Severity:     m.Severity,
@@ -56,21 +66,49 @@ func (e *Engine) Finding(ev *auditevent.Event, m *Match, cluster, node string) *
 	for _, x := range m.Evidence {
 		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: strings.Clone(x.Path), Value: strings.Clone(x.Value)})
 	}
-	f.Message = e.message(f, m)
+	f.Message = e.message(f, m, source)
 	return f
 }
 
-func (e *Engine) message(f *auditlensv1.Finding, m *Match) string {
+// appliedManifestNote opens the message of a finding whose evidence is kubectl's record of
+// the applied manifest rather than the object the apiserver kept.
+const appliedManifestNote = "In the applied manifest (kubectl.kubernetes.io/last-applied-configuration; the apiserver may have dropped it from the stored object): "
+
+func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string {
 	d := TemplateData{
 		Verb: f.Verb, Resource: f.Resource, Subresource: f.Subresource,
 		GroupVersion: groupVersion(f.ApiGroup, f.ApiVersion), APIGroup: f.ApiGroup, APIVersion: f.ApiVersion,
 		Namespace: f.Namespace, Name: f.Name, Username: f.Username, UserAgent: f.UserAgent,
 		DeprecatedIn: f.DeprecatedIn, RemovedIn: f.RemovedIn, Replacement: f.Replacement,
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
+		Source: source, ReplacementUnknown: m.ReplacementUnknown,
 	}
 	var b strings.Builder
+	if m.Origin != "" {
+		b.WriteString(m.Origin)
+	}
 	if err := m.Rule.tmpl.Execute(&b, d); err != nil {
 		return m.Rule.ID + ": " + err.Error()
 	}
-	return strings.Join(strings.Fields(b.String()), " ")
+	return collapseSpace(b.String())
+}
+
+// collapseSpace trims s and turns each run of white space in it into one space (the folded
+// YAML and template lines of a message), in one pass and one allocation.
+func collapseSpace(s string) string {
+	out := make([]byte, 0, len(s))
+	space := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\r', '\v', '\f':
+			space = len(out) > 0
+		default:
+			if space {
+				out = append(out, ' ')
+				space = false
+			}
+			out = append(out, c)
+		}
+	}
+	return string(out)
 }

@@ -26,6 +26,9 @@ func FuzzClassify(f *testing.F) {
 	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","level":"Request","objectRef":{"resource":"pods"},"requestObject":{"metadata":{"annotations":{"seccomp.security.alpha.kubernetes.io/pod":1}},"spec":{"nodeSelector":[],"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":{"a":1}}}},"tolerations":"x"}}}`))
 	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","objectRef":{"resource":"certificatesigningrequests"},"requestObject":{"spec":{"usages":["key encipherment"],"request":"!!"}}}`))
 	f.Add([]byte(`{"auditID":"a","stage":"s","requestURI":"/apis/x/v1/namespaces","user":{"username":"a@b.c","groups":["3f2504e0-4f89-11d3-9a0c-0305e82c3301"]},"userAgent":"kubectl/v1.9"}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"create","objectRef":{"resource":"pods","subresource":"eviction"},"requestObject":{"kind":"Eviction","apiVersion":"policy/v1beta1"}}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"patch","objectRef":{"resource":"services"},"requestObject":{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"topologyKeys\":[\"a\"]}}"}}}}`))
+	f.Add([]byte(`{"auditID":"a","stage":"s","verb":"list","objectRef":{"resource":"xs","apiGroup":"resource.k8s.io","apiVersion":"v9"},"annotations":{"k8s.io/removed-release":"1.40"}}`))
 	e := mustEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := auditevent.NewDecoder(1 << 20)
@@ -40,14 +43,19 @@ func FuzzClassify(f *testing.F) {
 	})
 }
 
-// FuzzCatalogue loads arbitrary --rules-file documents over the embedded catalogue: errors
-// are fine, panics are not, and an accepted catalogue must still define every built-in rule.
+// FuzzCatalogue loads arbitrary --rules-file documents over the embedded catalogue (the
+// rules-file loader: strict decoding, the unknown-field report, the checks, the merge):
+// errors are fine, panics are not, and an accepted catalogue must still define every
+// built-in rule.
 func FuzzCatalogue(f *testing.F) {
 	f.Add([]byte("schema_version: 1\n"))
 	f.Add([]byte("schema_version: 1\napis:\n  - {group: a, version: v1, resource: xs, removed_in: \"1.30\"}\n"))
 	f.Add([]byte("schema_version: 1\nrules:\n  - id: psp\n    severity: info\n    message: \"{{.Name}}\"\n"))
 	f.Add([]byte("schema_version: 1\nlabels:\n  - {key: a/b, rule: beta-node-label}\n"))
 	f.Add(embedded)
+	f.Add(generated)
+	f.Add([]byte("schema_version: 1\ncolour: red\napis:\n  - group: a\n    flavour: x\nshape: round\n---\nx: 1\n"))
+	f.Add([]byte("schema_version: 1\nbody_kinds:\n  - {group: policy, version: v1beta1, kind: Eviction, removed_in: \"1.25\"}\nserved:\n  - {group: a, version: v1, resource: xs, kind: X}\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		c, err := LoadSources(Source{Name: "embedded", Data: embedded}, Source{Name: "fuzz.yaml", Data: doc})
 		if err != nil {

@@ -48,6 +48,10 @@ type FileInput struct {
 
 	failing atomic.Pointer[error] // last publish error while retrying, nil when healthy
 	readErr atomic.Pointer[error] // last read error while retrying, nil when healthy
+	saveErr atomic.Pointer[error] // last checkpoint save error while it keeps failing
+
+	saveErrors prometheus.Counter
+	lastSaved  atomic.Int64 // unix seconds of the last checkpoint saved
 
 	// eventHeader is the header of every event message, shared by all of them: an event is
 	// named by cluster/auditID/stage and the node; where in which file it was is only kept
@@ -55,8 +59,12 @@ type FileInput struct {
 	eventHeader map[string]string
 
 	mu           sync.Mutex
-	unacked      []time.Time // creation times of batches not yet checkpointed, oldest first
+	unacked      []time.Time // creation times of batches not yet acknowledged, oldest first
 	unackedBytes int64
+	// Acknowledged batches whose position could not be saved (disk full, unwritable
+	// directory): they would be read again after a restart, so they still count as lag.
+	unsavedSince time.Time
+	unsavedBytes int64
 	follower     *tail.Follower
 }
 
@@ -67,7 +75,9 @@ func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg p
 		return nil, err
 	}
 	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store,
-		eventHeader: map[string]string{bus.HeaderNode: cfg.NodeName}}
+		eventHeader: map[string]string{bus.HeaderNode: cfg.NodeName},
+		saveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_checkpoint_save_errors_total", Help: "Failed saves of the audit log checkpoint (retried until one succeeds)."}),
+	}
 	if reg != nil {
 		stat := func(f func(s *tail.Stats) int64) func() float64 {
 			return func() float64 {
@@ -89,10 +99,13 @@ func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg p
 				stat(func(s *tail.Stats) int64 { return s.Rotations.Load() })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_ingest_truncations_total", Help: "Truncations of the audit log seen (copytruncate or other)."},
 				stat(func(s *tail.Stats) int64 { return s.Truncations.Load() })),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_lag_bytes", Help: "Bytes of the audit log (active file and rotated files not yet read) not yet acknowledged by the bus."},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_lag_bytes", Help: "Bytes of the audit log (active file and rotated files not yet read) not yet acknowledged by the bus and checkpointed."},
 				func() float64 { return float64(in.LagBytes()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_checkpoint_age_seconds", Help: "Age of the oldest read but not yet checkpointed batch; 0 when everything read is checkpointed."},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_checkpoint_age_seconds", Help: "Age of the oldest read batch whose position is not yet saved; 0 when everything read is checkpointed."},
 				func() float64 { return in.CheckpointAge().Seconds() }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "auditlens_ingest_checkpoint_last_saved_timestamp_seconds", Help: "When the audit log checkpoint was last saved (Unix time; 0: not yet)."},
+				func() float64 { return float64(in.lastSaved.Load()) }),
+			in.saveErrors,
 		)
 	}
 	return in, nil
@@ -105,17 +118,21 @@ func (in *FileInput) LagBytes() int64 {
 	if in.follower == nil {
 		return 0
 	}
-	return in.follower.Lag() + in.unackedBytes
+	return in.follower.Lag() + in.unackedBytes + in.unsavedBytes
 }
 
-// CheckpointAge is how long the oldest read batch has waited for its checkpoint.
+// CheckpointAge is how long the oldest read batch has waited for its position to be saved.
 func (in *FileInput) CheckpointAge() time.Duration {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if len(in.unacked) == 0 {
+	oldest := in.unsavedSince
+	if len(in.unacked) > 0 && (oldest.IsZero() || in.unacked[0].Before(oldest)) {
+		oldest = in.unacked[0]
+	}
+	if oldest.IsZero() {
 		return 0
 	}
-	return time.Since(in.unacked[0])
+	return time.Since(oldest)
 }
 
 // Ready reports an error while publishing fails.
@@ -125,6 +142,9 @@ func (in *FileInput) Ready() error {
 	}
 	if p := in.readErr.Load(); p != nil {
 		return fmt.Errorf("reading the audit log: %w", *p)
+	}
+	if p := in.saveErr.Load(); p != nil {
+		return fmt.Errorf("saving the checkpoint: %w", *p)
 	}
 	return nil
 }
@@ -335,19 +355,17 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 	for i, l := range c.Lines {
 		src, id := all[start:lines[i].srcEnd], all[lines[i].srcEnd:lines[i].idEnd]
 		start = lines[i].idEnd
+		// The audit ID is the client's Audit-ID header, of any length: bound the message id.
+		id = bus.BoundID(id)
 		b.srcs = append(b.srcs, src)
 		if err := lines[i].err; err != nil {
 			reason := metrics.Reason(err)
-			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", truncate(err.Error(), 200))
+			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
 			b.bad[reason]++
-			b.msgs = append(b.msgs, bus.Message{
-				Stream: bus.DeadLetter, Cluster: in.cluster, ID: id,
-				Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src, bus.HeaderReason: truncate(err.Error(), 512)},
-				Data:   l.Data,
-			})
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, id, src, err.Error(), l.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName}))
 			continue
 		}
 		b.events++
@@ -363,19 +381,16 @@ func samePlace(a, b checkpoint.Position) bool {
 	return a.Offset == b.Offset && a.File.Dev == b.File.Dev && a.File.Ino == b.File.Ino && a.File.Fingerprint == b.File.Fingerprint
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
 // publish stores b on the bus, retrying with backoff while the bus is unavailable: the
 // reader stops when every publisher is busy, so nothing is lost and memory stays bounded.
+// A message the bus refuses for its size is replaced by a bounded dead letter (permanent:
+// retrying cannot help) and the rest is published.
 func (in *FileInput) publish(ctx context.Context, b *batch) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		err := in.bus.Publish(ctx, b.msgs...)
+		err := bus.PublishOrDeadLetter(ctx, in.bus, b.msgs, func(i int, err error) bus.Message {
+			return in.oversized(b, i, err)
+		})
 		if err == nil {
 			if in.failing.Load() != nil {
 				in.failing.Store(nil)
@@ -386,15 +401,9 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		if errors.Is(err, bus.ErrTooLarge) {
-			// Permanent: retrying cannot help. Dead-letter the oversized events (their start,
-			// with the reason) and publish the rest.
-			in.deadLetterOversized(ctx, b)
-			continue
-		}
 		in.m.Retries.WithLabelValues(metrics.File).Inc()
 		if in.failing.Load() == nil {
-			in.log.Warn("publish failed; holding the file position and retrying", "err", err, "lines", len(b.msgs))
+			in.log.Warn("publish failed; holding the file position and retrying", "err", bus.Short(err.Error(), 500), "lines", len(b.msgs))
 		}
 		in.failing.Store(&err)
 		select {
@@ -406,34 +415,54 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 	}
 }
 
-// deadLetterOversized finds, one publish at a time, the messages of b that the bus refuses
-// for their size and replaces each with a dead letter holding its first 64 KiB.
-func (in *FileInput) deadLetterOversized(ctx context.Context, b *batch) {
-	for i := range b.msgs {
-		m := &b.msgs[i]
-		if err := in.bus.Publish(ctx, *m); !errors.Is(err, bus.ErrTooLarge) {
-			continue // stored, or to be retried with the batch
-		}
-		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data))
-		if m.Stream == bus.Events {
-			b.events--
-		}
-		if b.bad == nil {
-			b.bad = map[string]int{}
-		}
-		b.bad["too_large_for_bus"]++
-		h := map[string]string{bus.HeaderReason: fmt.Sprintf("event of %d bytes is larger than the bus accepts; first 64 KiB kept", len(m.Data)),
-			bus.HeaderSource: b.srcs[i], bus.HeaderNode: in.cfg.NodeName}
-		*m = bus.Message{Stream: bus.DeadLetter, Cluster: m.Cluster, ID: "too-large/" + m.ID, Header: h, Data: m.Data[:min(len(m.Data), 64<<10)]}
+// oversized counts and logs message i of b, which the bus refused for its size, and returns
+// the dead letter that replaces it: its first 64 KiB, under a bounded id.
+func (in *FileInput) oversized(b *batch, i int, err error) bus.Message {
+	m := &b.msgs[i]
+	in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+	if m.Stream == bus.Events {
+		b.events--
 	}
+	if b.bad == nil {
+		b.bad = map[string]int{}
+	}
+	b.bad["too_large_for_bus"]++
+	reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), bus.Short(err.Error(), 300))
+	return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, b.srcs[i], reason, m.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName})
 }
 
 // commit saves positions in read order, each once its batch and all before it are
-// acknowledged, and hands the memory of published lines back to f.
+// acknowledged, and hands the memory of published lines back to f. A save that fails is
+// retried with backoff, also while no batch arrives, until one succeeds; meanwhile the
+// input is not ready. It returns an error when the last position could not be saved.
 func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
-	var firstErr error
 	stopped := false
-	for b := range order {
+	cs := checkpointSaver{in: in}
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		var again <-chan time.Time
+		if cs.pending != nil {
+			retry.Reset(cs.backoff)
+			again = retry.C
+		}
+		var b *batch
+		select {
+		case <-again:
+			cs.save()
+			continue
+		case next, ok := <-order:
+			if !ok {
+				if cs.pending != nil {
+					cs.save()
+				}
+				if cs.pending != nil {
+					return cs.err
+				}
+				return nil
+			}
+			b = next
+		}
 		<-b.done
 		in.settled(b)
 		for i := range b.chunks {
@@ -457,13 +486,62 @@ func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
 		if b.pos.File.Path == "" {
 			continue
 		}
-		b.pos.Saved = time.Now()
-		if err := in.store.Save(b.pos); err != nil && firstErr == nil {
-			firstErr = err
-			in.log.Error("save checkpoint", "err", err)
-		}
+		pos := b.pos
+		cs.pending, cs.bytes, cs.created = &pos, b.bytes, b.created
+		cs.save()
 	}
-	return firstErr
+}
+
+// checkpointSaver saves the newest acknowledged position and keeps saying so while it fails.
+type checkpointSaver struct {
+	in       *FileInput
+	pending  *checkpoint.Position // acknowledged, not saved yet
+	bytes    int64                // of the batch that brought pending
+	created  time.Time            // of that batch
+	err      error
+	failures int
+	logged   time.Time
+	backoff  time.Duration
+}
+
+// saveLogEvery spaces the logs of a checkpoint save that keeps failing.
+const saveLogEvery = 30 * time.Second
+
+func (cs *checkpointSaver) save() {
+	in := cs.in
+	cs.pending.Saved = time.Now()
+	err := in.store.Save(*cs.pending)
+	if err == nil {
+		in.lastSaved.Store(cs.pending.Saved.Unix())
+		cs.pending, cs.err, cs.backoff = nil, nil, 0
+		in.mu.Lock()
+		in.unsavedSince, in.unsavedBytes = time.Time{}, 0
+		in.mu.Unlock()
+		if cs.failures > 0 {
+			in.saveErr.Store(nil)
+			in.log.Info("checkpoint saved again", "failed_saves", cs.failures)
+			cs.failures = 0
+		}
+		return
+	}
+	in.saveErrors.Inc()
+	if cs.bytes > 0 {
+		in.mu.Lock()
+		if in.unsavedSince.IsZero() {
+			in.unsavedSince = cs.created
+		}
+		in.unsavedBytes += cs.bytes
+		in.mu.Unlock()
+		cs.bytes = 0 // counted once, however often its save is retried
+	}
+	cs.err = err
+	cs.failures++
+	in.saveErr.Store(&err)
+	if now := time.Now(); cs.failures == 1 || now.Sub(cs.logged) >= saveLogEvery {
+		cs.logged = now
+		in.log.Error("save checkpoint; retrying (lines since the last saved position would be read again after a restart)", "err", err, "failed_saves", cs.failures)
+	}
+	cs.backoff = min(max(cs.backoff*2, time.Second), 30*time.Second)
 }
 
 func (in *FileInput) settled(b *batch) {

@@ -49,14 +49,19 @@ func TestMain(m *testing.M) {
 
 // running is a started pipeline.
 type running struct {
-	cancel context.CancelFunc
-	done   chan error
-	comps  []daemon.Component
-	reg    *prometheus.Registry
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
+	comps   []daemon.Component
+	reg     *prometheus.Registry
 }
 
 func (r *running) stop(t testing.TB) {
 	t.Helper()
+	if r.stopped {
+		return
+	}
+	r.stopped = true
 	r.cancel()
 	if err := <-r.done; err != nil {
 		t.Fatalf("pipeline: %v", err)
@@ -73,6 +78,13 @@ func start(t testing.TB, cfg pipeline.Config, b bus.Bus) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1), comps: comps, reg: reg}
 	go func() { r.done <- daemon.RunStages(ctx, comps, logger(t)) }()
+	t.Cleanup(func() {
+		if !r.stopped { // the test failed before stopping it
+			r.stopped = true
+			cancel()
+			<-r.done
+		}
+	})
 	return r
 }
 

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -35,6 +36,9 @@ type natsServer struct {
 	dir  string
 	addr string
 	srv  *server.Server
+	// stock: a server as shipped (nats-server's default 1 MiB max payload), not the
+	// embedded server's 8 MiB.
+	stock bool
 }
 
 func freeAddr(t testing.TB) string {
@@ -54,8 +58,32 @@ func startNATS(t testing.TB) *natsServer {
 	return n
 }
 
+// startStockNATS starts a JetStream server with nats-server's defaults (1 MiB max payload),
+// as an external server runs unless told otherwise.
+func startStockNATS(t testing.TB) *natsServer {
+	t.Helper()
+	n := &natsServer{t: t, dir: t.TempDir(), addr: freeAddr(t), stock: true}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
 func (n *natsServer) start() {
 	n.t.Helper()
+	if n.stock {
+		host, port, _ := net.SplitHostPort(n.addr)
+		p, _ := strconv.Atoi(port)
+		srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: n.dir, Host: host, Port: p, NoSigs: true, NoLog: true})
+		if err != nil {
+			enginetest.Unavailable(n.t, "nats-server", err)
+		}
+		srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			enginetest.Unavailable(n.t, "nats-server", errors.New("not ready after 10s"))
+		}
+		n.srv = srv
+		return
+	}
 	srv, err := natsbus.StartServer(n.dir, n.addr)
 	if err != nil {
 		enginetest.Unavailable(n.t, "embedded nats", err)
@@ -206,5 +234,3 @@ func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
 		t.Errorf("... %d events stored other than once", bad)
 	}
 }
-
-var _ = strconv.Itoa

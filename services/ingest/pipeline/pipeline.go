@@ -4,9 +4,12 @@ package pipeline
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -110,17 +113,27 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	m := metrics.New(d.Registry)
+	// A nil *prometheus.Registry in the interface would not compare equal to nil: keep the
+	// interface nil then, so that nothing is registered (as classify and report do).
+	var reg prometheus.Registerer
+	if d.Registry != nil {
+		reg = d.Registry
+	}
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := metrics.New(reg)
 	var comps []daemon.Component
 	if c.AuditLog != "" {
-		in, err := NewFileInput(c, d.Bus, d.Cluster, d.Logger, d.Registry, m)
+		in, err := NewFileInput(c, d.Bus, d.Cluster, logger, reg, m)
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, in)
 	}
 	if c.Webhook.Addr != "" {
-		s, err := webhook.New(c.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		s, err := webhook.New(c.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: logger, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,30 +14,39 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
 // Config configures the webhook receiver.
 type Config struct {
-	Addr      string
-	TLSCert   string
-	TLSKey    string
-	ClientCA  string
-	TokenFile string
+	Addr     string
+	TLSCert  string
+	TLSKey   string
+	ClientCA string
+	// ClientAllow, when set, limits client certificates to these identities: a certificate
+	// is accepted when its subject CN, one of its DNS names or one of its URIs is listed.
+	ClientAllow flagenv.StringList
+	TokenFile   string
 	// MaxBody caps a request body (default 32 MiB); larger ones get 413.
 	MaxBody int64
+	// MaxInflightBytes caps the bytes of request bodies held at once (default 64 MiB, at
+	// least MaxBody); a request beyond it gets 429 with Retry-After.
+	MaxInflightBytes int64
 	// PublishTimeout bounds the wait for the bus; past it the answer is 503 (default 10s).
 	PublishTimeout time.Duration
 	// RetryAfter is the Retry-After of a 503 (default 5s).
@@ -52,14 +62,30 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "webhook-tls-cert", "", "TLS certificate `file` of the webhook (required with --webhook-addr)")
 	fs.StringVar(&c.TLSKey, "webhook-tls-key", "", "TLS key `file` of the webhook")
 	fs.StringVar(&c.ClientCA, "webhook-client-ca", "", "CA `file`: accept apiserver client certificates signed by it (mTLS)")
+	fs.Var(&c.ClientAllow, "webhook-client-allow", "accept only client certificates with one of these `identities` (subject CN, DNS or URI SAN; comma-separated or repeated); empty: any certificate of --webhook-client-ca")
 	fs.StringVar(&c.TokenFile, "webhook-token-file", "", "`file` holding the bearer token the apiserver must send")
-	fs.Int64Var(&c.MaxBody, "webhook-max-body", 32<<20, "largest accepted request body in `bytes` (larger: 413)")
+	fs.Int64Var(&c.MaxBody, "webhook-max-body", DefaultMaxBody, "largest accepted request body in `bytes` (larger: 413)")
+	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", DefaultMaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); the webhook's memory is about 3 to 5 times this (see services/ingest/README.md)")
 	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", 10*time.Second, "how long a request waits for the bus before answering 503")
 }
 
+// MemoryPerInflightByte is about how many bytes of memory the process needs per byte of
+// request body in flight: the body, the messages made of it, and what the garbage collector
+// leaves between collections (measured by BenchmarkWebhookMemory in package pipeline).
+const MemoryPerInflightByte = 4
+
+// Defaults of the body limits.
+const (
+	DefaultMaxBody          = 32 << 20
+	DefaultMaxInflightBytes = 64 << 20
+)
+
 func (c Config) withDefaults() Config {
 	if c.MaxBody <= 0 {
-		c.MaxBody = 32 << 20
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = max(DefaultMaxInflightBytes, c.MaxBody)
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 10 * time.Second
@@ -98,6 +124,12 @@ func (c *Config) Validate() error {
 	if c.MaxBody < 0 {
 		return fmt.Errorf("--webhook-max-body %d: must be positive", c.MaxBody)
 	}
+	if c.MaxInflightBytes < 0 || c.MaxInflightBytes > 0 && c.MaxInflightBytes < c.MaxBody {
+		return fmt.Errorf("--webhook-max-inflight-bytes %d: must be at least --webhook-max-body (%d), or a request of the largest size could never be taken", c.MaxInflightBytes, c.MaxBody)
+	}
+	if len(c.ClientAllow) > 0 && c.ClientCA == "" {
+		return errors.New("--webhook-client-allow needs --webhook-client-ca: it limits which of that CA's client certificates are accepted")
+	}
 	return nil
 }
 
@@ -129,6 +161,12 @@ type Server struct {
 	failed atomic.Bool
 	// eventHeader is shared by every event message (dead letters get their own).
 	eventHeader map[string]string
+	allow       map[string]bool // ClientAllow
+
+	mu       sync.Mutex
+	inflight int64                             // bytes of bodies admitted (at most MaxInflightBytes)
+	reading  map[*http.ResponseController]bool // requests still reading their body
+	closing  bool
 }
 
 // New loads the TLS material and token and listens on cfg.Addr.
@@ -144,7 +182,14 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node}}
+	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node},
+		reading: map[*http.ResponseController]bool{}}
+	if len(cfg.ClientAllow) > 0 {
+		s.allow = map[string]bool{}
+		for _, id := range cfg.ClientAllow {
+			s.allow[id] = true
+		}
+	}
 	var err error
 	s.cert, err = newReloading("webhook TLS key pair", cfg.ReloadInterval, opt.Logger, func() (*tls.Certificate, error) {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -186,6 +231,10 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && MemoryPerInflightByte*cfg.MaxInflightBytes > limit {
+		opt.Logger.Warn("--webhook-max-inflight-bytes lets request bodies take more memory than GOMEMLIMIT allows; lower it",
+			"max_inflight_bytes", cfg.MaxInflightBytes, "gomemlimit", limit, "bytes_per_body_byte", MemoryPerInflightByte)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --webhook-addr %s: %w", cfg.Addr, err)
@@ -195,12 +244,18 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		Handler:           s,
 		TLSConfig:         s.tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
+		// A body of --webhook-max-body must arrive within ReadTimeout (32 MiB in a minute is
+		// 0.5 MiB/s); the answer may then wait PublishTimeout for the bus.
+		ReadTimeout:  readTimeout,
+		WriteTimeout: readTimeout + cfg.PublishTimeout + 10*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
+
+// readTimeout bounds the reading of one request, headers and body.
+const readTimeout = time.Minute
 
 // Addr is the address the receiver listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
@@ -218,10 +273,21 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("webhook server: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout+5*time.Second)
+	// Requests still reading their body stop now and get 503 (the apiserver sends them again);
+	// requests publishing may finish, as long as their publish may take.
+	s.mu.Lock()
+	s.closing = true
+	for rc := range s.reading {
+		_ = rc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout+time.Second)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("webhook shutdown: %w", err)
+		// What is still open never got a 2xx: nothing of it was acknowledged, so nothing is
+		// lost; the apiserver sends it again to the next receiver.
+		s.opt.Logger.Warn("closing connections still open at shutdown; their requests were not acknowledged and will be sent again", "err", err)
+		_ = s.srv.Close()
 	}
 	return nil
 }
@@ -237,15 +303,38 @@ func (s *Server) answer(w http.ResponseWriter, code int, msg string) {
 	http.Error(w, msg, code)
 }
 
-// authenticated accepts a verified client certificate or the bearer token.
+// authenticated accepts a verified client certificate (of an allowed identity, when
+// --webhook-client-allow is set) or the bearer token.
 func (s *Server) authenticated(r *http.Request) bool {
-	if s.tlsCfg.ClientCAs != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+	if s.tlsCfg.ClientCAs != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && s.allowed(r.TLS.VerifiedChains[0][0]) {
 		return true
 	}
 	if s.token != nil {
-		h := r.Header.Get("Authorization")
-		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
+		// The auth scheme is case-insensitive (RFC 7235 section 2.1).
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
 			return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), s.token.get()) == 1
+		}
+	}
+	return false
+}
+
+// allowed reports whether the client certificate c names an identity of ClientAllow.
+func (s *Server) allowed(c *x509.Certificate) bool {
+	if s.allow == nil {
+		return true
+	}
+	if s.allow[c.Subject.CommonName] && c.Subject.CommonName != "" {
+		return true
+	}
+	for _, n := range c.DNSNames {
+		if s.allow[n] {
+			return true
+		}
+	}
+	for _, u := range c.URIs {
+		if s.allow[u.String()] {
+			return true
 		}
 	}
 	return false
@@ -263,17 +352,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > s.cfg.MaxBody {
-		s.answer(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", s.cfg.MaxBody))
+		s.answer(w, http.StatusRequestEntityTooLarge, s.bodyTooLarge(r.ContentLength))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	// Admit the body into the in-flight budget before reading it (a body of unknown length
+	// may be as large as MaxBody).
+	size := r.ContentLength
+	if size < 0 {
+		size = s.cfg.MaxBody
+	}
+	if !s.admit(size) {
+		s.answer(w, http.StatusTooManyRequests, fmt.Sprintf("the webhook is handling --webhook-max-inflight-bytes (%d) of requests; retry later", s.cfg.MaxInflightBytes))
+		return
+	}
+	defer s.release(size)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.answer(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", s.cfg.MaxBody))
-			return
+		switch {
+		case errors.As(err, &mbe):
+			s.answer(w, http.StatusRequestEntityTooLarge, s.bodyTooLarge(-1))
+		case errors.Is(err, errClosing):
+			s.answer(w, http.StatusServiceUnavailable, "shutting down, retry later")
+		default:
+			s.answer(w, http.StatusBadRequest, "read body: "+err.Error())
 		}
-		s.answer(w, http.StatusBadRequest, "read body: "+err.Error())
 		return
 	}
 	if err := s.bus.Ready(); err != nil {
@@ -285,16 +388,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	if len(msgs) > 0 {
-		if err := s.bus.Publish(ctx, msgs...); err != nil {
-			if errors.Is(err, bus.ErrTooLarge) {
-				// Permanent: a retry of the same batch would fail the same way.
-				s.opt.Logger.Warn("an event of the batch is larger than the bus accepts", "err", err)
-				s.answer(w, http.StatusRequestEntityTooLarge, "an event is larger than the bus accepts; lower --webhook-max-body or raise the bus's limit")
-				return
+		// An event the bus refuses for its size is dead-lettered alone; the others are stored.
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, func(i int, err error) bus.Message {
+			m := &msgs[i]
+			s.opt.Logger.Warn("webhook event larger than the bus accepts; sent to the dead-letter stream", "remote", r.RemoteAddr, "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			if m.Stream == bus.Events {
+				events--
 			}
+			if bad == nil {
+				bad = map[string]int{}
+			}
+			bad["too_large_for_bus"]++
+			reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), bus.Short(err.Error(), 300))
+			return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, "webhook", reason, m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
+		})
+		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
 			if !s.failed.Swap(true) {
-				s.opt.Logger.Warn("publish failed; answering 503 so the apiserver retries", "err", err)
+				s.opt.Logger.Warn("publish failed; answering 503 so the apiserver retries", "err", bus.Short(err.Error(), 500))
 			}
 			s.answer(w, http.StatusServiceUnavailable, "bus unavailable, retry later")
 			return
@@ -315,9 +426,74 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+func (s *Server) bodyTooLarge(n int64) string {
+	what := "the request body is"
+	if n >= 0 {
+		what = fmt.Sprintf("the request body of %d bytes is", n)
+	}
+	return fmt.Sprintf("%s larger than --webhook-max-body (%d bytes): lower the apiserver's --audit-webhook-batch-max-size or raise --webhook-max-body", what, s.cfg.MaxBody)
+}
+
+// admit takes n bytes of the in-flight budget, or reports that they are not free now.
+func (s *Server) admit(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight+n > s.cfg.MaxInflightBytes {
+		return false
+	}
+	s.inflight += n
+	return true
+}
+
+func (s *Server) release(n int64) {
+	s.mu.Lock()
+	s.inflight -= n
+	s.mu.Unlock()
+}
+
+var errClosing = errors.New("shutting down")
+
+// readBody reads the body into a buffer of its announced size (no doubling), capped at
+// MaxBody. At shutdown a body still arriving is given up (errClosing).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, errClosing
+	}
+	s.reading[rc] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.reading, rc)
+		s.mu.Unlock()
+	}()
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			return nil, errClosing
+		}
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 // messages turns a body into event messages and dead letters. whole is set when the body
-// as a whole is unusable (it is then dead-lettered).
+// as a whole is unusable (it is then dead-lettered). Every id and header is bounded.
 func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, events int, bad map[string]int, whole error) {
+	return split(body, s.opt.Cluster, s.opt.Node, s.opt.MaxEventSize, s.eventHeader, s.opt.Logger.With("remote", remote))
+}
+
+// split is messages without the server, for tests and fuzzing.
+func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[string]string, log *slog.Logger) (msgs []bus.Message, events int, bad map[string]int, whole error) {
 	dead := func(data []byte, err error) {
 		if bad == nil {
 			bad = map[string]int{}
@@ -325,23 +501,16 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 		reason := metrics.Reason(err)
 		bad[reason]++
 		sum := sha256.Sum256(data)
-		h := map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "webhook"}
-		h[bus.HeaderReason] = err.Error()
-		if len(h[bus.HeaderReason]) > 512 {
-			h[bus.HeaderReason] = h[bus.HeaderReason][:512]
-		}
-		if len(data) > 16<<10 {
-			data = data[:16<<10]
-		}
-		s.opt.Logger.Warn("bad webhook event sent to the dead-letter stream", "remote", remote, "reason", reason, "err", h[bus.HeaderReason])
-		msgs = append(msgs, bus.Message{Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: "webhook/" + hex.EncodeToString(sum[:16]), Header: h, Data: data})
+		log.Warn("bad webhook event sent to the dead-letter stream", "reason", reason, "err", bus.Short(err.Error(), 300))
+		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook/"+hex.EncodeToString(sum[:16]), "webhook", err.Error(), data, map[string]string{bus.HeaderNode: node}))
 	}
 	event := func(it auditevent.Item) {
 		events++
 		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: s.opt.Cluster, ID: s.opt.Cluster + "/" + it.Key(), Header: s.eventHeader, Data: it.Raw})
+		// The auditID is the client's Audit-ID header, of any length: the id is bounded.
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.BoundID(cluster + "/" + it.Key()), Header: eventHeader, Data: it.Raw})
 	}
-	items, err := auditevent.SplitList(body, s.opt.MaxEventSize)
+	items, err := auditevent.SplitListShared(body, maxEventSize)
 	if err == nil {
 		for _, it := range items {
 			event(it)
@@ -357,7 +526,7 @@ func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, event
 		return msgs, events, bad, err
 	}
 	for _, raw := range list.Items {
-		ref, err := auditevent.Peek(raw, s.opt.MaxEventSize)
+		ref, err := auditevent.Peek(raw, maxEventSize)
 		if err != nil {
 			dead(raw, err)
 			continue

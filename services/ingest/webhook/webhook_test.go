@@ -42,6 +42,8 @@ type pki struct {
 	clientCA              string
 	client                tls.Certificate
 	otherClient           tls.Certificate // signed by another CA
+	ca                    *x509.Certificate
+	caKey                 *ecdsa.PrivateKey
 }
 
 func newPKI(t *testing.T) *pki {
@@ -50,6 +52,7 @@ func newPKI(t *testing.T) *pki {
 	ca, caKey := mkCert(t, "auditlens test CA", nil, nil, true)
 	p.caPool = x509.NewCertPool()
 	p.caPool.AddCert(ca)
+	p.ca, p.caKey = ca, caKey
 	srv, srvKey := mkCert(t, "localhost", ca, caKey, false)
 	p.serverCert, p.serverKey = p.write(t, "server", srv, srvKey)
 	p.clientCA, _ = p.write(t, "ca", ca, caKey)
@@ -125,7 +128,9 @@ func setup(t *testing.T, maxBody int64) *fixture {
 	return setupWith(t, maxBody, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
 }
 
-func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...func(*webhook.Config)) *fixture {
+// setupWith starts a webhook on a bus opened with nc; tune may hold func(*webhook.Config)
+// and func(*webhook.Options).
+func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fixture {
 	t.Helper()
 	p := newPKI(t)
 	nc.StallWait, nc.AckTimeout = time.Second, 2*time.Second
@@ -140,10 +145,18 @@ func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...func(*web
 	m := metrics.New(nil)
 	cfg := webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, ClientCA: p.clientCA,
 		TokenFile: tokFile, MaxBody: maxBody, PublishTimeout: 3 * time.Second}
+	opt := webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m}
 	for _, f := range tune {
-		f(&cfg)
+		switch f := f.(type) {
+		case func(*webhook.Config):
+			f(&cfg)
+		case func(*webhook.Options):
+			f(&opt)
+		default:
+			t.Fatalf("setupWith: cannot tune with %T", f)
+		}
 	}
-	srv, err := webhook.New(cfg, b, webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m})
+	srv, err := webhook.New(cfg, b, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 // Command classify matches kube-apiserver audit events against the rule catalogue: as a
-// service between the AUDIT_EVENTS and AUDIT_FINDINGS streams, or offline with `classify scan`.
+// service between the AUDIT_EVENTS and AUDIT_FINDINGS streams, or offline with `classify scan`
+// (audit logs), `classify manifests` (manifests) and `classify catalogue` (the upgrade checklist).
 package main
 
 import (
@@ -9,11 +10,12 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/classify/pipeline"
-	"github.com/auditlens/auditlens/services/classify/scan"
 )
 
 const synopsis = `classify [flags]
-classify scan [flags] FILE...   (see classify scan --help)
+classify scan [flags] FILE...        audit logs offline (see classify scan --help)
+classify manifests [flags] PATH...   Kubernetes manifests (see classify manifests --help)
+classify catalogue --from X.Y --to X.Y   what is removed and deprecated between two releases
 
 classify consumes audit events (stream AUDIT_EVENTS, consumer group --classify-group, shared
 by replicas), matches them against the embedded rule catalogue (plus --rules-file), and
@@ -23,8 +25,8 @@ each event once its findings are stored. Undecodable events go to AUDIT_DEADLETT
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "scan" {
-		return scan.Main(args[1:], stdin, stdout, stderr)
+	if len(args) > 0 && subcommands[args[0]] != nil {
+		return subcommands[args[0]](args[1:], stdin, stdout, stderr)
 	}
 	var cfg pipeline.Config
 	return daemon.Main(daemon.Spec{

@@ -1,0 +1,317 @@
+// Package checklist is `classify catalogue`: what the rule catalogue says is removed or
+// deprecated between two Kubernetes releases, as a table, JSON lines or Markdown, before any
+// log or manifest is read.
+package checklist
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+
+	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/services/classify/rules"
+)
+
+const synopsis = `usage: classify catalogue --to X.Y [--from X.Y] [--format table|json|markdown]
+
+Lists what the rule catalogue (embedded, plus --rules-file) says stops being served or is
+deprecated in the releases after --from up to and including --to: every API version (with its
+replacement) and every feature rule with a release (PodSecurityPolicy, alpha seccomp, ...).
+The upgrade checklist before any log is read. Exit status 0, or 1 on an error.`
+
+// Config holds the flags of classify catalogue.
+type Config struct {
+	From, To   string
+	Format     string
+	RulesFiles flagenv.StringList
+}
+
+// RegisterFlags adds the flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.From, "from", "", "Kubernetes `X.Y` the cluster runs now: changes in releases after it (empty: every earlier release)")
+	fs.StringVar(&c.To, "to", "", "Kubernetes `X.Y` to upgrade to: changes up to and including it (required)")
+	fs.StringVar(&c.Format, "format", "table", "output format: table, json (one entry per line) or markdown")
+	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override entries")
+}
+
+var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
+
+// Validate checks the flag values.
+func (c *Config) Validate() error {
+	if c.To == "" {
+		return errors.New("--to is required: the Kubernetes X.Y to upgrade to, e.g. --to 1.37")
+	}
+	for _, v := range [][2]string{{"--from", c.From}, {"--to", c.To}} {
+		if v[1] != "" && !versionRE.MatchString(strings.TrimPrefix(v[1], "v")) {
+			return fmt.Errorf("%s %q: want MAJOR.MINOR, e.g. 1.32", v[0], v[1])
+		}
+	}
+	c.From, c.To = strings.TrimPrefix(c.From, "v"), strings.TrimPrefix(c.To, "v")
+	if c.From != "" && compare(c.From, c.To) >= 0 {
+		return fmt.Errorf("--from %s is not before --to %s", c.From, c.To)
+	}
+	switch c.Format {
+	case "table", "json", "markdown":
+	default:
+		return fmt.Errorf("--format %q: want table, json or markdown", c.Format)
+	}
+	return nil
+}
+
+// Entry is one line of the checklist.
+type Entry struct {
+	// Change is "removed" (stops being served, or stops working, in Release) or "deprecated".
+	Change       string `json:"change"`
+	Release      string `json:"release"`
+	What         string `json:"what"` // "api", "subresource body" or "feature"
+	Group        string `json:"group,omitempty"`
+	Version      string `json:"version,omitempty"`
+	Resource     string `json:"resource,omitempty"`
+	Kind         string `json:"kind,omitempty"`
+	Rule         string `json:"rule,omitempty"`
+	DeprecatedIn string `json:"deprecated_in"`
+	RemovedIn    string `json:"removed_in"`
+	Replacement  string `json:"replacement"`
+	Note         string `json:"note,omitempty"`
+	Source       string `json:"source,omitempty"`
+}
+
+// API is the entry's API ("group/version resource"), or its rule for a feature.
+func (e Entry) API() string {
+	if e.What == "feature" {
+		return e.Rule
+	}
+	gv := e.Version
+	if e.Group != "" {
+		gv = e.Group + "/" + e.Version
+	}
+	if e.Resource != "" {
+		return gv + " " + e.Resource
+	}
+	return gv + " " + e.Kind
+}
+
+// Build lists the catalogue's changes in (from, to], removals first, by release.
+func Build(c *rules.Catalogue, from, to string) []Entry {
+	in := func(v string) bool {
+		return v != "" && (from == "" || compare(v, from) > 0) && compare(v, to) <= 0
+	}
+	var out []Entry
+	add := func(e Entry) {
+		switch {
+		case in(e.RemovedIn):
+			e.Change, e.Release = "removed", e.RemovedIn
+		case in(e.DeprecatedIn) && (e.RemovedIn == "" || compare(e.RemovedIn, to) > 0):
+			e.Change, e.Release = "deprecated", e.DeprecatedIn
+		default:
+			return
+		}
+		out = append(out, e)
+	}
+	for _, a := range c.APIs {
+		add(Entry{What: "api", Group: a.Group, Version: a.Version, Resource: a.Resource, Kind: a.Kind,
+			DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement, Note: a.Note, Source: a.Source})
+	}
+	for _, b := range c.BodyKinds {
+		add(Entry{What: "subresource body", Group: b.Group, Version: b.Version, Kind: b.Kind, Note: b.Subresource,
+			DeprecatedIn: b.DeprecatedIn, RemovedIn: b.RemovedIn, Replacement: b.Replacement, Source: b.Source})
+	}
+	for _, r := range c.Rules {
+		if r.Disabled || r.ID == rules.RemovedAPI || r.ID == rules.DeprecatedAPI {
+			continue
+		}
+		add(Entry{What: "feature", Rule: r.ID, DeprecatedIn: r.DeprecatedIn, RemovedIn: r.RemovedIn, Replacement: r.Replacement})
+	}
+	for _, group := range []struct {
+		rule string
+		list []rules.AnnotationSpec
+	}{{"object_annotations", c.ObjectAnnotations}} {
+		for _, a := range group.list {
+			if a.DeprecatedIn == "" && a.RemovedIn == "" {
+				continue
+			}
+			add(Entry{What: "feature", Rule: a.Rule, Kind: a.Key + a.Prefix, DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement})
+		}
+	}
+	for _, l := range c.Labels {
+		add(Entry{What: "feature", Rule: l.Rule, Kind: "label " + l.Key, DeprecatedIn: l.DeprecatedIn, RemovedIn: l.RemovedIn, Replacement: l.Replacement})
+	}
+	slices.SortStableFunc(out, func(a, b Entry) int {
+		if a.Change != b.Change {
+			return strings.Compare(b.Change, a.Change) // removed before deprecated
+		}
+		if d := compare(a.Release, b.Release); d != 0 {
+			return d
+		}
+		return strings.Compare(a.API(), b.API())
+	})
+	return out
+}
+
+// Main runs `classify catalogue` with args (after "catalogue") and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("classify catalogue", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	flagenv.Usage(fs, synopsis)
+	if err := flagenv.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "classify catalogue: %v\n", err)
+		return 1
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "classify catalogue: %v\n", err)
+		return 1
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "classify catalogue: unexpected argument %q: give --from and --to\n", fs.Arg(0))
+		return 1
+	}
+	cat, err := rules.Load(cfg.RulesFiles...)
+	if err != nil {
+		fmt.Fprintf(stderr, "classify catalogue: %v\n", err)
+		return 1
+	}
+	entries := Build(cat, cfg.From, cfg.To)
+	switch cfg.Format {
+	case "json":
+		err = writeJSON(stdout, entries)
+	case "markdown":
+		err = writeMarkdown(stdout, entries, cfg.From, cfg.To)
+	default:
+		err = writeTable(stdout, entries, cfg.From, cfg.To)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "classify catalogue: write output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(w io.Writer, entries []Entry) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, e := range entries {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func span(from, to string) string {
+	if from == "" {
+		return "up to " + to
+	}
+	return "after " + from + " up to " + to
+}
+
+func writeTable(w io.Writer, entries []Entry, from, to string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "CHANGE\tRELEASE\tAPI OR FEATURE\tKIND\tREMOVAL\tREPLACEMENT\n")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, term(e.API()), term(dash(e.Kind)), removal(e), term(dash(e.Replacement)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s.\n", count(entries, "removed"), count(entries, "deprecated"), span(from, to))
+	return err
+}
+
+func writeMarkdown(w io.Writer, entries []Entry, from, to string) error {
+	title := "Kubernetes " + to
+	if from != "" {
+		title = "Kubernetes " + from + " to " + to
+	}
+	fmt.Fprintf(w, "# Upgrade checklist: %s\n\n", title)
+	for _, change := range []string{"removed", "deprecated"} {
+		heading := map[string]string{"removed": "Removed (no longer served or no longer working)", "deprecated": "Deprecated (still served)"}[change]
+		fmt.Fprintf(w, "## %s\n\n", heading)
+		n := 0
+		for _, e := range entries {
+			if e.Change != change {
+				continue
+			}
+			if n == 0 {
+				fmt.Fprintf(w, "| release | API or feature | kind | removal | replacement |\n|---|---|---|---|---|\n")
+			}
+			n++
+			fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s |\n", e.Release, md(e.API()), md(e.Kind), removal(e), md(e.Replacement))
+		}
+		if n == 0 {
+			fmt.Fprintf(w, "Nothing %s.\n", span(from, to))
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// removal says when a deprecated entry goes: its release, or "none scheduled".
+func removal(e Entry) string {
+	if e.RemovedIn != "" {
+		return e.RemovedIn
+	}
+	return "none scheduled"
+}
+
+func count(entries []Entry, change string) int {
+	n := 0
+	for _, e := range entries {
+		if e.Change == change {
+			n++
+		}
+	}
+	return n
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// term makes catalogue text (which a --rules-file may carry) safe for a terminal: control
+// characters are written as Go escapes.
+func term(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// md escapes text for a Markdown table cell.
+func md(s string) string {
+	s = term(s)
+	r := strings.NewReplacer("|", `\|`, "`", "'", "<", "&lt;", ">", "&gt;")
+	return r.Replace(s)
+}
+
+func compare(a, b string) int {
+	am, an := split(a)
+	bm, bn := split(b)
+	if am != bm {
+		return am - bm
+	}
+	return an - bn
+}
+
+func split(v string) (int, int) {
+	x, y, _ := strings.Cut(v, ".")
+	a, _ := strconv.Atoi(x)
+	b, _ := strconv.Atoi(y)
+	return a, b
+}

@@ -1,0 +1,440 @@
+// Package manifests is `classify manifests`: the catalogue and the object rules over
+// Kubernetes manifests (YAML or JSON, multi-document, directories, stdin) instead of audit
+// events, so what is about to be applied is checked like what is still being called.
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/flagenv"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
+	"github.com/auditlens/auditlens/services/classify/scan"
+)
+
+const synopsis = `usage: classify manifests [flags] PATH...
+
+Checks Kubernetes manifests against the rule catalogue: removed or deprecated apiVersions,
+PodSecurityPolicy objects, alpha seccomp and AppArmor annotations, beta and master node labels
+in selectors, affinities and spread constraints, Service topologyKeys, CSR usages with their key
+type. PATH is a YAML or JSON file (several documents separated by ---, or a List), a directory
+(every .yaml, .yml and .json file below it), or - for stdin:
+
+  helm template my-release ./chart | classify manifests --target-version 1.37 -
+
+Findings are the JSON lines of classify scan, with the audit fields empty and "source" naming
+the file and document (--format table for a table). Exit status: 0 no findings, 2 only
+deprecations and hygiene, 3 something removed at or before --target-version, 1 an error
+(a file that cannot be read or parsed is reported and the others are still checked).`
+
+// Config holds the flags of classify manifests.
+type Config struct {
+	TargetVersion string
+	Format        string
+	RulesFiles    flagenv.StringList
+	MaxFileSize   int
+}
+
+// RegisterFlags adds the flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it (empty: any removal)")
+	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line) or table")
+	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
+	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
+}
+
+var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
+
+// Validate checks the flag values.
+func (c *Config) Validate() error {
+	if c.TargetVersion != "" && !versionRE.MatchString(strings.TrimPrefix(c.TargetVersion, "v")) {
+		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.37", c.TargetVersion)
+	}
+	c.TargetVersion = strings.TrimPrefix(c.TargetVersion, "v")
+	if c.Format != "json" && c.Format != "table" {
+		return fmt.Errorf("--format %q: want json or table", c.Format)
+	}
+	if c.MaxFileSize < 1024 {
+		return fmt.Errorf("--max-file-size %d: want at least 1024 bytes", c.MaxFileSize)
+	}
+	return nil
+}
+
+// Finding is one JSON line: the finding of classify scan plus the manifest it came from.
+type Finding struct {
+	scan.JSONFinding
+	Source string `json:"source"`
+}
+
+// Main runs `classify manifests` with args (after "manifests") and returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("classify manifests", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	flagenv.Usage(fs, synopsis)
+	if err := flagenv.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return scan.ExitClean
+		}
+		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
+		return scan.ExitError
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
+		return scan.ExitError
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "classify manifests: no input: give manifest files or directories, or - for stdin (see --help)")
+		return scan.ExitError
+	}
+	cat, err := rules.Load(cfg.RulesFiles...)
+	if err != nil {
+		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
+		return scan.ExitError
+	}
+	c := &Checker{Engine: rules.NewEngine(cat)}
+	w := bufio.NewWriter(stdout)
+	out := &output{cfg: cfg, w: w}
+	if cfg.Format == "table" {
+		out.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	}
+	failed := false
+	for _, path := range fs.Args() {
+		err := walk(path, stdin, cfg.MaxFileSize, func(name string, data []byte) {
+			docs, err := c.Check(name, data, out.emit)
+			out.docs += docs
+			out.files++
+			if err != nil {
+				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", term(name), term(err.Error()))
+				failed = true
+			}
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "classify manifests: %s\n", term(err.Error()))
+			failed = true
+		}
+	}
+	if out.tw != nil {
+		_ = out.tw.Flush()
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
+		return scan.ExitError
+	}
+	target := "something already removed in some release"
+	if cfg.TargetVersion != "" {
+		target = "blocking an upgrade to " + cfg.TargetVersion
+	}
+	fmt.Fprintf(stderr, "classify manifests: %d document%s in %d file%s, %d finding%s, %d %s\n",
+		out.docs, plural(out.docs), out.files, plural(out.files), out.findings, plural(out.findings), out.blocking, target)
+	switch {
+	case failed:
+		return scan.ExitError
+	case out.blocking > 0:
+		return scan.ExitRemoved
+	case out.findings > 0:
+		return scan.ExitFindings
+	}
+	return scan.ExitClean
+}
+
+type output struct {
+	cfg                             Config
+	w                               io.Writer
+	tw                              *tabwriter.Writer
+	files, docs, findings, blocking int
+}
+
+func (o *output) emit(source string, f *auditlensv1.Finding) {
+	o.findings++
+	if scan.Blocks(f.RemovedIn, o.cfg.TargetVersion) {
+		o.blocking++
+	}
+	if o.tw != nil {
+		if o.findings == 1 {
+			fmt.Fprintln(o.tw, "SOURCE\tSEVERITY\tRULE\tREMOVED\tAPI\tOBJECT\tMESSAGE")
+		}
+		obj := f.Name
+		if f.Namespace != "" {
+			obj = f.Namespace + "/" + f.Name
+		}
+		api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
+		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
+			term(api), term(dash(obj)), term(f.Message))
+		return
+	}
+	b, err := json.Marshal(Finding{JSONFinding: scan.ToJSON(f), Source: source})
+	if err == nil {
+		b = append(b, '\n')
+		_, _ = o.w.Write(b)
+	}
+}
+
+// walk calls fn with the bytes of path: a file, every manifest file below a directory (in
+// lexical order), or stdin for "-".
+func walk(path string, stdin io.Reader, max int, fn func(name string, data []byte)) error {
+	read := func(name string, r io.Reader) error {
+		data, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		if len(data) > max {
+			return fmt.Errorf("%s: larger than --max-file-size %d: skipped", name, max)
+		}
+		fn(name, data)
+		return nil
+	}
+	if path == "-" {
+		return read("stdin", stdin)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("read manifests: %w", err)
+	}
+	if !st.IsDir() {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("read manifests: %w", err)
+		}
+		defer f.Close()
+		return read(path, f)
+	}
+	var errs []error
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read manifests: %w", err))
+			return nil
+		}
+		if d.IsDir() || !isManifest(p) {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read manifests: %w", err))
+			return nil
+		}
+		defer f.Close()
+		if err := read(p, f); err != nil {
+			errs = append(errs, err)
+		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isManifest(p string) bool {
+	switch strings.ToLower(filepath.Ext(p)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// Checker runs the rule engine over manifests.
+type Checker struct {
+	Engine *rules.Engine
+	dec    *auditevent.Decoder
+}
+
+// Check classifies every document of one file (name is what findings' source says) and
+// returns how many documents it read. A document that is not a Kubernetes object is an error
+// naming it; the other documents are still checked.
+func (c *Checker) Check(name string, data []byte, emit func(source string, f *auditlensv1.Finding)) (int, error) {
+	if c.dec == nil {
+		c.dec = auditevent.NewDecoder(0)
+	}
+	var errs []error
+	docs := 0
+	for n, chunk := range splitDocuments(data) {
+		n++
+		var doc any
+		if err := yaml.Unmarshal(chunk.data, &doc); err != nil {
+			errs = append(errs, fmt.Errorf("document %d (line %d): parse: %v", n, chunk.line, err))
+			continue
+		}
+		if doc == nil {
+			continue
+		}
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			errs = append(errs, fmt.Errorf("document %d: not a Kubernetes object (a YAML %T)", n, doc))
+			continue
+		}
+		source := name + "#" + strconv.Itoa(n)
+		if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
+			items, _ := obj["items"].([]any)
+			for i, it := range items {
+				m, ok := it.(map[string]any)
+				if !ok {
+					errs = append(errs, fmt.Errorf("document %d: items[%d]: not a Kubernetes object", n, i))
+					continue
+				}
+				docs++
+				if err := c.object(m, source+".items["+strconv.Itoa(i)+"]", emit); err != nil {
+					errs = append(errs, fmt.Errorf("document %d: items[%d]: %w", n, i, err))
+				}
+			}
+			continue
+		}
+		docs++
+		if err := c.object(obj, source, emit); err != nil {
+			errs = append(errs, fmt.Errorf("document %d: %w", n, err))
+		}
+	}
+	return docs, errors.Join(errs...)
+}
+
+type document struct {
+	data []byte
+	line int // where it starts in the file
+}
+
+// splitDocuments cuts a YAML stream at its document markers ("---" lines, "..." ends) and
+// drops the documents that hold nothing but comments and blank lines, so document N is the
+// Nth object of the file, however helm or an editor placed the markers.
+func splitDocuments(data []byte) []document {
+	var out []document
+	var cur []byte
+	start, content := 1, false
+	flush := func() {
+		if content {
+			out = append(out, document{cur, start})
+		}
+		cur, content = nil, false
+	}
+	for n, line := range bytes.SplitAfter(data, []byte("\n")) {
+		t := bytes.TrimRight(line, " \t\r\n")
+		if bytes.Equal(t, []byte("---")) || bytes.HasPrefix(t, []byte("--- ")) || bytes.HasPrefix(t, []byte("---\t")) || bytes.Equal(t, []byte("...")) {
+			flush()
+			start = n + 2
+			if rest := bytes.TrimSpace(t[3:]); len(rest) > 0 && rest[0] != '#' && !bytes.Equal(t, []byte("...")) {
+				cur, content = append(cur, rest...), true // "--- {a: 1}": content on the marker line
+				cur = append(cur, '\n')
+				start = n + 1
+			}
+			continue
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 && trimmed[0] != '#' {
+			if !content {
+				start = n + 1
+			}
+			content = true
+		}
+		cur = append(cur, line...)
+	}
+	flush()
+	return out
+}
+
+// object classifies one manifest as the request that would create it: an audit event at
+// Request level whose objectRef names its group, version and resource and whose requestObject
+// is the manifest. The findings keep the object's fields and leave the audit fields empty.
+func (c *Checker) object(obj map[string]any, source string, emit func(string, *auditlensv1.Finding)) error {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	if apiVersion == "" || kind == "" {
+		return errors.New("not a Kubernetes object: no apiVersion or kind")
+	}
+	group, version, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		group, version = "", apiVersion
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	namespace, _ := meta["namespace"].(string)
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("not a Kubernetes object: %v", err)
+	}
+	ev, err := json.Marshal(map[string]any{
+		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Request", "auditID": "manifest", "stage": "ResponseComplete",
+		"verb": "create",
+		"objectRef": map[string]any{
+			"resource": c.Engine.ResourceOf(group, version, kind), "apiGroup": group, "apiVersion": version,
+			"name": name, "namespace": namespace,
+		},
+		"requestObject": json.RawMessage(body),
+	})
+	if err != nil {
+		return err
+	}
+	var matches []rules.Match
+	return c.dec.Decode(ev, func(e *auditevent.Event) error {
+		matches = c.Engine.Classify(e, matches[:0])
+		for i := range matches {
+			f := c.Engine.FindingFrom(e, &matches[i], "", "", source)
+			f.AuditId, f.Verb, f.Stage = "", "", ""
+			f.Evidence = manifestEvidence(f.Evidence, apiVersion, kind)
+			emit(source, f)
+		}
+		return nil
+	})
+}
+
+// manifestEvidence rewrites the evidence paths of the synthetic audit event into paths of the
+// manifest: objectRef's group and version are its apiVersion, its resource is its kind, and
+// requestObject is the manifest itself.
+func manifestEvidence(ev []*auditlensv1.Evidence, apiVersion, kind string) []*auditlensv1.Evidence {
+	out := ev[:0]
+	seenAPIVersion := false
+	for _, e := range ev {
+		switch {
+		case e.Path == "objectRef.apiGroup" || e.Path == "objectRef.apiVersion":
+			if seenAPIVersion {
+				continue
+			}
+			seenAPIVersion = true
+			e.Path, e.Value = "apiVersion", apiVersion
+		case e.Path == "objectRef.resource":
+			e.Path, e.Value = "kind", kind
+		case strings.HasPrefix(e.Path, "requestObject."):
+			e.Path = strings.TrimPrefix(e.Path, "requestObject.")
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// term makes text from a manifest safe for a terminal: control characters become escapes.
+func term(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}

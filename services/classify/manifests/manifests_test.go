@@ -1,0 +1,146 @@
+package manifests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/auditlens/auditlens/services/classify/scan"
+)
+
+func run(t *testing.T, stdin string, args ...string) ([]Finding, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(args, strings.NewReader(stdin), &out, &errOut)
+	var fs []Finding
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var f Finding
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs, errOut.String(), code
+}
+
+func keys(fs []Finding) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Source+" "+f.RuleID+" "+f.RemovedIn)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestDirectory walks a rendered chart (multi-document YAML, a .yml file, a file that is not
+// a manifest) and a JSON List: each rule the issue names fires on the document that has it.
+func TestDirectory(t *testing.T) {
+	fs, errOut, code := run(t, "", "--target-version", "1.25", "testdata")
+	if code != 3 {
+		t.Fatalf("exit %d, want 3; stderr %s", code, errOut)
+	}
+	old := filepath.Join("testdata", "chart", "templates", "old.yaml")
+	list := filepath.Join("testdata", "list.json")
+	want := []string{
+		old + "#1 beta-node-label ",
+		old + "#1 removed-api 1.16",
+		old + "#1 seccomp-alpha-annotation 1.27",
+		old + "#2 psp 1.25",
+		old + "#2 removed-api 1.25",
+		old + "#3 service-topology-keys 1.22",
+		list + "#1.items[0] removed-api 1.32",
+		list + "#1.items[1] csr-key-encipherment-non-rsa ",
+	}
+	sort.Strings(want)
+	if got := keys(fs); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, f := range fs {
+		if f.AuditID != "" || f.Verb != "" || f.Username != "" || f.Stage != "" || f.EventTime != "" || f.RequestURI != "" {
+			t.Errorf("audit fields not empty: %+v", f.JSONFinding)
+		}
+		if f.RuleID == "removed-api" && f.Source == old+"#1" {
+			if f.Name != "web" || f.Namespace != "shop" || f.APIGroup != "extensions" || f.Resource != "deployments" || f.Replacement != "apps/v1" {
+				t.Errorf("removed-api finding: %+v", f.JSONFinding)
+			}
+			if !strings.Contains(f.Message, old+"#1 declares extensions/v1beta1 deployments") || strings.Contains(f.Message, "user agent") {
+				t.Errorf("message: %s", f.Message)
+			}
+			if len(f.Evidence) != 2 || f.Evidence[0] != (scan.JSONEvidence{Path: "apiVersion", Value: "extensions/v1beta1"}) ||
+				f.Evidence[1] != (scan.JSONEvidence{Path: "kind", Value: "Deployment"}) {
+				t.Errorf("evidence: %+v", f.Evidence)
+			}
+		}
+		if f.RuleID == "seccomp-alpha-annotation" && (len(f.Evidence) != 1 ||
+			f.Evidence[0].Path != `spec.template.metadata.annotations["seccomp.security.alpha.kubernetes.io/pod"]`) {
+			t.Errorf("evidence: %+v", f.Evidence)
+		}
+	}
+	if !strings.Contains(errOut, "6 documents in 3 files, 8 findings, 4 blocking an upgrade to 1.25") {
+		t.Errorf("summary: %s", errOut)
+	}
+}
+
+func TestStdinAndExitCodes(t *testing.T) {
+	clean, err := os.ReadFile("testdata/chart/templates/clean.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs, errOut, code := run(t, string(clean), "-"); code != 0 || len(fs) != 0 {
+		t.Errorf("clean manifest: exit %d, %v, %s", code, fs, errOut)
+	}
+	beta := "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeSelector: {failure-domain.beta.kubernetes.io/zone: a}\n"
+	if fs, _, code := run(t, beta, "-"); code != 2 || len(fs) != 1 || fs[0].Source != "stdin#1" {
+		t.Errorf("deprecation only: exit %d, %+v", code, fs)
+	}
+	later := "apiVersion: resource.k8s.io/v1beta2\nkind: ResourceClaim\nmetadata: {name: c}\n"
+	if fs, _, code := run(t, later, "--target-version", "1.37", "-"); code != 2 || len(fs) != 1 || fs[0].RemovedIn != "1.39" {
+		t.Errorf("removal after the target: exit %d, %+v", code, fs)
+	}
+	if _, _, code := run(t, later, "--target-version", "1.39", "-"); code != 3 {
+		t.Errorf("removal at the target: exit %d", code)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	bad := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n- just\n- a list\n---\nfoo: bar\n---\napiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: c}\n"
+	fs, errOut, code := run(t, bad, "-")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"stdin: document 2: not a Kubernetes object", "document 3: not a Kubernetes object: no apiVersion or kind"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q: %s", want, errOut)
+		}
+	}
+	if len(fs) != 1 || fs[0].Source != "stdin#4" || fs[0].RemovedIn != "1.25" {
+		t.Errorf("the good documents are still checked: %+v", fs)
+	}
+	if _, errOut, code := run(t, "", "/no/such/dir"); code != 1 || !strings.Contains(errOut, "/no/such/dir") {
+		t.Errorf("missing path: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "a: [b\n", "-"); code != 1 || !strings.Contains(errOut, "document 1 (line 1): parse") {
+		t.Errorf("syntax error: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := run(t, ""); code != 1 || !strings.Contains(errOut, "no input") {
+		t.Errorf("no args: exit %d, %s", code, errOut)
+	}
+}
+
+func TestTable(t *testing.T) {
+	var out, errOut bytes.Buffer
+	esc := "apiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: \"c\\e[31m\"}\n"
+	if code := Main([]string{"--format", "table", "-"}, strings.NewReader(esc), &out, &errOut); code != 3 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "SOURCE") || !strings.Contains(out.String(), "stdin#1") || strings.Contains(out.String(), "\x1b") {
+		t.Errorf("table:\n%q", out.String())
+	}
+}

@@ -1,12 +1,12 @@
 # auditlens: the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-MODULES := lib proto deploy services/ingest services/classify services/report services/auditlens
+MODULES := lib proto deploy deploy/images deploy/kubetest services/ingest services/classify services/report services/auditlens
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
-.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m fuzz clean
+.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m fuzz clean images kube-apiserver
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -68,6 +68,19 @@ proto: tools
 ## proto-check: regenerating the Go code from the .proto files must change nothing.
 proto-check: proto
 	@git diff --exit-code -- proto || { echo "generated proto code is stale: run make proto and commit"; exit 1; }
+
+## images: OCI image archives .bin/images/<binary>.tar for ingest, classify, report and the
+## all-in-one auditlens, tagged auditlens/<binary>:$(VERSION) as deploy/kubernetes uses them;
+## built offline and reproducibly (same commit, same digests). See deploy/README.md to load them.
+VERSION := $(shell cat deploy/VERSION)
+IMAGES := ingest classify report auditlens
+images:
+	cd deploy/images && GOWORK=off go run . -repo ../.. -out $(BIN)/images -version $(VERSION) $(IMAGES)
+
+## kube-apiserver: build the real kube-apiserver deploy/kubetest runs (cached in .cache/kube-apiserver;
+## the tests build it themselves when missing).
+kube-apiserver:
+	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-apiserver
 
 ## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into .cache/chdb.
 chdb: $(CHDB_DIR)/libchdb.so

@@ -1,120 +1,454 @@
-// Package deploy checks the shipped Kubernetes manifests: every document decodes strictly into
-// its Kubernetes type (an unknown or misspelt field is an error), and the wiring between them holds.
+// Package deploy checks the shipped Kubernetes manifests as kustomize renders them: every object
+// decodes strictly into its Kubernetes type (an unknown or misspelt field is an error), every
+// workload meets the hardening a restricted cluster expects, and the wiring between them holds.
+// (deploy/kubetest applies the same renders to a real kube-apiserver.)
 package deploy
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/auditlens/auditlens/deploy/render"
 )
 
-func documents(t *testing.T, path string) [][]byte {
+// rendered is one kustomization's objects, decoded.
+type rendered struct {
+	dir        string
+	namespaces map[string]*corev1.Namespace
+	accounts   map[string]*corev1.ServiceAccount // namespace/name
+	configs    map[string]*corev1.ConfigMap      // namespace/name
+	services   map[string]*corev1.Service        // namespace/name
+	pdbs       []*policyv1.PodDisruptionBudget
+	policies   []*networkingv1.NetworkPolicy
+	workloads  []workload
+	kinds      map[string]int
+}
+
+type workload struct {
+	kind, namespace, name string
+	longRunning           bool
+	podLabels             map[string]string
+	spec                  *corev1.PodSpec
+}
+
+func build(t *testing.T, dir string) *rendered {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	objs, err := render.Build(filepath.Join("kubernetes", dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out [][]byte
-	for _, d := range bytes.Split(b, []byte("\n---\n")) {
-		if len(bytes.TrimSpace(d)) > 0 {
-			out = append(out, d)
+	r := &rendered{dir: dir, namespaces: map[string]*corev1.Namespace{}, accounts: map[string]*corev1.ServiceAccount{},
+		configs: map[string]*corev1.ConfigMap{}, services: map[string]*corev1.Service{}, kinds: map[string]int{}}
+	for _, u := range objs {
+		doc, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	return out
-}
-
-func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	kb, err := os.ReadFile("kubernetes/kustomization.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(kb, &k); err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob("kubernetes/*.yaml")
-	if len(k.Resources) != len(files)-1 {
-		t.Fatalf("kustomization lists %d resources, directory has %d manifests", len(k.Resources), len(files)-1)
-	}
-	kinds := map[string]int{}
-	for _, f := range k.Resources {
-		for _, doc := range documents(t, filepath.Join("kubernetes", f)) {
-			var u unstructured.Unstructured
-			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			var obj any
-			switch u.GetKind() {
-			case "Deployment":
-				obj = &appsv1.Deployment{}
-			case "DaemonSet":
-				obj = &appsv1.DaemonSet{}
-			case "CronJob":
-				obj = &batchv1.CronJob{}
-			case "Service":
-				obj = &corev1.Service{}
-			case "ConfigMap":
-				obj = &corev1.ConfigMap{}
-			case "Secret":
-				obj = &corev1.Secret{}
-			case "Namespace":
-				obj = &corev1.Namespace{}
-			default:
-				t.Fatalf("%s: unexpected kind %q", f, u.GetKind())
-			}
+		key := u.GetNamespace() + "/" + u.GetName()
+		strict := func(obj any) {
+			t.Helper()
 			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-				t.Errorf("%s %s/%s: %v", f, u.GetKind(), u.GetName(), err)
+				t.Errorf("%s: %s %s: %v", dir, u.GetKind(), key, err)
 			}
-			kinds[u.GetKind()]++
-			checkPodSpec(t, f, obj)
+		}
+		r.kinds[u.GetKind()]++
+		switch u.GetKind() {
+		case "Namespace":
+			o := &corev1.Namespace{}
+			strict(o)
+			r.namespaces[o.Name] = o
+		case "ServiceAccount":
+			o := &corev1.ServiceAccount{}
+			strict(o)
+			r.accounts[key] = o
+		case "ConfigMap":
+			o := &corev1.ConfigMap{}
+			strict(o)
+			r.configs[key] = o
+		case "Service":
+			o := &corev1.Service{}
+			strict(o)
+			r.services[key] = o
+		case "PodDisruptionBudget":
+			o := &policyv1.PodDisruptionBudget{}
+			strict(o)
+			r.pdbs = append(r.pdbs, o)
+		case "NetworkPolicy":
+			o := &networkingv1.NetworkPolicy{}
+			strict(o)
+			r.policies = append(r.policies, o)
+		case "Deployment":
+			o := &appsv1.Deployment{}
+			strict(o)
+			r.workloads = append(r.workloads, workload{"Deployment", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+		case "DaemonSet":
+			o := &appsv1.DaemonSet{}
+			strict(o)
+			r.workloads = append(r.workloads, workload{"DaemonSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+		case "StatefulSet":
+			o := &appsv1.StatefulSet{}
+			strict(o)
+			r.workloads = append(r.workloads, workload{"StatefulSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+		case "CronJob":
+			o := &batchv1.CronJob{}
+			strict(o)
+			r.workloads = append(r.workloads, workload{"CronJob", o.Namespace, o.Name, false, o.Spec.JobTemplate.Spec.Template.Labels, &o.Spec.JobTemplate.Spec.Template.Spec})
+		case "PodMonitor", "PrometheusRule":
+			// Custom resources: kubernetes/monitoring's tests check the rules; kubetest applies
+			// both to a real apiserver with their CRDs.
+		default:
+			t.Errorf("%s: unexpected kind %s (%s): add it to this test", dir, u.GetKind(), key)
+		}
+		if u.GetKind() != "Namespace" && u.GetNamespace() == "" {
+			t.Errorf("%s: %s %s names no namespace", dir, u.GetKind(), u.GetName())
 		}
 	}
-	if kinds["Deployment"] != 3 || kinds["DaemonSet"] != 1 || kinds["CronJob"] != 1 {
-		t.Fatalf("kinds %v", kinds)
+	return r
+}
+
+func kustomizations(t *testing.T) []string {
+	dirs, err := render.Kustomizations("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"base", "monitoring", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
+	if !slices.Equal(dirs, want) {
+		t.Fatalf("kustomizations %v, want %v", dirs, want)
+	}
+	return dirs
+}
+
+func version(t *testing.T) string {
+	b, err := os.ReadFile("VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// Every directory with YAML under kubernetes/ is a kustomization, and every YAML file in it is
+// one of its resources (or a test case), so nothing is left out of what gets applied.
+func TestEveryManifestIsRendered(t *testing.T) {
+	for _, dir := range kustomizations(t) {
+		b, err := os.ReadFile(filepath.Join("kubernetes", dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k struct {
+			Resources []string `json:"resources"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			t.Fatal(err)
+		}
+		files, _ := filepath.Glob(filepath.Join("kubernetes", dir, "*.yaml"))
+		for _, f := range files {
+			if name := filepath.Base(f); name != "kustomization.yaml" && !slices.Contains(k.Resources, name) {
+				t.Errorf("%s: %s is not in its kustomization's resources", dir, name)
+			}
+		}
 	}
 }
 
-// checkPodSpec: every container takes the shared settings and exposes what its probes use.
-func checkPodSpec(t *testing.T, file string, obj any) {
-	var spec *corev1.PodSpec
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		spec = &o.Spec.Template.Spec
-	case *appsv1.DaemonSet:
-		spec = &o.Spec.Template.Spec
-	case *batchv1.CronJob:
-		spec = &o.Spec.JobTemplate.Spec.Template.Spec
-	default:
-		return
+func TestKustomizationsRenderHardened(t *testing.T) {
+	tag := version(t)
+	for _, dir := range kustomizations(t) {
+		t.Run(dir, func(t *testing.T) {
+			r := build(t, dir)
+			if dir == "monitoring" {
+				if r.kinds["PrometheusRule"] != 1 || r.kinds["PodMonitor"] != 1 {
+					t.Fatalf("kinds %v", r.kinds)
+				}
+				return
+			}
+			if r.kinds["Deployment"] < 2 || r.kinds["DaemonSet"] != 1 {
+				t.Fatalf("kinds %v", r.kinds)
+			}
+			checkNamespaces(t, r)
+			for _, w := range r.workloads {
+				checkWorkload(t, r, w, tag)
+			}
+			checkPDBs(t, r)
+			checkNetworkPolicies(t, r)
+			checkConfig(t, r)
+		})
 	}
-	for _, c := range spec.Containers {
-		if len(c.EnvFrom) == 0 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "auditlens" {
-			t.Errorf("%s: container %s does not read the auditlens ConfigMap", file, c.Name)
+}
+
+// Every namespace enforces a Pod Security level: restricted, except the ingest DaemonSet's own.
+func checkNamespaces(t *testing.T, r *rendered) {
+	for name, ns := range r.namespaces {
+		level := ns.Labels["pod-security.kubernetes.io/enforce"]
+		want := "restricted"
+		if name == "auditlens-ingest" {
+			want = "privileged"
 		}
-		if !strings.HasPrefix(c.Image, "auditlens/") {
-			t.Errorf("%s: container %s image %q", file, c.Name, c.Image)
+		if level != want || ns.Labels["pod-security.kubernetes.io/enforce-version"] != "latest" {
+			t.Errorf("namespace %s enforces %q (version %q), want %q at latest", name, level, ns.Labels["pod-security.kubernetes.io/enforce-version"], want)
 		}
-		for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+	}
+	for _, w := range r.workloads {
+		if r.namespaces[w.namespace] == nil {
+			t.Errorf("%s %s: namespace %s is not created by this kustomization", w.kind, w.name, w.namespace)
+		}
+	}
+}
+
+func checkWorkload(t *testing.T, r *rendered, w workload, tag string) {
+	id := w.kind + " " + w.namespace + "/" + w.name
+	s := w.spec
+	privileged := r.namespaces[w.namespace].Labels["pod-security.kubernetes.io/enforce"] == "privileged"
+	if privileged && w.kind != "DaemonSet" {
+		t.Errorf("%s: only the ingest DaemonSet belongs in the privileged namespace", id)
+	}
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Errorf("%s: automountServiceAccountToken is not false", id)
+	}
+	if sa := r.accounts[w.namespace+"/"+s.ServiceAccountName]; s.ServiceAccountName == "" || sa == nil {
+		t.Errorf("%s: service account %q is not created here", id, s.ServiceAccountName)
+	} else if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("%s: service account %s mounts its token", id, sa.Name)
+	}
+	if s.HostNetwork || s.HostPID || s.HostIPC {
+		t.Errorf("%s: uses host namespaces", id)
+	}
+	for _, v := range s.Volumes {
+		if v.HostPath != nil && !privileged {
+			t.Errorf("%s: hostPath volume %s outside the privileged namespace", id, v.Name)
+		}
+	}
+	podSC := s.SecurityContext
+	if podSC == nil || podSC.SeccompProfile == nil || podSC.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccomp profile is not RuntimeDefault", id)
+	}
+	if len(s.InitContainers) > 0 {
+		t.Errorf("%s: init containers are not checked by this test", id)
+	}
+	for _, c := range s.Containers {
+		cid := id + " container " + c.Name
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("%s: no securityContext", cid)
+			continue
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: allowPrivilegeEscalation is not false", cid)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: root filesystem is not read-only", cid)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: privileged", cid)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: capabilities are not drop [ALL] with none added", cid)
+		}
+		// Non-root everywhere; uid 0 only for the ingest DaemonSet (it reads the apiserver's
+		// root-owned 0600 log as its owner, with every capability dropped).
+		uid, nonRoot := podSC.RunAsUser, podSC.RunAsNonRoot
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+		if privileged {
+			if uid == nil || *uid != 0 {
+				t.Errorf("%s: the file ingest must run as uid 0 to read a 0600 root-owned log", cid)
+			}
+		} else if nonRoot == nil || !*nonRoot || uid == nil || *uid == 0 {
+			t.Errorf("%s: not runAsNonRoot with a numeric non-zero uid", cid)
+		}
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[res]; !ok {
+				t.Errorf("%s: no %s request", cid, res)
+			}
+			if _, ok := c.Resources.Limits[res]; !ok {
+				t.Errorf("%s: no %s limit", cid, res)
+			}
+		}
+		if w.longRunning && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
+			t.Errorf("%s: long-running container without readiness and liveness probes", cid)
+		}
+		for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
 			if p == nil || p.HTTPGet == nil {
 				continue
 			}
-			found := false
-			for _, port := range c.Ports {
-				found = found || port.Name == p.HTTPGet.Port.String()
+			if !slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.Name == p.HTTPGet.Port.String() }) {
+				t.Errorf("%s: probe port %s not declared", cid, p.HTTPGet.Port.String())
 			}
-			if !found {
-				t.Errorf("%s: probe port %s not declared", file, p.HTTPGet.Port.String())
+		}
+		if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":") {
+			t.Errorf("%s: image %q has no pinned tag", cid, c.Image)
+		}
+		if !strings.HasPrefix(c.Image, "auditlens/") {
+			continue
+		}
+		if want := strings.SplitN(c.Image, ":", 2)[0] + ":" + tag; c.Image != want {
+			t.Errorf("%s: image %q, want %q (the tag make images writes, deploy/VERSION)", cid, c.Image, want)
+		}
+		if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
+			return e.ConfigMapRef != nil && e.ConfigMapRef.Name == "auditlens" && r.configs[w.namespace+"/auditlens"] != nil
+		}) {
+			t.Errorf("%s: does not read the auditlens ConfigMap of its namespace", cid)
+		}
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+				e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.Divisor.IsZero()
+		}) {
+			t.Errorf("%s: GOMEMLIMIT is not the memory limit in bytes (downward API)", cid)
+		}
+	}
+}
+
+// Every long-running workload has a PodDisruptionBudget selecting its pods, and none blocks a drain.
+func checkPDBs(t *testing.T, r *rendered) {
+	for _, w := range r.workloads {
+		if !w.longRunning {
+			continue
+		}
+		n := 0
+		for _, p := range r.pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Namespace == w.namespace && sel.Matches(labels.Set(w.podLabels)) {
+				n++
+				if p.Spec.MaxUnavailable == nil || p.Spec.MaxUnavailable.IntValue() < 1 {
+					t.Errorf("PDB %s/%s does not allow one pod down", p.Namespace, p.Name)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s %s/%s: %d PodDisruptionBudgets select its pods, want 1", w.kind, w.namespace, w.name, n)
+		}
+	}
+}
+
+// Each namespace with pods denies all traffic by default; each pod's allowed ports are only
+// those listed in this test.
+func checkNetworkPolicies(t *testing.T, r *rendered) {
+	for ns := range r.namespaces {
+		if !slices.ContainsFunc(r.policies, func(p *networkingv1.NetworkPolicy) bool {
+			return p.Namespace == ns && len(p.Spec.PodSelector.MatchLabels)+len(p.Spec.PodSelector.MatchExpressions) == 0 &&
+				len(p.Spec.Ingress)+len(p.Spec.Egress) == 0 && slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) &&
+				slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+		}) {
+			t.Errorf("namespace %s: no default-deny NetworkPolicy", ns)
+		}
+	}
+	allowedOut := map[int32]bool{53: true, 4222: true, 9092: true, 9000: true, 25: true, 465: true, 587: true}
+	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true}
+	for _, p := range r.policies {
+		for _, e := range p.Spec.Egress {
+			if len(e.Ports) == 0 {
+				t.Errorf("NetworkPolicy %s/%s allows egress on every port", p.Namespace, p.Name)
+			}
+			for _, port := range e.Ports {
+				if port.Port == nil || !allowedOut[port.Port.IntVal] {
+					t.Errorf("NetworkPolicy %s/%s allows egress to port %v", p.Namespace, p.Name, port.Port)
+				}
+			}
+		}
+		for _, i := range p.Spec.Ingress {
+			if len(i.Ports) == 0 {
+				t.Errorf("NetworkPolicy %s/%s allows ingress on every port", p.Namespace, p.Name)
+			}
+			for _, port := range i.Ports {
+				if port.Port == nil || !allowedIn[port.Port.IntVal] {
+					t.Errorf("NetworkPolicy %s/%s allows ingress to port %v", p.Namespace, p.Name, port.Port)
+				}
 			}
 		}
 	}
 }
+
+// The shared settings name the bus and store; in the quickstart they resolve to its own Services.
+func checkConfig(t *testing.T, r *rendered) {
+	for _, ns := range []string{"auditlens", "auditlens-ingest"} {
+		cm := r.configs[ns+"/auditlens"]
+		if cm == nil {
+			t.Errorf("no auditlens ConfigMap in %s", ns)
+			continue
+		}
+		for k := range cm.Data {
+			if !strings.HasPrefix(k, "AUDITLENS_") {
+				t.Errorf("ConfigMap %s/auditlens: %s is not an AUDITLENS_* setting", ns, k)
+			}
+		}
+		nats, kafka := cm.Data["AUDITLENS_NATS_URL"], cm.Data["AUDITLENS_KAFKA_BROKERS"]
+		switch r.dir {
+		case "overlays/kafka":
+			if nats != "" || kafka == "" {
+				t.Errorf("%s: kafka overlay still names NATS (%q) or no brokers (%q)", ns, nats, kafka)
+			}
+		default:
+			if nats == "" || kafka != "" {
+				t.Errorf("%s: NATS URL %q, Kafka brokers %q", ns, nats, kafka)
+			}
+		}
+		if r.dir == "overlays/quickstart" {
+			for _, target := range []string{strings.TrimPrefix(nats, "nats://"), strings.TrimSuffix(strings.TrimPrefix(cm.Data["AUDITLENS_CLICKHOUSE_DSN"], "clickhouse://"), "/auditlens")} {
+				host, port, _ := strings.Cut(target, ":")
+				name, svcNS, _ := strings.Cut(host, ".")
+				svc := r.services[svcNS+"/"+name]
+				if svc == nil || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return port == itoa(p.Port) }) {
+					t.Errorf("quickstart: %s is not a Service port of the quickstart", target)
+				}
+			}
+		}
+	}
+	if r.dir == "overlays/webhook" {
+		checkWebhook(t, r)
+	}
+}
+
+// The webhook receiver reads its TLS pair and token from the Secrets the README has you create.
+func checkWebhook(t *testing.T, r *rendered) {
+	for _, w := range r.workloads {
+		if w.name != "ingest-webhook" {
+			continue
+		}
+		mounts := map[string]string{} // mount path -> secret
+		for _, c := range w.spec.Containers {
+			for _, m := range c.VolumeMounts {
+				for _, v := range w.spec.Volumes {
+					if v.Name == m.Name && v.Secret != nil {
+						mounts[m.MountPath] = v.Secret.SecretName
+					}
+				}
+			}
+			for _, a := range c.Args {
+				flag, path, _ := strings.Cut(a, "=")
+				want := map[string]string{"--webhook-tls-cert": "auditlens-webhook-tls", "--webhook-tls-key": "auditlens-webhook-tls",
+					"--webhook-token-file": "auditlens-webhook"}[flag]
+				if want != "" && mounts[filepath.Dir(path)] != want {
+					t.Errorf("%s=%s is not in a mount of Secret %s", flag, path, want)
+				}
+			}
+		}
+		return
+	}
+	t.Error("webhook overlay has no ingest-webhook Deployment")
+}
+
+func itoa(i int32) string {
+	b, _ := yaml.Marshal(i)
+	return string(bytes.TrimSpace(b))
+}
+
+var _ = unstructured.Unstructured{}

@@ -85,7 +85,7 @@ func TestImages(t *testing.T) {
 					t.Errorf("label %s %q, want %q", k, cfg.Labels[k], v)
 				}
 			}
-			if !cf.Created.Time.Equal(c.Created) || cf.OS != "linux" || cf.Architecture != "amd64" {
+			if !cf.Created.Equal(c.Created) || cf.OS != "linux" || cf.Architecture != "amd64" {
 				t.Errorf("created %s, platform %s/%s", cf.Created, cf.OS, cf.Architecture)
 			}
 
@@ -170,9 +170,13 @@ func extract(t *testing.T, img v1.Image, root string) map[string]*tar.Header {
 			if err := os.MkdirAll(dst, os.FileMode(h.Mode).Perm()|0o700); err != nil {
 				t.Fatal(err)
 			}
-			os.Chmod(dst, os.FileMode(h.Mode).Perm()|0o755)
+			if err := os.Chmod(dst, os.FileMode(h.Mode).Perm()|0o755); err != nil {
+				t.Fatal(err)
+			}
 		case tar.TypeReg:
-			os.MkdirAll(filepath.Dir(dst), 0o755)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			b, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatal(err)

@@ -237,7 +237,11 @@ func (s *Service) Ready() error {
 
 // Run consumes events until ctx is done, then finishes the batches in hand and returns.
 func (s *Service) Run(ctx context.Context) error {
-	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait})
+	// Panics and events too large for the bus are dead-lettered by this service itself, so
+	// what is redelivered is almost always an event whose findings could not be published
+	// (findings stream unavailable): the bound covers about a day of that, with retryDelay's
+	// backoff, instead of the bus's default 50 deliveries.
+	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait, MaxDeliver: classifyMaxDeliver})
 	if err != nil {
 		return fmt.Errorf("consume events: %w", err)
 	}
@@ -357,7 +361,7 @@ func (s *Service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		if err != nil {
 			s.log.Warn("publish findings failed; events will be redelivered", "events", len(batch), "err", err)
 			for _, d := range batch {
-				_ = d.Nak(time.Second)
+				_ = d.Nak(retryDelay(d.Delivered))
 			}
 			return matches
 		}
@@ -447,4 +451,17 @@ func reasonOf(err error) string {
 		}
 	}
 	return "other"
+}
+
+// classifyMaxDeliver bounds how often one event is handed to classify before it is given up
+// to the dead-letter stream.
+const classifyMaxDeliver = 1000
+
+// retryDelay is how long an event whose findings could not be published waits before it is
+// delivered again: one second, doubling with each delivery up to a minute.
+func retryDelay(delivered int) time.Duration {
+	if delivered < 1 {
+		delivered = 1
+	}
+	return min(time.Second<<min(delivered-1, 6), time.Minute)
 }

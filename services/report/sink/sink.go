@@ -220,6 +220,10 @@ type batch struct {
 // a batch of findings (up to --max-finding-bytes), so this is counted in messages, not findings.
 const inBuffer = 1024
 
+// reportMaxDeliver bounds redeliveries of one findings message: 10,000 x the 5-minute AckWait
+// is about 35 days of ClickHouse outage before a message is given up to the dead-letter stream.
+const reportMaxDeliver = 10000
+
 // Run migrates the schema (retrying while ClickHouse is down), then consumes until ctx is
 // cancelled; it then stops consuming, writes and acknowledges what it holds, and returns nil.
 //
@@ -239,6 +243,11 @@ func (w *Writer) Run(ctx context.Context) error {
 	cons, err := w.bus.Consumer(bus.Findings, w.cfg.Group, bus.ConsumerOptions{
 		MaxUnacked: max(10*w.cfg.BatchSize, 20000),
 		AckWait:    w.cfg.AckWait,
+		// A message this writer cannot decode is dead-lettered at once; one it cannot store
+		// is held and redelivered every AckWait while ClickHouse is down. The bus's default
+		// bound (50 deliveries, about 4 hours at 5 minutes) would dead-letter good findings
+		// during a long outage, so report's bound covers weeks of it instead.
+		MaxDeliver: reportMaxDeliver,
 	})
 	if err != nil {
 		return fmt.Errorf("consume findings: %w", err)

@@ -65,10 +65,10 @@ func (s *Stats) skip(reason string) {
 }
 
 // Candidate reports whether err, returned by lib/auditevent for some input, leaves the input
-// possibly an envelope: it is JSON but not an audit event, or not JSON at all (the CloudWatch
-// export line form and base64).
+// possibly an envelope: it is JSON but not an audit event, not JSON at all (the CloudWatch
+// export line form, base64) or not UTF-8 (gzip).
 func Candidate(err error) bool {
-	return errors.Is(err, auditevent.ErrNotAuditEvent) || errors.Is(err, auditevent.ErrNotJSON)
+	return errors.Is(err, auditevent.ErrNotAuditEvent) || errors.Is(err, auditevent.ErrNotJSON) || errors.Is(err, auditevent.ErrInvalidUTF8)
 }
 
 // maxDepth bounds nested envelopes (Firehose record -> gzip -> subscription -> event).

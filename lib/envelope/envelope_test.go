@@ -265,10 +265,10 @@ func TestEKSBuiltEnvelopes(t *testing.T) {
 func TestGKESamples(t *testing.T) {
 	type want struct {
 		verb, group, version, resource, ns, name, sub, user, uri, ua, ip string
-		code                                                           int32
-		anns                                                           map[string]string
-		level                                                          string
-		cluster                                                        string
+		code                                                             int32
+		anns                                                             map[string]string
+		level                                                            string
+		cluster                                                          string
 	}
 	cases := map[string][]want{
 		"gke-logentry-sekoia.jsonl": {

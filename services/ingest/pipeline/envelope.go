@@ -85,4 +85,3 @@ func short(s string, n int) string {
 	}
 	return s[:n]
 }
-

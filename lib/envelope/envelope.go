@@ -41,7 +41,8 @@ type Origin struct {
 	Cloud    string // eks, aks or gke
 	Envelope string // the envelope format, outermost layer first, e.g. "firehose/gzip/cloudwatch-subscription"
 	// Cluster is the cluster named by the envelope ("" when it names none): the EKS log group
-	// /aws/eks/<cluster>/cluster, the AKS resource id .../managedClusters/<cluster>, the GKE
+	// /aws/eks/<cluster>/cluster, the AKS resource id .../managedClusters/<cluster> (lower
+	// case), the GKE
 	// resource.labels.cluster_name.
 	Cluster string
 }
@@ -452,7 +453,7 @@ func aksCluster(id string) string {
 		return ""
 	}
 	name, _, _ := strings.Cut(id[i+len("/managedclusters/"):], "/")
-	return name
+	return strings.ToLower(name) // Azure upper-cases resource ids; AKS names are case-insensitive
 }
 
 // event adds the origin annotation to the audit event ev and passes it to fn. An event that

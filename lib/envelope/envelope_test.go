@@ -191,7 +191,7 @@ func TestAKSAndEKSSamples(t *testing.T) {
 		{"aks-eventhub-records-sysdiglabs.json", 22, 0, "aks/diagnostic-records", ""},
 		{"aks-diagnostic-record-sumologic-docs.jsonl", 2, 0, "aks/diagnostic-record", ""},
 		{"aks-diagnostic-record-dynatrace.jsonl", 1, 1, "aks/diagnostic-record", ""},
-		{"aks-diagnostic-record-elastic.jsonl", 1, 0, "aks/diagnostic-record", "TEST-CLUSTER"},
+		{"aks-diagnostic-record-elastic.jsonl", 1, 0, "aks/diagnostic-record", "test-cluster"},
 		{"aks-diagnostic-record-elastic-logobject.jsonl", 1, 0, "aks/diagnostic-record", ""},
 		{"eks-cloudwatch-logevent-sumologic-docs.jsonl", 1, 0, "eks/cloudwatch-logevent", ""},
 	} {

@@ -54,4 +54,3 @@ func FuzzUnwrap(f *testing.F) {
 		_, _ = d.Decode(dec, data, func(*auditevent.Event) error { return nil })
 	})
 }
-

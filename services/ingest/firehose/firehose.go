@@ -328,4 +328,3 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 	}
 	return msgs, events, bad
 }
-

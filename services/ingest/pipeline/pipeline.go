@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/firehose"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
-	"github.com/auditlens/auditlens/services/ingest/firehose"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
 )
 

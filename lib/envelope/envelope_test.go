@@ -420,3 +420,23 @@ func TestSplit(t *testing.T) {
 		t.Fatalf("%+v, %v", items, err)
 	}
 }
+
+// TestSplitAny: a message source reads plain events, EventLists and envelopes alike.
+func TestSplitAny(t *testing.T) {
+	d := NewDecoder(0)
+	plain := inputs(t, "../auditevent/testdata/real-world/eks-oomkilled-lambda-readme.jsonl")[0]
+	list := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + string(plain) + `]}`)
+	gke := inputs(t, "testdata/managed/gke-logentry-sekoia.jsonl")[0]
+	for _, tc := range []struct {
+		data  []byte
+		cloud string
+	}{{plain, ""}, {list, ""}, {gke, GKE}} {
+		items, _, err := d.SplitAny(tc.data, 1<<20)
+		if err != nil || len(items) != 1 || items[0].Origin.Cloud != tc.cloud || items[0].AuditID == "" {
+			t.Errorf("%.40s: %+v %v", tc.data, items, err)
+		}
+	}
+	if _, _, err := d.SplitAny([]byte(`{"kind":"Pod"}`), 1<<20); !errors.Is(err, auditevent.ErrNotAuditEvent) {
+		t.Errorf("pod: %v", err)
+	}
+}

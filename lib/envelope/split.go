@@ -73,3 +73,25 @@ func (d *Decoder) Split(data []byte, maxEventSize int) ([]Item, Stats, error) {
 	}
 	return out, st, nil
 }
+
+// SplitAny is what a message-based source reads: data is an audit Event or EventList
+// (auditevent.SplitList), or else, when that fails with an error for which Candidate is
+// true, a cloud envelope (Split). Input that is neither returns the audit decoder's error.
+func (d *Decoder) SplitAny(data []byte, maxEventSize int) ([]Item, Stats, error) {
+	items, err := auditevent.SplitList(data, maxEventSize)
+	if err == nil {
+		out := make([]Item, len(items))
+		for i, it := range items {
+			out[i] = Item{Item: it}
+		}
+		return out, Stats{Events: len(items)}, nil
+	}
+	if !Candidate(err) {
+		return nil, Stats{}, err
+	}
+	out, st, uerr := d.Split(data, maxEventSize)
+	if uerr != nil {
+		return nil, st, err
+	}
+	return out, st, nil
+}

@@ -2,6 +2,7 @@
 package pipeline
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/pubsub"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
 )
@@ -36,6 +38,7 @@ type Config struct {
 	NodeName      string
 	Webhook       webhook.Config
 	Firehose      firehose.Config
+	PubSub        pubsub.Config
 }
 
 // RegisterFlags adds ingest's flags to fs.
@@ -53,6 +56,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", host, "name of this node, sent with every event")
 	c.Webhook.RegisterFlags(fs)
 	c.Firehose.RegisterFlags(fs)
+	c.PubSub.RegisterFlags(fs)
 }
 
 func (c *Config) withDefaults() Config {
@@ -86,7 +90,7 @@ func (c *Config) withDefaults() Config {
 
 // Validate checks the flags, naming the one at fault.
 func (c *Config) Validate() error {
-	if c.AuditLog == "" && c.Webhook.Addr == "" && c.Firehose.Addr == "" {
+	if c.AuditLog == "" && c.Webhook.Addr == "" && c.Firehose.Addr == "" && c.PubSub.Subscription == "" {
 		return errNoInput
 	}
 	if c.AuditLog != "" {
@@ -104,6 +108,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
 	}
 	if err := c.Firehose.Validate(); err != nil {
+		return err
+	}
+	if err := c.PubSub.Validate(); err != nil {
 		return err
 	}
 	return c.Webhook.Validate()
@@ -134,6 +141,13 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	if c.Firehose.Addr != "" {
 		s, err := firehose.New(c.Firehose, d.Bus, firehose.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if c.PubSub.Subscription != "" {
+		s, err := pubsub.New(context.Background(), c.PubSub, d.Bus, pubsub.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

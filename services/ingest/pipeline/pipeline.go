@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/kafka"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/pubsub"
 	"github.com/auditlens/auditlens/services/ingest/tail"
@@ -39,6 +40,7 @@ type Config struct {
 	Webhook       webhook.Config
 	Firehose      firehose.Config
 	PubSub        pubsub.Config
+	KafkaSource   kafka.Config
 }
 
 // RegisterFlags adds ingest's flags to fs.
@@ -57,6 +59,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Webhook.RegisterFlags(fs)
 	c.Firehose.RegisterFlags(fs)
 	c.PubSub.RegisterFlags(fs)
+	c.KafkaSource.RegisterFlags(fs)
 }
 
 func (c *Config) withDefaults() Config {
@@ -90,7 +93,7 @@ func (c *Config) withDefaults() Config {
 
 // Validate checks the flags, naming the one at fault.
 func (c *Config) Validate() error {
-	if c.AuditLog == "" && c.Webhook.Addr == "" && c.Firehose.Addr == "" && c.PubSub.Subscription == "" {
+	if c.AuditLog == "" && c.Webhook.Addr == "" && c.Firehose.Addr == "" && c.PubSub.Subscription == "" && !c.KafkaSource.On() {
 		return errNoInput
 	}
 	if c.AuditLog != "" {
@@ -111,6 +114,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.PubSub.Validate(); err != nil {
+		return err
+	}
+	if err := c.KafkaSource.Validate(); err != nil {
 		return err
 	}
 	return c.Webhook.Validate()
@@ -148,6 +154,13 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	if c.PubSub.Subscription != "" {
 		s, err := pubsub.New(context.Background(), c.PubSub, d.Bus, pubsub.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if c.KafkaSource.On() {
+		s, err := kafka.New(c.KafkaSource, d.Bus, kafka.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

@@ -152,3 +152,18 @@ func publishSplitting(ctx context.Context, p Publisher, msgs []Message, base int
 		}
 	}
 }
+
+// TooLargeDeadLetter is the refused function of PublishOrDeadLetter that the inputs share:
+// msgs[i], refused for its size, becomes the dead letter "too-large/<its id>" naming source
+// and node. counted, when not nil, is told of each message given up (to adjust the input's
+// counters).
+func TooLargeDeadLetter(msgs []Message, source, node string, counted func(m *Message)) func(i int, err error) Message {
+	return func(i int, err error) Message {
+		m := &msgs[i]
+		if counted != nil {
+			counted(m)
+		}
+		reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), Short(err.Error(), 300))
+		return NewDeadLetter(m.Cluster, "too-large/"+m.ID, source, reason, m.Data, map[string]string{HeaderNode: node})
+	}
+}

@@ -141,7 +141,7 @@ func (d *Decoder) unwrap(data []byte, depth int, via string, st *Stats, fn func(
 	case c == '[':
 		v, err := d.parsers[depth].ParseBytes(data)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNotEnvelope, err)
+			return fmt.Errorf("%w: %w", ErrNotEnvelope, err)
 		}
 		for _, x := range v.GetArray() {
 			if err := d.value(x, depth, via, st, fn); err != nil {
@@ -152,7 +152,7 @@ func (d *Decoder) unwrap(data []byte, depth int, via string, st *Stats, fn func(
 	case c == '{':
 		v, err := d.parsers[depth].ParseBytes(data)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNotEnvelope, err)
+			return fmt.Errorf("%w: %w", ErrNotEnvelope, err)
 		}
 		return d.value(v, depth, via, st, fn)
 	}
@@ -225,13 +225,13 @@ func (d *Decoder) gunzip(data []byte, depth int) ([]byte, error) {
 		err = d.gz.Reset(bytes.NewReader(data))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: gzip: %v", ErrNotEnvelope, err)
+		return nil, fmt.Errorf("%w: gzip: %w", ErrNotEnvelope, err)
 	}
 	buf := bytes.NewBuffer(d.bufs[depth][:0])
 	n, err := io.Copy(buf, io.LimitReader(d.gz, int64(d.maxSize())+1))
 	d.bufs[depth] = buf.Bytes()
 	if err != nil {
-		return nil, fmt.Errorf("%w: gzip: %v", ErrNotEnvelope, err)
+		return nil, fmt.Errorf("%w: gzip: %w", ErrNotEnvelope, err)
 	}
 	if n > int64(d.maxSize()) {
 		return nil, fmt.Errorf("%w: decompressed envelope larger than %d bytes", auditevent.ErrTooLarge, d.maxSize())
@@ -252,7 +252,7 @@ func (d *Decoder) unbase64(data []byte, depth int) ([]byte, error) {
 	m, err := base64.StdEncoding.Decode(buf, data)
 	d.bufs[depth] = buf
 	if err != nil {
-		return nil, fmt.Errorf("%w: base64: %v", ErrNotEnvelope, err)
+		return nil, fmt.Errorf("%w: base64: %w", ErrNotEnvelope, err)
 	}
 	return buf[:m], nil
 }

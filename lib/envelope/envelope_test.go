@@ -264,11 +264,11 @@ func TestEKSBuiltEnvelopes(t *testing.T) {
 // TestGKESamples: every GKE LogEntry becomes one audit event with the fields the rules read.
 func TestGKESamples(t *testing.T) {
 	type want struct {
-		verb, group, version, resource, ns, name, sub, user, uri, ua, ip string
-		code                                                             int32
-		anns                                                             map[string]string
-		level                                                            string
-		cluster                                                          string
+		verb, group, version, resource, ns, name, sub, user, uri string
+		code                                                     int32
+		anns                                                     map[string]string
+		level                                                    string
+		cluster                                                  string
 	}
 	cases := map[string][]want{
 		"gke-logentry-sekoia.jsonl": {

@@ -133,7 +133,6 @@ func TestEnvelopeFindings(t *testing.T) {
 	for _, s := range samples {
 		t.Run(s.name, func(t *testing.T) {
 			var got []*auditlensv1.Finding
-			var envs []string
 			d, dec := envelope.NewDecoder(0), auditevent.NewDecoder(0)
 			for _, in := range sampleInputs(t, s.name, s.data) {
 				_, err := d.Decode(dec, in, func(ev *auditevent.Event) error {
@@ -151,7 +150,6 @@ func TestEnvelopeFindings(t *testing.T) {
 				if last.Path != EnvelopeEvidencePath || !strings.Contains(last.Value, "/") {
 					t.Fatalf("finding %s without the envelope evidence: %v", f.RuleId, f.Evidence)
 				}
-				envs = append(envs, last.Value)
 				f.Evidence = f.Evidence[:len(f.Evidence)-1]
 				fmt.Fprintf(&golden, "%s %s %s/%s %s ns=%s user=%s removed_in=%s via=%s\n", s.name, f.RuleId, f.ApiGroup, f.ApiVersion, f.Resource, f.Namespace, f.Username, f.RemovedIn, last.Value)
 			}

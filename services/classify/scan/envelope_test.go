@@ -137,7 +137,9 @@ func TestManagedDocumentsAndGzip(t *testing.T) {
 	}
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
-	zw.Write([]byte(readSample(t, "aks-diagnostic-record-sumologic-docs.jsonl")))
+	if _, err := zw.Write([]byte(readSample(t, "aks-diagnostic-record-sumologic-docs.jsonl"))); err != nil {
+		t.Fatal(err)
+	}
 	zw.Close()
 	_, _, errOut := run(t, "", "--progress", "never", write(t, "aks.jsonl.gz", gz.String()))
 	if events, _, bad := scanSummary(t, errOut); events != "2" || bad != "0" {

@@ -176,7 +176,7 @@ func (s *Server) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout+5*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(sctx)
-	<-errc
+	<-errc //nolint:errcheck // after Shutdown, Serve returns http.ErrServerClosed
 	return nil
 }
 
@@ -254,11 +254,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	if len(msgs) > 0 {
-		if err := s.bus.Publish(ctx, msgs...); err != nil {
-			if errors.Is(err, bus.ErrTooLarge) {
-				s.answer(w, id, http.StatusRequestEntityTooLarge, "an event is larger than the bus accepts")
-				return
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "firehose:"+id, s.opt.Node, func(m *bus.Message) {
+			s.opt.Logger.Warn("Firehose event larger than the bus accepts; sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			if m.Stream == bus.Events {
+				events--
 			}
+			if bad == nil {
+				bad = map[string]int{}
+			}
+			bad["too_large_for_bus"]++
+		}))
+		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
 			s.opt.Logger.Warn("publish failed; answering 503 so that Firehose retries", "request", id, "err", err)
 			s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
@@ -283,18 +289,8 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 			bad = map[string]int{}
 		}
 		bad[metrics.Reason(err)]++
-		if len(data) > 64<<10 {
-			data = data[:64<<10]
-		}
-		reason := err.Error()
-		if len(reason) > 512 {
-			reason = reason[:512]
-		}
-		msgs = append(msgs, bus.Message{
-			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("firehose/%.128s/%d/%d", id, rec, len(msgs)),
-			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "firehose:" + id, bus.HeaderReason: reason},
-			Data:   data,
-		})
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("firehose/%s/%d/%d", id, rec, len(msgs)),
+			"firehose:"+id, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	for i, rec := range req.Records {
 		if len(rec.Data) == 0 {
@@ -317,11 +313,9 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 			if cluster == "" {
 				cluster = s.opt.Cluster
 			}
-			msgID := cluster + "/" + it.AuditID + "/" + it.Stage
-			if len(msgID) > 1024 {
-				dead(i, it.Raw, fmt.Errorf("auditID longer than 1024 bytes"))
-				continue
-			}
+			// A client-chosen auditID can be of any length: the id is bounded (hashed past
+			// bus.MaxIDLen), as the file input and the webhook do.
+			msgID := bus.BoundID(cluster + "/" + it.AuditID + "/" + it.Stage)
 			events++
 			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: msgID, Header: header, Data: it.Raw})
 		}

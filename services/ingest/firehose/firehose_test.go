@@ -266,3 +266,44 @@ func TestBusOutage(t *testing.T) {
 		t.Fatalf("%d events, want %d", got, len(events))
 	}
 }
+
+// TestEventLargerThanTheBus: an event the bus refuses for its size (here a server whose max
+// payload is below --max-event-size) is dead-lettered alone; the other events of the request
+// are stored and the answer is 200, so Firehose does not retry the request for ever.
+func TestEventLargerThanTheBus(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Host: "127.0.0.1", Port: -1,
+		MaxPayload: 256 << 10, NoSigs: true, NoLog: true})
+	if err != nil {
+		enginetest.Unavailable(t, "nats-server", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	n := &natsServer{addr: srv.Addr().String()}
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e := startEndpoint(t, b)
+	events := realEvents(t)
+	if len(events) < 3 {
+		t.Fatalf("%d real events, want at least 3", len(events))
+	}
+	huge := append([]byte(`{"padding":"`+strings.Repeat("x", 400<<10)+`",`), events[1][1:]...)
+	batch := append([][]byte{events[0], huge}, events[2:]...)
+	body := envelopetest.FirehoseBody("req-big", envelopetest.Gzip(envelopetest.Subscription(batch)))
+	if code, r := post(t, e.s.Addr(), "s3cret-key", "req-big", body, false); code != 200 || r.ErrorMessage != "" {
+		t.Fatalf("answer %d %+v, want 200", code, r)
+	}
+	if got, want := len(n.messages(t, bus.Events)), len(events)-1; got != want {
+		t.Errorf("%d events stored, want the %d that fit", got, want)
+	}
+	dl := n.messages(t, bus.DeadLetter)
+	if len(dl) != 1 || !strings.Contains(dl[0].Headers().Get(bus.HeaderReason), "larger than the bus accepts") ||
+		dl[0].Headers().Get(bus.HeaderTruncated) == "" || len(dl[0].Data()) > bus.DeadLetterMaxData {
+		t.Fatalf("dead letters: %d (want 1, truncated, naming the size)", len(dl))
+	}
+}

@@ -78,7 +78,7 @@ func TestKill9(t *testing.T) {
 				resp, err := client.Do(req)
 				if err == nil {
 					resp.Body.Close()
-					if resp.StatusCode == 200 {
+					if resp.StatusCode == http.StatusOK {
 						break
 					}
 				}

@@ -265,7 +265,13 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		err := s.bus.Publish(ctx, msgs...)
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka-source", s.opt.Node, func(m *bus.Message) {
+			s.opt.Logger.Warn("Kafka event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			if m.Stream == bus.Events {
+				events--
+			}
+			bad["too_large_for_bus"]++
+		}))
 		if err == nil {
 			break
 		}
@@ -294,19 +300,9 @@ func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad st
 	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	dead := func(data []byte, err error) {
 		bad = metrics.Reason(err)
-		if len(data) > 64<<10 {
-			data = data[:64<<10]
-		}
-		reason := err.Error()
-		if len(reason) > 512 {
-			reason = reason[:512]
-		}
-		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", reason)
-		msgs = append(msgs, bus.Message{
-			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("%s/%d", src, len(msgs)),
-			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: src, bus.HeaderReason: reason},
-			Data:   data,
-		})
+		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("%s/%d", src, len(msgs)),
+			src, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, st, err := s.dec.SplitAny(r.Value, s.opt.MaxEventSize)
 	if err != nil {
@@ -325,11 +321,7 @@ func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad st
 		if cluster == "" {
 			cluster = s.opt.Cluster
 		}
-		id := cluster + "/" + it.AuditID + "/" + it.Stage
-		if len(id) > 1024 {
-			dead(it.Raw, errors.New("auditID longer than 1024 bytes"))
-			continue
-		}
+		id := bus.BoundID(cluster + "/" + it.AuditID + "/" + it.Stage) // auditIDs can be of any length
 		events++
 		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: id, Header: s.header, Data: it.Raw})
 	}

@@ -246,7 +246,9 @@ func TestEventHubs(t *testing.T) {
 	checkOnce(t, got, total, want)
 
 	wrong := filepath.Join(t.TempDir(), "conn")
-	os.WriteFile(wrong, []byte(e.connStr[:len(e.connStr)-len(hub)-len(";EntityPath=")]+"x;EntityPath="+hub), 0o600)
+	if err := os.WriteFile(wrong, []byte(e.connStr[:len(e.connStr)-len(hub)-len(";EntityPath=")]+"x;EntityPath="+hub), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s, err = kafka.New(kafka.Config{EventHubsConnectionStringFile: wrong, TLSCA: e.caFile, Group: "other"}, b, kafka.Options{Cluster: "fallback", MaxEventSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)

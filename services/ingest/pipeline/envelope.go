@@ -16,9 +16,6 @@ import (
 // envelopes are the decoders of the publishers (each converts its own batches).
 var envelopes = sync.Pool{New: func() any { return envelope.NewDecoder(0) }}
 
-// maxIDLen bounds the message id of an event from an envelope (cluster/auditID/stage).
-const maxIDLen = 1024
-
 // unwrap reads line as an envelope after Peek failed with peekErr: the events it holds
 // (nil, peekErr when it is none).
 func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
@@ -45,43 +42,20 @@ func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error)
 func (in *FileInput) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
 	for i, it := range items {
 		b.srcs = append(b.srcs, src)
-		id := in.cluster + "/" + it.AuditID + "/" + it.Stage
-		err := it.Err
-		if err == nil && len(id) > maxIDLen {
-			err = errIDTooLong
-		}
-		if err != nil {
+		// A client-chosen auditID can be of any length: the id is bounded as for plain lines.
+		id := bus.BoundID(in.cluster + "/" + it.AuditID + "/" + it.Stage)
+		if err := it.Err; err != nil {
 			reason := metrics.Reason(err)
-			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", short(err.Error(), 200))
+			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
 			b.bad[reason]++
-			raw := it.Raw
-			if len(raw) > 64<<10 {
-				raw = raw[:64<<10]
-			}
-			b.msgs = append(b.msgs, bus.Message{
-				Stream: bus.DeadLetter, Cluster: in.cluster, ID: "file/" + fp + "/" + strconv.FormatInt(offset, 10) + "/" + strconv.Itoa(i+1),
-				Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src, bus.HeaderReason: short(err.Error(), 512)},
-				Data:   raw,
-			})
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file/"+fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
+				src, err.Error(), it.Raw, map[string]string{bus.HeaderNode: in.cfg.NodeName}))
 			continue
 		}
 		b.events++
 		b.msgs = append(b.msgs, bus.Message{Stream: bus.Events, Cluster: in.cluster, ID: id, Header: in.eventHeader, Data: it.Raw})
 	}
-}
-
-var errIDTooLong = &idError{}
-
-type idError struct{}
-
-func (*idError) Error() string { return "auditID longer than " + strconv.Itoa(maxIDLen) + " bytes" }
-
-func short(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

@@ -131,7 +131,14 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 	msgs, events, bad := s.messages(m)
 	if len(msgs) > 0 {
-		if err := s.bus.Publish(ctx, msgs...); err != nil {
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message) {
+			s.opt.Logger.Warn("Pub/Sub event larger than the bus accepts; sent to the dead-letter stream", "message", m.ID, "bytes", len(dm.Data), "id", bus.Short(dm.ID, 100))
+			if dm.Stream == bus.Events {
+				events--
+			}
+			bad = "too_large_for_bus"
+		}))
+		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
 			if ctx.Err() == nil {
 				s.opt.Logger.Warn("publish failed; the message is redelivered", "message", m.ID, "err", err)
@@ -154,19 +161,9 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 	defer s.decoders.Put(d)
 	dead := func(data []byte, err error) {
 		bad = metrics.Reason(err)
-		if len(data) > 64<<10 {
-			data = data[:64<<10]
-		}
-		reason := err.Error()
-		if len(reason) > 512 {
-			reason = reason[:512]
-		}
-		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", reason)
-		msgs = append(msgs, bus.Message{
-			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("pubsub/%.200s/%d", m.ID, len(msgs)),
-			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "pubsub:" + s.cfg.Subscription + ":" + m.ID, bus.HeaderReason: reason},
-			Data:   data,
-		})
+		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", bus.Short(err.Error(), 512))
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("pubsub/%s/%d", m.ID, len(msgs)),
+			"pubsub:"+s.cfg.Subscription+":"+m.ID, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, _, err := d.SplitAny(m.Data, s.opt.MaxEventSize)
 	if err != nil {
@@ -182,11 +179,7 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 		if cluster == "" {
 			cluster = s.opt.Cluster
 		}
-		id := cluster + "/" + it.AuditID + "/" + it.Stage
-		if len(id) > 1024 {
-			dead(it.Raw, errors.New("auditID longer than 1024 bytes"))
-			continue
-		}
+		id := bus.BoundID(cluster + "/" + it.AuditID + "/" + it.Stage) // auditIDs can be of any length
 		events++
 		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: id, Header: s.header, Data: it.Raw})
 	}

@@ -563,4 +563,4 @@ func (in *FileInput) settled(b *batch) {
 	in.unackedBytes -= b.bytes
 }
 
-var errNoInput = errors.New("give --audit-log, --webhook-addr, or both")
+var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers or --eventhubs-connection-string-file")

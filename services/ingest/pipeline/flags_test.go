@@ -16,7 +16,7 @@ func TestFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "give --audit-log, --webhook-addr, or both"},
+		{nil, "give at least one input: --audit-log, --webhook-addr"},
 		{[]string{"--audit-log", dir}, "--audit-log " + dir + " is a directory"},
 		{[]string{"--audit-log", filepath.Join(dir, "a.log"), "--start-at", "middle"}, `--start-at "middle"`},
 		{[]string{"--webhook-addr", "127.0.0.1:0"}, "--webhook-tls-cert"},

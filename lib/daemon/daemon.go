@@ -150,9 +150,11 @@ func setMemoryLimit(n int64) {
 
 // EmbeddedNATSMemory is about the most memory an in-process NATS server holds while the bus
 // is published to as fast as this process can: chiefly the message ids of the
-// de-duplication window (~200 bytes each, ~65k published per second per core, so about
-// 13 MB per second of window), plus its stream and file-store buffers. Measured with
-// ingest over 800 MB of audit log: 150-175 MB of live heap with the 10s window.
+// de-duplication window (~200 bytes each; a stream stores messages in one goroutine, ~65k per
+// second on this project's 2-core machine, so about 13 MB per second of window), plus its
+// stream and file-store buffers. Measured with ingest over 800 MB of audit log: 150-175 MB
+// of live heap with the 10s window. Should a faster machine hold more, the limit is soft:
+// the collector works harder (at most half the CPU) rather than fail.
 func EmbeddedNATSMemory(dedupWindow time.Duration) int64 {
 	return 32<<20 + int64(dedupWindow.Seconds()*float64(16<<20))
 }

@@ -13,8 +13,8 @@ import (
 // manifest-to-event conversion and every rule: errors are fine, panics are not, and every
 // finding names its source and has a message.
 func FuzzCheck(f *testing.F) {
-	files, _ := filepath.Glob("testdata/*/*/*.y*ml")
-	files = append(files, "testdata/list.json")
+	files, _ := filepath.Glob("testdata/tree/*/*/*.y*ml")
+	files = append(files, "testdata/tree/list.json")
 	for _, file := range files {
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -42,12 +42,12 @@ func keys(fs []Finding) []string {
 // TestDirectory walks a rendered chart (multi-document YAML, a .yml file, a file that is not
 // a manifest) and a JSON List: each rule the issue names fires on the document that has it.
 func TestDirectory(t *testing.T) {
-	fs, errOut, code := run(t, "", "--target-version", "1.25", "testdata")
+	fs, errOut, code := run(t, "", "--target-version", "1.25", filepath.Join("testdata", "tree"))
 	if code != 3 {
 		t.Fatalf("exit %d, want 3; stderr %s", code, errOut)
 	}
-	old := filepath.Join("testdata", "chart", "templates", "old.yaml")
-	list := filepath.Join("testdata", "list.json")
+	old := filepath.Join("testdata", "tree", "chart", "templates", "old.yaml")
+	list := filepath.Join("testdata", "tree", "list.json")
 	want := []string{
 		old + "#1 beta-node-label ",
 		old + "#1 removed-api 1.16",
@@ -89,7 +89,7 @@ func TestDirectory(t *testing.T) {
 }
 
 func TestStdinAndExitCodes(t *testing.T) {
-	clean, err := os.ReadFile("testdata/chart/templates/clean.yml")
+	clean, err := os.ReadFile("testdata/tree/chart/templates/clean.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

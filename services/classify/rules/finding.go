@@ -66,9 +66,16 @@ func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, sour
 	for _, x := range m.Evidence {
 		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: strings.Clone(x.Path), Value: strings.Clone(x.Value)})
 	}
+	if v, ok := ev.Annotation(auditevent.EnvelopeAnnotation); ok {
+		// The cloud envelope the event came in (lib/envelope): where the finding came from.
+		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: EnvelopeEvidencePath, Value: strings.Clone(v)})
+	}
 	f.Message = e.message(f, m, source)
 	return f
 }
+
+// EnvelopeEvidencePath is the evidence path of the cloud envelope an event came in.
+const EnvelopeEvidencePath = `annotations["` + auditevent.EnvelopeAnnotation + `"]`
 
 // appliedManifestNote opens the message of a finding whose evidence is kubectl's record of
 // the applied manifest rather than the object the apiserver kept.

@@ -158,6 +158,7 @@ type scanner struct {
 	metadataOnly map[string]*int
 	failed       bool
 	pos          string
+	managed      managed
 }
 
 func (s *scanner) run(files []string, stdin io.Reader) int {
@@ -245,6 +246,9 @@ func (s *scanner) file(name string, stdin io.Reader) error {
 		defer zr.Close()
 		br = bufio.NewReaderSize(zr, 256<<10)
 	}
+	if document(br) {
+		return s.readDocument(name, br)
+	}
 	var line []byte
 	for n := 1; ; n++ {
 		var err error
@@ -296,8 +300,7 @@ func (s *scanner) line(data []byte) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return // blank line
 	}
-	err := s.dec.Decode(data, s.event)
-	if err != nil {
+	if err := s.decode(data); err != nil {
 		// An EventList may have good items and bad ones: each bad one is reported.
 		var multi interface{ Unwrap() []error }
 		if errors.As(err, &multi) {
@@ -409,6 +412,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 			fmt.Fprintf(w, "  (only the first %d were reported one by one)\n", s.cfg.MaxBadReports)
 		}
 	}
+	s.writeSkipped(w)
 	s.sum.write(w, s.cfg.TargetVersion)
 	if len(s.metadataOnly) > 0 {
 		res := slices.Sorted(maps.Keys(s.metadataOnly))

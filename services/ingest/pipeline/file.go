@@ -15,6 +15,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
@@ -318,6 +319,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 	type line struct {
 		srcEnd, idEnd int // ends of the line's source and id in text
 		err           error
+		envelope      []envelope.Item // non-nil: the line is a cloud envelope (envelope.go)
 	}
 	lines := make([]line, len(c.Lines))
 	var text strings.Builder
@@ -333,6 +335,9 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		var ref auditevent.Ref
 		if err == nil {
 			ref, err = auditevent.Peek(l.Data, in.cfg.MaxEventSize)
+		}
+		if err != nil && l.Err == nil {
+			lines[i].envelope, err = in.unwrap(l.Data, err)
 		}
 		if err != nil {
 			lines[i].err = err
@@ -358,6 +363,11 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		// The audit ID is the client's Audit-ID header, of any length: bound the message id.
 		id = bus.BoundID(id)
 		b.srcs = append(b.srcs, src)
+		if items := lines[i].envelope; items != nil {
+			b.srcs = b.srcs[:len(b.srcs)-1] // one source per message: addEnvelope adds them
+			in.addEnvelope(b, src, fp, l.Offset, items)
+			continue
+		}
 		if err := lines[i].err; err != nil {
 			reason := metrics.Reason(err)
 			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", bus.Short(err.Error(), 200))

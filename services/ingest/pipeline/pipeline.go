@@ -2,6 +2,7 @@
 package pipeline
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/kafka"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/pubsub"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
 )
@@ -60,6 +64,9 @@ type Config struct {
 	DrainTimeout  time.Duration
 	NodeName      string
 	Webhook       webhook.Config
+	Firehose      firehose.Config
+	PubSub        pubsub.Config
+	KafkaSource   kafka.Config
 }
 
 // RegisterFlags adds ingest's flags to fs.
@@ -76,6 +83,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "audit-log-drain-timeout", 30*time.Second, "on shutdown, how long read lines may wait for the bus")
 	fs.StringVar(&c.NodeName, "node-name", host, "name of this node, sent with every event")
 	c.Webhook.RegisterFlags(fs)
+	c.Firehose.RegisterFlags(fs)
+	c.PubSub.RegisterFlags(fs)
+	c.KafkaSource.RegisterFlags(fs)
 }
 
 func (c *Config) withDefaults() Config {
@@ -109,7 +119,7 @@ func (c *Config) withDefaults() Config {
 
 // Validate checks the flags, naming the one at fault.
 func (c *Config) Validate() error {
-	if c.AuditLog == "" && c.Webhook.Addr == "" {
+	if c.AuditLog == "" && c.Webhook.Addr == "" && c.Firehose.Addr == "" && c.PubSub.Subscription == "" && !c.KafkaSource.On() {
 		return errNoInput
 	}
 	if c.AuditLog != "" {
@@ -125,6 +135,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxEventSize < 0 || c.BatchSize < 0 || c.BatchBytes < 0 || c.Publishers < 0 {
 		return fmt.Errorf("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
+	}
+	if err := c.Firehose.Validate(); err != nil {
+		return err
+	}
+	if err := c.PubSub.Validate(); err != nil {
+		return err
+	}
+	if err := c.KafkaSource.Validate(); err != nil {
+		return err
 	}
 	return c.Webhook.Validate()
 }
@@ -157,6 +176,27 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	if c.Webhook.Addr != "" {
 		s, err := webhook.New(c.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if c.Firehose.Addr != "" {
+		s, err := firehose.New(c.Firehose, d.Bus, firehose.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if c.PubSub.Subscription != "" {
+		s, err := pubsub.New(context.Background(), c.PubSub, d.Bus, pubsub.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if c.KafkaSource.On() {
+		s, err := kafka.New(c.KafkaSource, d.Bus, kafka.Options{Cluster: d.Cluster, Node: c.NodeName, MaxEventSize: c.MaxEventSize, Logger: d.Logger, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

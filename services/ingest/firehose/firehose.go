@@ -1,0 +1,330 @@
+// Package firehose is ingest's Amazon Data Firehose HTTP endpoint: it receives the records
+// a Firehose stream delivers (for EKS, CloudWatch Logs subscription payloads of the
+// cluster's log group) and answers 200 only once the bus has stored every audit event in
+// them, so that Firehose retries whatever was not stored.
+//
+// Protocol: https://docs.aws.amazon.com/firehose/latest/dev/httpdeliveryrequestresponse.html
+// (POST, X-Amz-Firehose-Access-Key, X-Amz-Firehose-Request-Id, optional Content-Encoding:
+// gzip, body {"requestId","timestamp","records":[{"data":base64}]}, answer
+// {"requestId","timestamp"[,"errorMessage"]}; 200 delivered, 413 permanent, others retried).
+package firehose
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+)
+
+// Input is the metrics label of this input.
+const Input = "firehose"
+
+// Config configures the endpoint.
+type Config struct {
+	Addr          string
+	TLSCert       string
+	TLSKey        string
+	AccessKeyFile string
+	// MaxBody caps a request body after decompression (default 64 MiB, Firehose's limit).
+	MaxBody int64
+	// PublishTimeout bounds the wait for the bus; past it the answer is 503 (default 60s;
+	// Firehose waits up to 3 minutes).
+	PublishTimeout time.Duration
+}
+
+// RegisterFlags adds the --firehose-* flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "firehose-addr", "", "serve the Amazon Data Firehose HTTP endpoint (EKS audit logs via a CloudWatch Logs subscription) on `host:port` (empty: off)")
+	fs.StringVar(&c.TLSCert, "firehose-tls-cert", "", "TLS certificate `file` of the Firehose endpoint (empty: plain HTTP behind a TLS-terminating load balancer)")
+	fs.StringVar(&c.TLSKey, "firehose-tls-key", "", "TLS key `file` of the Firehose endpoint")
+	fs.StringVar(&c.AccessKeyFile, "firehose-access-key-file", "", "`file` holding the access key configured on the Firehose stream (required with --firehose-addr)")
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBody <= 0 {
+		c.MaxBody = 64 << 20
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 60 * time.Second
+	}
+	return c
+}
+
+// Validate checks the flags when the endpoint is on.
+func (c *Config) Validate() error {
+	if c.Addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--firehose-addr %q: want host:port", c.Addr)
+	}
+	if c.AccessKeyFile == "" {
+		return errors.New("--firehose-addr needs --firehose-access-key-file: Firehose sends the configured access key with every request")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--firehose-tls-cert and --firehose-tls-key go together")
+	}
+	for name, f := range map[string]string{"--firehose-access-key-file": c.AccessKeyFile, "--firehose-tls-cert": c.TLSCert, "--firehose-tls-key": c.TLSKey} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%s %s: %w", name, f, err)
+		}
+	}
+	return nil
+}
+
+// Bus is what the endpoint needs from the bus.
+type Bus interface {
+	bus.Publisher
+	Ready() error
+}
+
+// Options are the endpoint's collaborators.
+type Options struct {
+	// Cluster names events whose envelope names no cluster (the EKS log group does).
+	Cluster      string
+	Node         string
+	MaxEventSize int
+	Logger       *slog.Logger
+	Metrics      *metrics.Ingest
+}
+
+// Server is the Firehose endpoint.
+type Server struct {
+	cfg      Config
+	opt      Options
+	bus      Bus
+	key      []byte
+	ln       net.Listener
+	srv      *http.Server
+	decoders sync.Pool
+}
+
+// New reads the access key and listens on cfg.Addr.
+func New(cfg Config, b Bus, opt Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(nil)
+	}
+	key, err := os.ReadFile(cfg.AccessKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --firehose-access-key-file: %w", err)
+	}
+	key = []byte(strings.TrimSpace(string(key)))
+	if len(key) == 0 {
+		return nil, fmt.Errorf("--firehose-access-key-file %s is empty", cfg.AccessKeyFile)
+	}
+	s := &Server{cfg: cfg, opt: opt, bus: b, key: key}
+	s.decoders.New = func() any { return envelope.NewDecoder(int(cfg.MaxBody)) }
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --firehose-addr: %w", err)
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("load the Firehose TLS key pair: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	return s, nil
+}
+
+// Addr is the address listened on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Ready reports whether the bus is.
+func (s *Server) Ready() error { return s.bus.Ready() }
+
+// Run serves until ctx is cancelled, then lets requests in flight finish.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve the Firehose endpoint: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout+5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(sctx)
+	<-errc
+	return nil
+}
+
+type request struct {
+	RequestID string `json:"requestId"`
+	Timestamp int64  `json:"timestamp"`
+	Records   []struct {
+		Data []byte `json:"data"` // base64 in JSON
+	} `json:"records"`
+}
+
+// answer writes the documented response.
+func (s *Server) answer(w http.ResponseWriter, id string, code int, errMsg string) {
+	s.opt.Metrics.Requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	body := map[string]any{"requestId": id, "timestamp": time.Now().UnixMilli()}
+	if errMsg != "" {
+		if len(errMsg) > 8192 {
+			errMsg = errMsg[:8192]
+		}
+		body["errorMessage"] = errMsg
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// ServeHTTP handles one delivery.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Amz-Firehose-Request-Id")
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Amz-Firehose-Access-Key")), s.key) != 1 {
+		s.answer(w, id, http.StatusUnauthorized, "wrong or missing X-Amz-Firehose-Access-Key")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.answer(w, id, http.StatusMethodNotAllowed, "POST Firehose records")
+		return
+	}
+	var body io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			s.answer(w, id, http.StatusBadRequest, "gzip body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		body = io.LimitReader(zr, s.cfg.MaxBody+1)
+	}
+	raw, err := io.ReadAll(body)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || int64(len(raw)) > s.cfg.MaxBody {
+		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", s.cfg.MaxBody))
+		return
+	}
+	if err != nil {
+		s.answer(w, id, http.StatusBadRequest, "read body: "+err.Error())
+		return
+	}
+	var req request
+	if err := json.Unmarshal(raw, &req); err != nil {
+		s.answer(w, id, http.StatusBadRequest, "not a Firehose request body: "+err.Error())
+		return
+	}
+	if id == "" {
+		id = req.RequestID
+	}
+	if err := s.bus.Ready(); err != nil {
+		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
+		return
+	}
+	msgs, events, bad := s.messages(id, &req)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
+	defer cancel()
+	if len(msgs) > 0 {
+		if err := s.bus.Publish(ctx, msgs...); err != nil {
+			if errors.Is(err, bus.ErrTooLarge) {
+				s.answer(w, id, http.StatusRequestEntityTooLarge, "an event is larger than the bus accepts")
+				return
+			}
+			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+			s.opt.Logger.Warn("publish failed; answering 503 so that Firehose retries", "request", id, "err", err)
+			s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
+			return
+		}
+	}
+	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
+	for reason, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	}
+	s.answer(w, id, http.StatusOK, "")
+}
+
+// messages turns the records into event messages (named cluster/auditID/stage, so that a
+// retried request stores nothing twice) and dead letters (named by request and record).
+func (s *Server) messages(id string, req *request) (msgs []bus.Message, events int, bad map[string]int) {
+	d := s.decoders.Get().(*envelope.Decoder)
+	defer s.decoders.Put(d)
+	header := map[string]string{bus.HeaderNode: s.opt.Node}
+	dead := func(rec int, data []byte, err error) {
+		if bad == nil {
+			bad = map[string]int{}
+		}
+		bad[metrics.Reason(err)]++
+		if len(data) > 64<<10 {
+			data = data[:64<<10]
+		}
+		reason := err.Error()
+		if len(reason) > 512 {
+			reason = reason[:512]
+		}
+		msgs = append(msgs, bus.Message{
+			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("firehose/%.128s/%d/%d", id, rec, len(msgs)),
+			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "firehose:" + id, bus.HeaderReason: reason},
+			Data:   data,
+		})
+	}
+	for i, rec := range req.Records {
+		if len(rec.Data) == 0 {
+			continue
+		}
+		items, st, err := d.Split(rec.Data, s.opt.MaxEventSize)
+		if err != nil {
+			dead(i, rec.Data, err)
+			continue
+		}
+		if st.Skipped > 0 {
+			s.opt.Logger.Debug("Firehose records without audit events skipped", "request", id, "records", st.Skipped, "reasons", st.Reasons)
+		}
+		for _, it := range items {
+			if it.Err != nil {
+				dead(i, it.Raw, it.Err)
+				continue
+			}
+			cluster := it.Origin.Cluster
+			if cluster == "" {
+				cluster = s.opt.Cluster
+			}
+			msgID := cluster + "/" + it.AuditID + "/" + it.Stage
+			if len(msgID) > 1024 {
+				dead(i, it.Raw, fmt.Errorf("auditID longer than 1024 bytes"))
+				continue
+			}
+			events++
+			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: msgID, Header: header, Data: it.Raw})
+		}
+	}
+	return msgs, events, bad
+}

@@ -1,0 +1,337 @@
+// Package kafka is ingest's Kafka source: it reads a topic that holds audit events or cloud
+// envelopes (Azure Event Hubs' Kafka endpoint, fed by an AKS diagnostic setting, or any log
+// shipper) and commits a record's offset only after the bus has stored its events.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+)
+
+// Input is the metrics label of this input.
+const Input = "kafka"
+
+// Config configures the source.
+type Config struct {
+	Brokers          string // comma-separated host:port
+	Topic            string
+	Group            string
+	TLS              bool
+	TLSCA            string
+	SASLUser         string
+	SASLPasswordFile string
+	// EventHubsConnectionStringFile holds an Event Hubs connection string: it sets the
+	// brokers (<namespace>.servicebus.windows.net:9093), TLS, SASL PLAIN with the user
+	// $ConnectionString, and the topic when the string has EntityPath.
+	EventHubsConnectionStringFile string
+}
+
+// RegisterFlags adds the --kafka-source-* flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Brokers, "kafka-source-brokers", "", "read audit events or cloud envelopes from Kafka at these comma-separated `host:port`s (empty: off unless --eventhubs-connection-string-file)")
+	fs.StringVar(&c.Topic, "kafka-source-topic", "", "Kafka `topic` to read (Event Hubs: the event hub's name)")
+	fs.StringVar(&c.Group, "kafka-source-group", "auditlens-ingest", "Kafka consumer `group` whose committed offsets say what is stored")
+	fs.BoolVar(&c.TLS, "kafka-source-tls", false, "connect to the Kafka source over TLS")
+	fs.StringVar(&c.TLSCA, "kafka-source-tls-ca", "", "CA `file` that signs the Kafka source's certificates (default: the system's)")
+	fs.StringVar(&c.SASLUser, "kafka-source-sasl-user", "", "SASL PLAIN `user` of the Kafka source")
+	fs.StringVar(&c.SASLPasswordFile, "kafka-source-sasl-password-file", "", "`file` holding the SASL PLAIN password of the Kafka source")
+	fs.StringVar(&c.EventHubsConnectionStringFile, "eventhubs-connection-string-file", "", "`file` holding an Azure Event Hubs connection string (Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=HUB]): read AKS audit logs from its Kafka endpoint with TLS and SASL PLAIN")
+}
+
+// On reports whether the source is configured.
+func (c *Config) On() bool { return c.Brokers != "" || c.EventHubsConnectionStringFile != "" }
+
+// Validate checks the flags when the source is on.
+func (c *Config) Validate() error {
+	if !c.On() {
+		return nil
+	}
+	for name, f := range map[string]string{"--kafka-source-tls-ca": c.TLSCA, "--kafka-source-sasl-password-file": c.SASLPasswordFile, "--eventhubs-connection-string-file": c.EventHubsConnectionStringFile} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%s %s: %w", name, f, err)
+		}
+	}
+	if c.EventHubsConnectionStringFile == "" {
+		if c.Topic == "" {
+			return errors.New("--kafka-source-brokers needs --kafka-source-topic")
+		}
+		if (c.SASLUser == "") != (c.SASLPasswordFile == "") {
+			return errors.New("--kafka-source-sasl-user and --kafka-source-sasl-password-file go together")
+		}
+	}
+	if c.Group == "" {
+		return errors.New("--kafka-source-group is empty: a consumer group keeps what is stored")
+	}
+	return nil
+}
+
+// resolved is the connection after the Event Hubs connection string is read.
+type resolved struct {
+	brokers     []string
+	topic       string
+	tls         bool
+	user, pass  string
+	description string
+}
+
+func (c *Config) resolve() (resolved, error) {
+	r := resolved{brokers: split(c.Brokers), topic: c.Topic, tls: c.TLS, user: c.SASLUser}
+	if c.SASLPasswordFile != "" {
+		b, err := os.ReadFile(c.SASLPasswordFile)
+		if err != nil {
+			return r, fmt.Errorf("read --kafka-source-sasl-password-file: %w", err)
+		}
+		r.pass = strings.TrimSpace(string(b))
+	}
+	if c.EventHubsConnectionStringFile != "" {
+		b, err := os.ReadFile(c.EventHubsConnectionStringFile)
+		if err != nil {
+			return r, fmt.Errorf("read --eventhubs-connection-string-file: %w", err)
+		}
+		cs := strings.TrimSpace(string(b))
+		fields := map[string]string{}
+		for _, kv := range strings.Split(cs, ";") {
+			k, v, _ := strings.Cut(kv, "=")
+			fields[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
+		}
+		ep := fields["endpoint"]
+		host := strings.TrimSuffix(strings.TrimPrefix(ep, "sb://"), "/")
+		if host == "" || !strings.HasPrefix(ep, "sb://") {
+			return r, fmt.Errorf("--eventhubs-connection-string-file %s: no Endpoint=sb://NAMESPACE.servicebus.windows.net/ in it", c.EventHubsConnectionStringFile)
+		}
+		if len(r.brokers) == 0 {
+			if !strings.Contains(host, ":") {
+				host += ":9093"
+			}
+			r.brokers = []string{host}
+		}
+		if r.topic == "" {
+			r.topic = fields["entitypath"]
+		}
+		if r.topic == "" {
+			return r, errors.New("--eventhubs-connection-string-file has no EntityPath: give the event hub as --kafka-source-topic")
+		}
+		r.tls, r.user, r.pass = true, "$ConnectionString", cs
+	}
+	r.description = strings.Join(r.brokers, ",") + "/" + r.topic
+	return r, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Bus is what the source needs from the bus.
+type Bus interface {
+	bus.Publisher
+	Ready() error
+}
+
+// Options are the source's collaborators.
+type Options struct {
+	// Cluster names events whose envelope names no cluster (the AKS resource id does).
+	Cluster      string
+	Node         string
+	MaxEventSize int
+	Logger       *slog.Logger
+	Metrics      *metrics.Ingest
+}
+
+// Source reads one topic.
+type Source struct {
+	cfg    Config
+	conn   resolved
+	opt    Options
+	bus    Bus
+	client *kgo.Client
+	dec    *envelope.Decoder
+	header map[string]string
+}
+
+// New creates the Kafka client (it connects on first use).
+func New(cfg Config, b Bus, opt Options) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(nil)
+	}
+	conn, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(conn.brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(conn.topic),
+		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(64 << 20),
+	}
+	if conn.tls {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TLSCA != "" {
+			pem, err := os.ReadFile(cfg.TLSCA)
+			if err != nil {
+				return nil, fmt.Errorf("read --kafka-source-tls-ca: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--kafka-source-tls-ca %s: no PEM certificate in it", cfg.TLSCA)
+			}
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if conn.user != "" {
+		opts = append(opts, kgo.SASL(plain.Auth{User: conn.user, Pass: conn.pass}.AsMechanism()))
+	}
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create the Kafka source client: %w", err)
+	}
+	return &Source{cfg: cfg, conn: conn, opt: opt, bus: b, client: client, dec: envelope.NewDecoder(0), header: map[string]string{bus.HeaderNode: opt.Node}}, nil
+}
+
+// Ready reports whether the bus is.
+func (s *Source) Ready() error { return s.bus.Ready() }
+
+// Run polls until ctx is cancelled. Each poll's records are published, retried while the
+// bus fails, and only then committed; what is not committed is read again after a restart
+// (the message ids make that store nothing twice).
+func (s *Source) Run(ctx context.Context) error {
+	defer func() {
+		s.client.AllowRebalance() // leaving the group on Close waits for it
+		s.client.Close()
+	}()
+	for {
+		fetches := s.client.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			s.opt.Logger.Warn("fetch from the Kafka source", "source", s.conn.description, "partition", p, "err", err)
+		})
+		var recs []*kgo.Record
+		fetches.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+		if len(recs) > 0 {
+			if err := s.store(ctx, recs); err != nil {
+				return nil // ctx cancelled while the bus was failing: nothing committed
+			}
+			if err := s.client.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+				s.opt.Logger.Warn("commit offsets to the Kafka source (the records will be read again)", "err", err)
+			}
+		}
+		s.client.AllowRebalance()
+	}
+}
+
+// store publishes the events of recs, retrying with back-off until the bus took them or ctx
+// is cancelled.
+func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
+	var msgs []bus.Message
+	events := 0
+	bad := map[string]int{}
+	for _, r := range recs {
+		m, n, reason := s.messages(r)
+		msgs = append(msgs, m...)
+		events += n
+		if reason != "" {
+			bad[reason]++
+		}
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.bus.Publish(ctx, msgs...)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+		s.opt.Logger.Warn("publish failed; holding the Kafka offsets and retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
+	for reason, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	}
+	return nil
+}
+
+// messages turns one record into event messages (named cluster/auditID/stage) or dead
+// letters (named by topic, partition and offset).
+func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad string) {
+	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
+	dead := func(data []byte, err error) {
+		bad = metrics.Reason(err)
+		if len(data) > 64<<10 {
+			data = data[:64<<10]
+		}
+		reason := err.Error()
+		if len(reason) > 512 {
+			reason = reason[:512]
+		}
+		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", reason)
+		msgs = append(msgs, bus.Message{
+			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("%s/%d", src, len(msgs)),
+			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: src, bus.HeaderReason: reason},
+			Data:   data,
+		})
+	}
+	items, st, err := s.dec.SplitAny(r.Value, s.opt.MaxEventSize)
+	if err != nil {
+		dead(r.Value, err)
+		return msgs, 0, bad
+	}
+	if st.Skipped > 0 {
+		s.opt.Logger.Debug("records without audit events skipped", "source", src, "records", st.Skipped, "reasons", st.Reasons)
+	}
+	for _, it := range items {
+		if it.Err != nil {
+			dead(it.Raw, it.Err)
+			continue
+		}
+		cluster := it.Origin.Cluster
+		if cluster == "" {
+			cluster = s.opt.Cluster
+		}
+		id := cluster + "/" + it.AuditID + "/" + it.Stage
+		if len(id) > 1024 {
+			dead(it.Raw, errors.New("auditID longer than 1024 bytes"))
+			continue
+		}
+		events++
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: id, Header: s.header, Data: it.Raw})
+	}
+	return msgs, events, bad
+}

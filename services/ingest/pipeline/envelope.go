@@ -1,0 +1,87 @@
+package pipeline
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+)
+
+// Lines that are no audit event may be a managed cloud's envelope (lib/envelope): one line
+// then gives any number of events. They all go into the line's batch, so the line is
+// acknowledged (its position checkpointed) only when the bus has stored every one of them.
+
+// envelopes are the decoders of the publishers (each converts its own batches).
+var envelopes = sync.Pool{New: func() any { return envelope.NewDecoder(0) }}
+
+// maxIDLen bounds the message id of an event from an envelope (cluster/auditID/stage).
+const maxIDLen = 1024
+
+// unwrap reads line as an envelope after Peek failed with peekErr: the events it holds
+// (nil, peekErr when it is none).
+func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
+	if !envelope.Candidate(peekErr) {
+		return nil, peekErr
+	}
+	d := envelopes.Get().(*envelope.Decoder)
+	defer envelopes.Put(d)
+	items, st, err := d.Split(line, in.cfg.MaxEventSize)
+	if err != nil {
+		return nil, peekErr
+	}
+	if st.Skipped > 0 {
+		in.log.Debug("envelope records without audit events skipped", "records", st.Skipped, "reasons", st.Reasons)
+	}
+	if items == nil {
+		items = []envelope.Item{}
+	}
+	return items, nil
+}
+
+// addEnvelope adds the events of one envelope line (at src) to b: good ones to the events
+// stream, bad ones to the dead-letter stream, each named by src and its place in the line.
+func (in *FileInput) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
+	for i, it := range items {
+		b.srcs = append(b.srcs, src)
+		id := in.cluster + "/" + it.AuditID + "/" + it.Stage
+		err := it.Err
+		if err == nil && len(id) > maxIDLen {
+			err = errIDTooLong
+		}
+		if err != nil {
+			reason := metrics.Reason(err)
+			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", short(err.Error(), 200))
+			if b.bad == nil {
+				b.bad = map[string]int{}
+			}
+			b.bad[reason]++
+			raw := it.Raw
+			if len(raw) > 64<<10 {
+				raw = raw[:64<<10]
+			}
+			b.msgs = append(b.msgs, bus.Message{
+				Stream: bus.DeadLetter, Cluster: in.cluster, ID: "file/" + fp + "/" + strconv.FormatInt(offset, 10) + "/" + strconv.Itoa(i+1),
+				Header: map[string]string{bus.HeaderNode: in.cfg.NodeName, bus.HeaderSource: src, bus.HeaderReason: short(err.Error(), 512)},
+				Data:   raw,
+			})
+			continue
+		}
+		b.events++
+		b.msgs = append(b.msgs, bus.Message{Stream: bus.Events, Cluster: in.cluster, ID: id, Header: in.eventHeader, Data: it.Raw})
+	}
+}
+
+var errIDTooLong = &idError{}
+
+type idError struct{}
+
+func (*idError) Error() string { return "auditID longer than " + strconv.Itoa(maxIDLen) + " bytes" }
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

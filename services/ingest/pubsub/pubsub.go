@@ -1,0 +1,194 @@
+// Package pubsub is ingest's Google Cloud Pub/Sub source: it reads the subscription a Cloud
+// Logging sink feeds with GKE audit log entries (one LogEntry JSON per message) and
+// acknowledges each message only after the bus has stored its event, so that Pub/Sub
+// redelivers whatever was not stored.
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+)
+
+// Input is the metrics label of this input.
+const Input = "pubsub"
+
+// Config configures the source.
+type Config struct {
+	// Subscription is projects/<project>/subscriptions/<name>.
+	Subscription string
+	// MaxOutstanding bounds the messages being stored at once (default 1000).
+	MaxOutstanding int
+}
+
+// RegisterFlags adds the --pubsub-* flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Subscription, "pubsub-subscription", "", "read GKE audit logs from this Pub/Sub `projects/P/subscriptions/S` (fed by a Cloud Logging sink; credentials: Application Default Credentials or workload identity; PUBSUB_EMULATOR_HOST honoured) (empty: off)")
+	fs.IntVar(&c.MaxOutstanding, "pubsub-max-outstanding", 1000, "Pub/Sub messages being stored on the bus at once")
+}
+
+var subscriptionRE = regexp.MustCompile(`^projects/([^/]+)/subscriptions/[^/]+$`)
+
+// Validate checks the flags when the source is on.
+func (c *Config) Validate() error {
+	if c.Subscription == "" {
+		return nil
+	}
+	if !subscriptionRE.MatchString(c.Subscription) {
+		return fmt.Errorf("--pubsub-subscription %q: want projects/PROJECT/subscriptions/NAME", c.Subscription)
+	}
+	if c.MaxOutstanding < 0 {
+		return fmt.Errorf("--pubsub-max-outstanding %d: want a positive number", c.MaxOutstanding)
+	}
+	return nil
+}
+
+// Bus is what the source needs from the bus.
+type Bus interface {
+	bus.Publisher
+	Ready() error
+}
+
+// Options are the source's collaborators.
+type Options struct {
+	// Cluster names events whose entry names no cluster (resource.labels.cluster_name).
+	Cluster      string
+	Node         string
+	MaxEventSize int
+	Logger       *slog.Logger
+	Metrics      *metrics.Ingest
+	// ClientOptions are passed to the Pub/Sub client (tests: the pstest server).
+	ClientOptions []option.ClientOption
+}
+
+// Source reads one subscription.
+type Source struct {
+	cfg      Config
+	opt      Options
+	bus      Bus
+	client   *gpubsub.Client
+	sub      *gpubsub.Subscriber
+	decoders sync.Pool
+	header   map[string]string
+}
+
+// New connects the Pub/Sub client.
+func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Subscription == "" {
+		return nil, errors.New("--pubsub-subscription is empty")
+	}
+	if cfg.MaxOutstanding <= 0 {
+		cfg.MaxOutstanding = 1000
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(nil)
+	}
+	project := subscriptionRE.FindStringSubmatch(cfg.Subscription)[1]
+	client, err := gpubsub.NewClient(ctx, project, opt.ClientOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Pub/Sub: %w", err)
+	}
+	s := &Source{cfg: cfg, opt: opt, bus: b, client: client, header: map[string]string{bus.HeaderNode: opt.Node}}
+	s.sub = client.Subscriber(cfg.Subscription)
+	s.sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
+	s.decoders.New = func() any { return envelope.NewDecoder(0) }
+	return s, nil
+}
+
+// Ready reports whether the bus is.
+func (s *Source) Ready() error { return s.bus.Ready() }
+
+// Run receives until ctx is cancelled; messages being stored then are not acknowledged
+// (Pub/Sub redelivers them), and the client is closed.
+func (s *Source) Run(ctx context.Context) error {
+	defer s.client.Close()
+	err := s.sub.Receive(ctx, s.handle)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("receive from %s: %w", s.cfg.Subscription, err)
+	}
+	return nil
+}
+
+// handle stores one message's events (or its dead letter), then acknowledges it; a failed
+// publish nacks it for redelivery.
+func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
+	msgs, events, bad := s.messages(m)
+	if len(msgs) > 0 {
+		if err := s.bus.Publish(ctx, msgs...); err != nil {
+			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+			if ctx.Err() == nil {
+				s.opt.Logger.Warn("publish failed; the message is redelivered", "message", m.ID, "err", err)
+			}
+			m.Nack()
+			return
+		}
+	}
+	m.Ack()
+	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
+	if bad != "" {
+		s.opt.Metrics.Bad.WithLabelValues(Input, bad).Inc()
+	}
+}
+
+// messages turns one Pub/Sub message into event messages (named cluster/auditID/stage, so
+// a redelivery stores nothing twice) or one dead letter.
+func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, bad string) {
+	d := s.decoders.Get().(*envelope.Decoder)
+	defer s.decoders.Put(d)
+	dead := func(data []byte, err error) {
+		bad = metrics.Reason(err)
+		if len(data) > 64<<10 {
+			data = data[:64<<10]
+		}
+		reason := err.Error()
+		if len(reason) > 512 {
+			reason = reason[:512]
+		}
+		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", reason)
+		msgs = append(msgs, bus.Message{
+			Stream: bus.DeadLetter, Cluster: s.opt.Cluster, ID: fmt.Sprintf("pubsub/%.200s/%d", m.ID, len(msgs)),
+			Header: map[string]string{bus.HeaderNode: s.opt.Node, bus.HeaderSource: "pubsub:" + s.cfg.Subscription + ":" + m.ID, bus.HeaderReason: reason},
+			Data:   data,
+		})
+	}
+	items, _, err := d.SplitAny(m.Data, s.opt.MaxEventSize)
+	if err != nil {
+		dead(m.Data, err)
+		return msgs, 0, bad
+	}
+	for _, it := range items {
+		if it.Err != nil {
+			dead(it.Raw, it.Err)
+			continue
+		}
+		cluster := it.Origin.Cluster
+		if cluster == "" {
+			cluster = s.opt.Cluster
+		}
+		id := cluster + "/" + it.AuditID + "/" + it.Stage
+		if len(id) > 1024 {
+			dead(it.Raw, errors.New("auditID longer than 1024 bytes"))
+			continue
+		}
+		events++
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: id, Header: s.header, Data: it.Raw})
+	}
+	return msgs, events, bad
+}

@@ -65,8 +65,8 @@ type Spec struct {
 	GCPercent int
 	// MemoryLimit, when set, returns the soft memory limit (runtime/debug.SetMemoryLimit) for
 	// this command once its flags are parsed, unless the GOMEMLIMIT environment variable says
-	// otherwise: the most the command's own stages hold at once, with room to collect. An
-	// embedded NATS server's share (EmbeddedNATSMemory) is added. Without a limit the heap
+	// otherwise: the most the command's own stages hold at once, with room to collect (0: no
+	// limit). An embedded NATS server's share (EmbeddedNATSMemory) is added. Without a limit the heap
 	// grows to GCPercent past what is live before a collection, so the peak depends on how
 	// long the input keeps the process busy; with one it stays near the limit.
 	MemoryLimit func() int64
@@ -118,7 +118,7 @@ func Main(spec Spec, args []string, stderr io.Writer) int {
 	setGCPercent(spec.GCPercent)
 	if spec.MemoryLimit != nil {
 		limit := spec.MemoryLimit()
-		if !spec.NoBus && !tr.UseKafka() && tr.NATS.URL == natsbus.Embedded {
+		if limit > 0 && !spec.NoBus && !tr.UseKafka() && tr.NATS.URL == natsbus.Embedded {
 			window := tr.NATS.Duplicates
 			if window <= 0 {
 				window = transport.EmbeddedDedupWindow

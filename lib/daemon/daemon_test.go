@@ -121,6 +121,14 @@ func TestMemoryLimitYieldsToGOMEMLIMIT(t *testing.T) {
 	if got, want := run("--nats-url", "embedded", "--nats-dedup-window", "1m", store), int64(own)+EmbeddedNATSMemory(time.Minute); got != want {
 		t.Errorf("embedded NATS, 1m window: memory limit %d, want %d", got, want)
 	}
+	spec0 := Spec{Name: "unlimited", MemoryLimit: func() int64 { return 0 }, Build: func(context.Context, Deps) ([]Component, error) { return nil, stop }}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if code := Main(spec0, []string{"--metrics-addr", "127.0.0.1:0", "--nats-url", "embedded", store}, &bytes.Buffer{}); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("memory limit %d for a command that asks for none (0), want none even with embedded NATS", got)
+	}
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	if got := run("--nats-url", "embedded", store); got != math.MaxInt64 {
 		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)

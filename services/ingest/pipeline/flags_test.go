@@ -60,4 +60,9 @@ func TestMemoryLimitCoversInputs(t *testing.T) {
 	if got, atLeast := both.MemoryLimit(), file.MemoryLimit()+webhook.MemoryPerInflightByte*(256<<20); got < atLeast {
 		t.Errorf("both inputs: limit %d MiB, want at least %d MiB", got>>20, atLeast>>20)
 	}
+	managed := pipeline.Config{AuditLog: "audit.log"}
+	managed.PubSub.Subscription = "projects/p/subscriptions/audit"
+	if got := managed.MemoryLimit(); got != 0 {
+		t.Errorf("with a Pub/Sub source, whose memory is not measured: limit %d MiB, want none (0)", got>>20)
+	}
 }

@@ -50,7 +50,12 @@ func main() {
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: "127.0.0.1:9100",
 		// The Go heap's share only: embedded ClickHouse allocates outside it (see README).
-		MemoryLimit: func() int64 { return ic.MemoryLimit() + classifyReportMemory },
+		MemoryLimit: func() int64 {
+			if n := ic.MemoryLimit(); n > 0 {
+				return n + classifyReportMemory
+			}
+			return 0 // an input whose memory is not measured: no default limit
+		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.String("data-dir", daemon.DefaultDataDir(), "root `directory` of every default data location: nats/, checkpoints/, chdb/")
 			merge(fs, map[string]func(*flag.FlagSet){

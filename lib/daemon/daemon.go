@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/telemetry"
 	"github.com/auditlens/auditlens/lib/transport"
@@ -62,6 +63,13 @@ type Spec struct {
 	// GCPercent, when set, is the garbage collector's target for this command unless the
 	// GOGC environment variable says otherwise (see runtime/debug.SetGCPercent).
 	GCPercent int
+	// MemoryLimit, when set, returns the soft memory limit (runtime/debug.SetMemoryLimit) for
+	// this command once its flags are parsed, unless the GOMEMLIMIT environment variable says
+	// otherwise: the most the command's own stages hold at once, with room to collect (0: no
+	// limit). An embedded NATS server's share (EmbeddedNATSMemory) is added. Without a limit the heap
+	// grows to GCPercent past what is live before a collection, so the peak depends on how
+	// long the input keeps the process busy; with one it stays near the limit.
+	MemoryLimit func() int64
 }
 
 // ExitUsage is the exit code of a bad flag or value.
@@ -108,6 +116,17 @@ func Main(spec Spec, args []string, stderr io.Writer) int {
 	log, _ := telemetry.NewLogger(tel.LogFormat, tel.LogLevel, stderr)
 	log = log.With("service", spec.Name)
 	setGCPercent(spec.GCPercent)
+	if spec.MemoryLimit != nil {
+		limit := spec.MemoryLimit()
+		if limit > 0 && !spec.NoBus && !tr.UseKafka() && tr.NATS.URL == natsbus.Embedded {
+			window := tr.NATS.Duplicates
+			if window <= 0 {
+				window = transport.EmbeddedDedupWindow
+			}
+			limit += EmbeddedNATSMemory(window)
+		}
+		setMemoryLimit(limit)
+	}
 	if err := run(spec, tel, tr, log); err != nil {
 		log.Error("exiting", "err", err)
 		return 1
@@ -120,6 +139,24 @@ func setGCPercent(p int) {
 	if p > 0 && os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(p)
 	}
+}
+
+// setMemoryLimit sets the soft memory limit to n bytes (when positive) unless GOMEMLIMIT is set.
+func setMemoryLimit(n int64) {
+	if n > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(n)
+	}
+}
+
+// EmbeddedNATSMemory is about the most memory an in-process NATS server holds while the bus
+// is published to as fast as this process can: chiefly the message ids of the
+// de-duplication window (~200 bytes each; a stream stores messages in one goroutine, ~65k per
+// second on this project's 2-core machine, so about 13 MB per second of window), plus its
+// stream and file-store buffers. Measured with ingest over 800 MB of audit log: 150-175 MB
+// of live heap with the 10s window. Should a faster machine hold more, the limit is soft:
+// the collector works harder (at most half the CPU) rather than fail.
+func EmbeddedNATSMemory(dedupWindow time.Duration) int64 {
+	return 32<<20 + int64(dedupWindow.Seconds()*float64(16<<20))
 }
 
 func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger) error {

@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/transport"
 )
 
 // Stages stop upstream first: a stage is cancelled only after the one before it returned.
@@ -88,5 +91,46 @@ func TestGCPercentYieldsToGOGC(t *testing.T) {
 	setGCPercent(321)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GC percent %d with GOGC set, want it left alone (100)", got)
+	}
+}
+
+// A command's soft memory limit applies unless the operator set GOMEMLIMIT, and an embedded
+// NATS server's share is added to it.
+func TestMemoryLimitYieldsToGOMEMLIMIT(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	const own = 40 << 20
+	stop := errors.New("stop after the bus is open")
+	run := func(args ...string) int64 {
+		debug.SetMemoryLimit(math.MaxInt64)
+		spec := Spec{
+			Name:        "limited",
+			MemoryLimit: func() int64 { return own },
+			Build:       func(context.Context, Deps) ([]Component, error) { return nil, stop },
+		}
+		var out bytes.Buffer
+		if code := Main(spec, append([]string{"--metrics-addr", "127.0.0.1:0"}, args...), &out); code != 1 || !strings.Contains(out.String(), stop.Error()) {
+			t.Fatalf("exit %d, want 1 after %q: %s", code, stop, out.String())
+		}
+		return debug.SetMemoryLimit(-1)
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	store := "--nats-store-dir=" + t.TempDir()
+	if got, want := run("--nats-url", "embedded", store), int64(own)+EmbeddedNATSMemory(transport.EmbeddedDedupWindow); got != want {
+		t.Errorf("embedded NATS: memory limit %d, want %d", got, want)
+	}
+	if got, want := run("--nats-url", "embedded", "--nats-dedup-window", "1m", store), int64(own)+EmbeddedNATSMemory(time.Minute); got != want {
+		t.Errorf("embedded NATS, 1m window: memory limit %d, want %d", got, want)
+	}
+	spec0 := Spec{Name: "unlimited", MemoryLimit: func() int64 { return 0 }, Build: func(context.Context, Deps) ([]Component, error) { return nil, stop }}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if code := Main(spec0, []string{"--metrics-addr", "127.0.0.1:0", "--nats-url", "embedded", store}, &bytes.Buffer{}); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("memory limit %d for a command that asks for none (0), want none even with embedded NATS", got)
+	}
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	if got := run("--nats-url", "embedded", store); got != math.MaxInt64 {
+		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
 	}
 }

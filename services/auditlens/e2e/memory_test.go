@@ -18,11 +18,14 @@ import (
 // BenchmarkServicesMemory runs ingest, classify and report as separate processes, as
 // deployed (NATS JetStream in the test process, a ClickHouse server), over generated audit
 // logs of two sizes, and reports each process's peak resident memory (VmHWM): the per-binary
-// bounds the README states. It reports; it asserts nothing about them.
+// bounds the README states. At the larger size it also reports each peak as a multiple of the
+// smaller size's (…-peak-rss-x-50MB): about 1.0 when memory does not grow with the input.
+// It reports; it asserts nothing about them.
 //
 //	flock /work/bench.lock go test -run '^$' -bench ServicesMemory -benchtime 1x ./e2e/
 func BenchmarkServicesMemory(b *testing.B) {
 	ch := chtest.StartServer(b)
+	first := map[string]int64{} // peak of each process at the smallest input
 	for _, mb := range []int{50, 200} {
 		b.Run(fmt.Sprintf("input=%dMB", mb), func(b *testing.B) {
 			dir := b.TempDir()
@@ -35,6 +38,13 @@ func BenchmarkServicesMemory(b *testing.B) {
 				peak := runServices(b, filepath.Join(dir, strconv.Itoa(i)), input, lines, ch.DSN(fmt.Sprintf("mem%d_%d", mb, i)))
 				for name, v := range peak {
 					b.ReportMetric(float64(v)/(1<<20), name+"-peak-rss-MB")
+					// Memory independent of input size reads ~1.0 here: 4x the input
+					// should not take more than the smallest one did.
+					if base, ok := first[name]; ok {
+						b.ReportMetric(float64(v)/float64(base), name+"-peak-rss-x-50MB")
+					} else if i == 0 {
+						first[name] = v
+					}
 				}
 				b.ReportMetric(float64(st.Size())/(1<<20), "input-MB")
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/transport"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/pipeline"
@@ -95,21 +98,30 @@ func BenchmarkFile(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 	})
-	// gogc=400 is how the ingest binary runs (pipeline.GCPercent), gogc=100 Go's default.
+	// gogc=400 with memlimit is how the ingest binary runs (pipeline.GCPercent,
+	// Config.MemoryLimit plus the embedded server's share), gogc=100 Go's default.
 	for _, tc := range []struct {
 		name       string
 		listen     string
 		publishers int
 		batch      int
 		gcPercent  int
+		memLimit   bool
 	}{
-		{"file-to-jetstream/in-process/gogc=100", "", 2, 4096, 100},
-		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, pipeline.GCPercent},
-		{"file-to-jetstream/tcp/gogc=400", "127.0.0.1:0", 2, 4096, pipeline.GCPercent},
-		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400", "127.0.0.1:0", 4, 1024, pipeline.GCPercent},
+		{"file-to-jetstream/in-process/gogc=100", "", 2, 4096, 100, false},
+		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, pipeline.GCPercent, false},
+		{"file-to-jetstream/in-process/gogc=400/memlimit", "", 2, 4096, pipeline.GCPercent, true},
+		{"file-to-jetstream/tcp/gogc=400/memlimit", "127.0.0.1:0", 2, 4096, pipeline.GCPercent, true},
+		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400/memlimit", "127.0.0.1:0", 4, 1024, pipeline.GCPercent, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			defer debug.SetGCPercent(debug.SetGCPercent(tc.gcPercent))
+			limit := int64(math.MaxInt64)
+			if tc.memLimit {
+				cfg := pipeline.Config{AuditLog: "audit.log", Publishers: tc.publishers}
+				limit = cfg.MemoryLimit() + daemon.EmbeddedNATSMemory(transport.EmbeddedDedupWindow)
+			}
+			defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
 			benchFileToJetStream(b, tc.listen, tc.publishers, tc.batch)
 		})
 	}
@@ -118,7 +130,7 @@ func BenchmarkFile(b *testing.B) {
 func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
 	{
 		path, avg := benchLog(b, b.N)
-		bs, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: b.TempDir(), EmbeddedListen: listen})
+		bs, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: b.TempDir(), EmbeddedListen: listen, Duplicates: transport.EmbeddedDedupWindow})
 		if err != nil {
 			enginetest.Unavailable(b, "embedded nats", err)
 		}

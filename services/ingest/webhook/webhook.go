@@ -74,6 +74,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // leaves between collections (measured by BenchmarkWebhookMemory in package pipeline).
 const MemoryPerInflightByte = 4
 
+// Memory is about the most memory request bodies take at once: MemoryPerInflightByte per
+// byte of MaxInflightBytes.
+func (c Config) Memory() int64 { return MemoryPerInflightByte * c.withDefaults().MaxInflightBytes }
+
 // Defaults of the body limits.
 const (
 	DefaultMaxBody          = 32 << 20

@@ -28,6 +28,11 @@ Every flag of the ingest, classify and report binaries is accepted; a flag two s
 define is prefixed with the service name here (e.g. --ingest-batch-size, --report-batch-size).
 --data-dir sets the default of every data location (NATS store, checkpoints, ClickHouse).`
 
+// classifyReportMemory is the soft memory limit's share of classify and report: their
+// processes peak at 37-48 and 55-74 MB resident over 50-800 MB of audit log, binary and
+// runtime included, which the all-in-one holds once.
+const classifyReportMemory = 64 << 20
+
 func main() {
 	args := os.Args[1:]
 	// --data-dir is the root of every default data location; it must be known before the
@@ -44,6 +49,13 @@ func main() {
 		Name:               "auditlens",
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: "127.0.0.1:9100",
+		// The Go heap's share only: embedded ClickHouse allocates outside it (see README).
+		MemoryLimit: func() int64 {
+			if n := ic.MemoryLimit(); n > 0 {
+				return n + classifyReportMemory
+			}
+			return 0 // an input whose memory is not measured: no default limit
+		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.String("data-dir", daemon.DefaultDataDir(), "root `directory` of every default data location: nats/, checkpoints/, chdb/")
 			merge(fs, map[string]func(*flag.FlagSet){

@@ -24,6 +24,7 @@ func main() {
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: ":9101",
 		GCPercent:          pipeline.GCPercent,
+		MemoryLimit:        cfg.MemoryLimit,
 		Flags:              cfg.RegisterFlags,
 		Validate:           cfg.Validate,
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {

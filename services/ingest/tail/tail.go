@@ -883,7 +883,7 @@ func (t *Follower) open() (bool, error) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("open %s: %w", t.cfg.Path, err)
+			return false, err // an *fs.PathError: it names the operation and the file already
 		}
 		end, err := lastLineEnd(src.f, src.size)
 		if t.waitedForActive {

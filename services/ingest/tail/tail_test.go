@@ -394,3 +394,23 @@ func TestUnusableLines(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenErrorNamesThePathOnce: a log path that cannot be opened gives one clear error, not
+// "open X: open X: ...".
+func TestOpenErrorNamesThePathOnce(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(notDir, "audit.log") // a file stands where a directory should
+	r := newReader(t, tail.Config{Path: path, StartAt: tail.StartEnd}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := r.f.Next(ctx, 10, 1<<20, false)
+	if err == nil {
+		t.Fatal("no error for a path under a file")
+	}
+	if n := strings.Count(err.Error(), path); n != 1 {
+		t.Fatalf("error names the path %d times: %v", n, err)
+	}
+}

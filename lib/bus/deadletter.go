@@ -40,6 +40,11 @@ func BoundID(id string) string {
 	return cutUTF8(id, MaxIDLen-hashLen-1) + "~" + hex.EncodeToString(sum[:hashLen/2])
 }
 
+// EventID is the message id of one audit event of cluster: "<cluster>/<auditID>/<stage>"
+// (key is auditID/stage), bounded by BoundID since a client chooses its auditID at any
+// length. The same event re-read or redelivered gets the same id, so the bus stores it once.
+func EventID(cluster, key string) string { return BoundID(cluster + "/" + key) }
+
 // Short returns s cut to n bytes (at a UTF-8 boundary) with "..." and the original length
 // appended when it was longer: for logs and headers.
 func Short(s string, n int) string {

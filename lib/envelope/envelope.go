@@ -47,6 +47,14 @@ type Origin struct {
 	Cluster string
 }
 
+// ClusterOr is the cluster the envelope names, or def when it names none.
+func (o Origin) ClusterOr(def string) string {
+	if o.Cluster == "" {
+		return def
+	}
+	return o.Cluster
+}
+
 // Value is the annotation value: "<cloud>/<envelope>".
 func (o Origin) Value() string { return o.Cloud + "/" + o.Envelope }
 

@@ -309,15 +309,9 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 				dead(i, it.Raw, it.Err)
 				continue
 			}
-			cluster := it.Origin.Cluster
-			if cluster == "" {
-				cluster = s.opt.Cluster
-			}
-			// A client-chosen auditID can be of any length: the id is bounded (hashed past
-			// bus.MaxIDLen), as the file input and the webhook do.
-			msgID := bus.BoundID(cluster + "/" + it.AuditID + "/" + it.Stage)
+			cluster := it.Origin.ClusterOr(s.opt.Cluster)
 			events++
-			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: msgID, Header: header, Data: it.Raw})
+			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: header, Data: it.Raw})
 		}
 	}
 	return msgs, events, bad

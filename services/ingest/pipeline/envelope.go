@@ -42,8 +42,7 @@ func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error)
 func (in *FileInput) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
 	for i, it := range items {
 		b.srcs = append(b.srcs, src)
-		// A client-chosen auditID can be of any length: the id is bounded as for plain lines.
-		id := bus.BoundID(in.cluster + "/" + it.AuditID + "/" + it.Stage)
+		id := bus.EventID(in.cluster, it.Key())
 		if err := it.Err; err != nil {
 			reason := metrics.Reason(err)
 			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", bus.Short(err.Error(), 200))

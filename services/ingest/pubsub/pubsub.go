@@ -175,13 +175,9 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 			dead(it.Raw, it.Err)
 			continue
 		}
-		cluster := it.Origin.Cluster
-		if cluster == "" {
-			cluster = s.opt.Cluster
-		}
-		id := bus.BoundID(cluster + "/" + it.AuditID + "/" + it.Stage) // auditIDs can be of any length
+		cluster := it.Origin.ClusterOr(s.opt.Cluster)
 		events++
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: id, Header: s.header, Data: it.Raw})
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
 	}
 	return msgs, events, bad
 }

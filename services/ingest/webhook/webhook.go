@@ -512,7 +512,7 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 		events++
 		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
 		// The auditID is the client's Audit-ID header, of any length: the id is bounded.
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.BoundID(cluster + "/" + it.Key()), Header: eventHeader, Data: it.Raw})
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: eventHeader, Data: it.Raw})
 	}
 	items, err := auditevent.SplitListShared(body, maxEventSize)
 	if err == nil {

@@ -2,16 +2,14 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/services/auditlens/internal/procstat"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
@@ -76,7 +74,7 @@ func runServices(b *testing.B, dir, input string, lines int, dsn string) map[str
 	last, stable := -1.0, 0
 	waitFor(b, 30*time.Minute, "every finding written", func() bool {
 		time.Sleep(400 * time.Millisecond)
-		in, cl, rp := scrape(addr["ingest"]), scrape(addr["classify"]), scrape(addr["report"])
+		in, cl, rp := procstat.Scrape(addr["ingest"]), procstat.Scrape(addr["classify"]), procstat.Scrape(addr["report"])
 		classified := cl["auditlens_classify_events_total"]
 		if classified == last {
 			stable++
@@ -88,47 +86,11 @@ func runServices(b *testing.B, dir, input string, lines int, dsn string) map[str
 	})
 	peak := map[string]int64{}
 	for name, p := range procs {
-		peak[name] = vmHWM(b, p.cmd.Process.Pid)
+		hwm, _, err := procstat.Memory(p.cmd.Process.Pid)
+		if err != nil {
+			b.Skip(err)
+		}
+		peak[name] = hwm
 	}
 	return peak
-}
-
-// scrape sums every series of each metric family at addr's /metrics (labels ignored).
-func scrape(addr string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest, _ := strings.Cut(line, " ")
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-			_, rest, _ = strings.Cut(line, "} ")
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
-			out[name] += v
-		}
-	}
-	return out
-}
-
-// vmHWM is the peak resident memory of pid in bytes.
-func vmHWM(b *testing.B, pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

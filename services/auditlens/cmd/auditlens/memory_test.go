@@ -5,18 +5,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/auditlens/internal/procstat"
 )
 
 // BenchmarkMemory runs the built all-in-one binary (embedded NATS, embedded ClickHouse) over
@@ -150,7 +147,7 @@ func runAllInOne(b *testing.B, bin, lib, input string, lines int, dataDir string
 			b.Fatalf("auditlens exited; log in %s", logf.Name())
 		}
 		time.Sleep(500 * time.Millisecond)
-		met := scrape(addr)
+		met := procstat.Scrape(addr)
 		classified := met["auditlens_classify_events_total"]
 		published := met["auditlens_classify_findings_total"]
 		written := met["auditlens_report_findings_written_total"]
@@ -165,52 +162,10 @@ func runAllInOne(b *testing.B, bin, lib, input string, lines int, dataDir string
 			break
 		}
 	}
-	m.peakRSS, m.endRSS = procMemory(b, cmd.Process.Pid)
+	if m.peakRSS, m.endRSS, err = procstat.Memory(cmd.Process.Pid); err != nil {
+		b.Skip(err)
+	}
 	return m
-}
-
-// scrape sums every series of each metric family at addr's /metrics (labels ignored).
-func scrape(addr string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest, _ := strings.Cut(line, " ")
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-			_, rest, _ = strings.Cut(line, "} ")
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
-			out[name] += v
-		}
-	}
-	return out
-}
-
-// procMemory reads VmHWM (peak resident) and VmRSS of pid in bytes.
-func procMemory(b *testing.B, pid int) (peak, rss int64) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmHWM":
-			peak = kb << 10
-		case "VmRSS":
-			rss = kb << 10
-		}
-	}
-	return peak, rss
 }
 
 func freeAddr(b *testing.B) string {

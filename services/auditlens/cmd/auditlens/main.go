@@ -14,7 +14,7 @@ import (
 	"github.com/auditlens/auditlens/services/auditlens/page"
 	classify "github.com/auditlens/auditlens/services/classify/pipeline"
 	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
-	"github.com/auditlens/auditlens/services/report/sink"
+	"github.com/auditlens/auditlens/services/report"
 )
 
 const synopsis = `auditlens [flags]
@@ -43,7 +43,7 @@ func main() {
 	var (
 		ic ingest.Config
 		cc classify.Config
-		rc sink.Config
+		rc report.Config
 	)
 	os.Exit(daemon.Main(daemon.Spec{
 		Name:               "auditlens",
@@ -61,11 +61,11 @@ func main() {
 			merge(fs, map[string]func(*flag.FlagSet){
 				"ingest":   ic.RegisterFlags,
 				"classify": cc.RegisterFlags,
-				"report":   func(fs *flag.FlagSet) { rc.RegisterFlags(fs, daemon.DefaultDataDir()) },
+				"report":   func(fs *flag.FlagSet) { rc = report.DefaultConfig(daemon.DefaultDataDir()); rc.RegisterFlags(fs) },
 			}, []string{"ingest", "classify", "report"})
 		},
 		Validate: func() error {
-			for _, v := range []func() error{ic.Validate, cc.Validate, rc.Validate} {
+			for _, v := range []func() error{ic.Validate, cc.Validate, func() error { return rc.Validate() }} {
 				if err := v(); err != nil {
 					return err
 				}
@@ -81,7 +81,7 @@ func main() {
 			if err != nil {
 				return nil, fmt.Errorf("classify: %w", err)
 			}
-			out, err := sink.New(rc, d)
+			out, err := report.New(rc, d)
 			if err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}

@@ -1,4 +1,4 @@
-package sink
+package writer
 
 import (
 	"context"
@@ -129,15 +129,15 @@ func (m *cpuMeter) report(b *testing.B) {
 }
 
 // BenchmarkBusToClickHouse measures findings/s from the bus (embedded NATS) into a
-// ClickHouse 18.16 server through the report writer (default --batch-size), beside two
+// ClickHouse 18.16 server through the report writer (default --report-batch-size), beside two
 // baselines in the same run: the bus alone (consume, decode into blocks, ack) and the store
-// alone (pre-decoded blocks of --batch-size findings into findings and its three rollups).
+// alone (pre-decoded blocks of --report-batch-size findings into findings and its three rollups).
 // Findings travel in FindingBatch messages of up to 32 KiB, as classify publishes them;
 // "bus-to-clickhouse-single" is the format before batches (one Finding per message).
 // peak-live-MB is the most live Go heap (as of a GC) seen while the writer ran, base-live-MB
 // the live heap just before it started: the embedded NATS server holding the stream.
 //
-//	go test -run '^$' -bench BusToClickHouse -benchtime 3x ./sink/
+//	go test -run '^$' -bench BusToClickHouse -benchtime 3x ./writer/
 func BenchmarkBusToClickHouse(b *testing.B) {
 	srv, st := chtest.ServerStore(b)
 	b.Run("bus-only", func(b *testing.B) {
@@ -225,7 +225,7 @@ func BenchmarkBusToClickHouse(b *testing.B) {
 				bb := openBus(b)
 				publishFindings(b, bb, "report", benchFindings, batched)
 				st2 := chtest.OpenMigrated(b, srv.DSN(store.DefaultDatabase))
-				w, err := NewWriter(c, st2, bb, slog.New(slog.DiscardHandler), nil)
+				w, err := New(c, st2, bb, slog.New(slog.DiscardHandler), nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -21,7 +21,7 @@ build:
 	cd services/report && go build -o $(BIN)/ ./cmd/report
 	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
 
-## RACE_<module>: the packages that run goroutines (bus, daemon, pipelines, sink, webhook, tail, ...);
+## RACE_<module>: the packages that run goroutines (bus, daemon, pipelines, writer, webhook, tail, ...);
 ## `make test` runs them under the race detector, the rest without it (each package runs once).
 RACE_lib := ./bus/... ./daemon/... ./telemetry/... ./transport/...
 RACE_services/ingest := ./pipeline/... ./webhook/... ./tail/... ./checkpoint/... ./firehose/... ./pubsub/... ./kafka/...

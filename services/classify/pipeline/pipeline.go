@@ -20,9 +20,9 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
 	"github.com/auditlens/auditlens/services/classify/rules"

@@ -9,10 +9,10 @@ import (
 
 func TestDelayDoublesWithinBounds(t *testing.T) {
 	b := Backoff{Min: 100 * time.Millisecond, Max: time.Second, Jitter: -1}
-	want := []time.Duration{100, 100, 200, 400, 800, 1000, 1000}
+	want := []int{100, 100, 200, 400, 800, 1000, 1000} // milliseconds
 	for i, w := range want {
-		if got := b.Delay(i); got != w*time.Millisecond {
-			t.Errorf("Delay(%d) = %s, want %s", i, got, w*time.Millisecond)
+		if got := b.Delay(i); got != time.Duration(w)*time.Millisecond {
+			t.Errorf("Delay(%d) = %s, want %dms", i, got, w)
 		}
 	}
 	if got := b.Delay(1 << 30); got != time.Second {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/store"
 )
@@ -17,14 +18,14 @@ import (
 // finding inside a batch, whose good findings are still written.
 func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 	if len(d.Data) > w.cfg.MaxFindingBytes {
-		w.invalid(ctx, d, fmt.Sprintf("message of %d bytes exceeds %d", len(d.Data), w.cfg.MaxFindingBytes))
+		w.invalid(ctx, d, fmt.Errorf("%w: message of %d bytes exceeds %d", errTooLarge, len(d.Data), w.cfg.MaxFindingBytes))
 		return
 	}
 	data := d.Data
 	if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType {
 		// One Finding: what classify published before batches, still read during an upgrade.
 		if err := b.blk.AppendWire(data, d.Cluster); err != nil {
-			w.invalid(ctx, d, findingReason(err))
+			w.invalid(ctx, d, findingCause(err))
 			return
 		}
 		w.m.pending.Inc()
@@ -32,14 +33,14 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	n, err := b.blk.AppendBatch(data, d.Cluster, func(i int, f []byte, err error) error {
-		return w.deadLetterFinding(ctx, d, i, f, findingReason(err))
+		return w.deadLetterFinding(ctx, d, i, f, findingCause(err))
 	})
 	switch {
 	case errors.Is(err, errDeadLetterFailed):
 		// Keep the message on the bus rather than lose the finding that could not be parked.
 		_ = d.Nak(w.cfg.RetryMax)
 	case err != nil:
-		w.invalid(ctx, d, "undecodable finding batch: "+err.Error())
+		w.invalid(ctx, d, fmt.Errorf("undecodable finding batch: %w", err))
 	case n == 0:
 		// Every finding in it was dead-lettered.
 		if err := d.Ack(ctx); err != nil {
@@ -51,28 +52,29 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 	}
 }
 
-func findingReason(err error) string {
+// findingCause says why a finding was not usable: it has no identity, or it is undecodable.
+func findingCause(err error) error {
 	if errors.Is(err, store.ErrNoIdentity) {
-		return err.Error()
+		return err
 	}
-	return "undecodable finding: " + err.Error()
+	return fmt.Errorf("undecodable finding: %w", err)
 }
 
-// deadLetterMax is the most of an invalid message kept in its dead letter.
-const deadLetterMax = 64 << 10
+// errTooLarge marks a message over --report-max-finding-bytes.
+var errTooLarge = reason.New("too large", reason.TooLarge)
 
 var errDeadLetterFailed = errors.New("dead-letter publish failed")
 
 // invalid counts, logs and dead-letters a message that holds no usable finding, then
 // terminates it (or, when the dead letter cannot be published, leaves it for redelivery).
-func (w *Writer) invalid(ctx context.Context, d *bus.Delivery, reason string) {
+func (w *Writer) invalid(ctx context.Context, d *bus.Delivery, cause error) {
 	w.m.invalid.Inc()
-	w.log.Warn("skipping invalid finding", "position", d.Position, "reason", reason)
+	w.log.Warn("skipping invalid finding", "position", d.Position, "reason", cause)
 	id := d.ID
 	if id == "" {
 		id = d.Position
 	}
-	err := w.deadLetter(ctx, d.Cluster, "report:"+id, "report:"+d.Position, d.Data, reason)
+	err := w.deadLetter(ctx, d.Cluster, id, "report:"+d.Position, d.Data, cause)
 	switch {
 	case errors.Is(err, bus.ErrTooLarge):
 		w.log.Warn("dead letter refused for its size; dropping the message", "position", d.Position)
@@ -82,19 +84,19 @@ func (w *Writer) invalid(ctx context.Context, d *bus.Delivery, reason string) {
 		_ = d.Nak(w.cfg.RetryMax)
 		return
 	}
-	_ = d.Term(reason)
+	_ = d.Term(cause.Error())
 }
 
 // deadLetterFinding counts, logs and dead-letters finding i of the batch in d.
-func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, f []byte, reason string) error {
+func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, f []byte, cause error) error {
 	w.m.invalid.Inc()
 	pos := d.Position + "#" + strconv.Itoa(i)
-	w.log.Warn("skipping invalid finding", "position", pos, "reason", reason)
+	w.log.Warn("skipping invalid finding", "position", pos, "reason", cause)
 	id := d.ID
 	if id == "" {
 		id = d.Position
 	}
-	err := w.deadLetter(ctx, d.Cluster, "report:"+id+"#"+strconv.Itoa(i), "report:"+pos, f, reason)
+	err := w.deadLetter(ctx, d.Cluster, id+"#"+strconv.Itoa(i), "report:"+pos, f, cause)
 	switch {
 	case errors.Is(err, bus.ErrTooLarge):
 		w.log.Warn("dead letter refused for its size; dropping the finding", "position", pos)
@@ -105,18 +107,13 @@ func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, 
 	return nil
 }
 
-// deadLetter publishes data (its first deadLetterMax bytes) to the dead-letter stream and
-// counts it.
-func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, data []byte, reason string) error {
+// deadLetter publishes data to the dead-letter stream as "report/<id>" (bus.NewDeadLetter
+// keeps its first bus.DeadLetterMaxData bytes) and counts it.
+func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, data []byte, cause error) error {
 	if bus.ValidateCluster(cluster) != nil {
 		cluster = "unknown"
 	}
-	if len(data) > deadLetterMax {
-		reason += fmt.Sprintf("; first %d of %d bytes kept", deadLetterMax, len(data))
-		data = data[:deadLetterMax]
-	}
-	msg := bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: id, Data: data,
-		Header: map[string]string{bus.HeaderSource: source, bus.HeaderReason: reason}}
+	msg := bus.NewDeadLetter(cluster, "report", id, source, cause, data, nil)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.bus.Publish(pctx, msg); err != nil {

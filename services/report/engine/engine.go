@@ -41,9 +41,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "clickhouse-dsn", c.DSN, "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --clickhouse-data-dir)")
 	fs.StringVar(&c.DataDir, "clickhouse-data-dir", c.DataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
 	fs.IntVar(&c.RetentionDays, "retention-days", c.RetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
-	if fs.Lookup("data-dir") == nil {
-		flagenv.Deprecated(fs, "data-dir", "clickhouse-data-dir")
-	}
+	flagenv.Deprecated(fs, "data-dir", "clickhouse-data-dir")
 }
 
 // Validate checks c; it changes nothing.

@@ -32,7 +32,7 @@ const DefaultTimeout = 2 * time.Minute
 func Main(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("report migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := engine.DefaultConfig(daemon.DefaultDataDir())
+	c := engine.DefaultConfig(daemon.DataRoot())
 	c.RegisterFlags(fs)
 	timeout := fs.Duration("timeout", DefaultTimeout, "give up after this long")
 	flagenv.Usage(fs, Synopsis)

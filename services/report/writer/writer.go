@@ -8,13 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -89,9 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "report-drain-timeout", c.DrainTimeout, "at shutdown, how long the last batch may take to write")
 	fs.IntVar(&c.MaxFindingBytes, "report-max-finding-bytes", c.MaxFindingBytes, "larger messages go to the dead-letter stream")
 	for _, d := range deprecated {
-		if fs.Lookup(d[0]) == nil {
-			flagenv.Deprecated(fs, d[0], d[1])
-		}
+		flagenv.Deprecated(fs, d[0], d[1])
 	}
 }
 
@@ -314,8 +312,8 @@ loop:
 
 // migrate applies the schema, retrying with backoff until it works or ctx ends.
 func (w *Writer) migrate(ctx context.Context) bool {
-	bo := w.backoff()
-	for {
+	bo := w.retry()
+	for attempt := 1; ; attempt++ {
 		did, err := w.st.Migrate(ctx, store.MigrateOptions{RetentionDays: w.cfg.RetentionDays})
 		if err == nil {
 			if len(did) > 0 {
@@ -325,7 +323,7 @@ func (w *Writer) migrate(ctx context.Context) bool {
 			return true
 		}
 		w.setReady(err)
-		wait := bo.next()
+		wait := bo.Delay(attempt)
 		w.log.Warn("clickhouse not usable yet, retrying", "err", err, "retry_in", wait)
 		if !sleep(ctx, wait) {
 			return false
@@ -340,8 +338,8 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 	if n == 0 {
 		return true
 	}
-	bo := w.backoff()
-	for {
+	bo := w.retry()
+	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		err := w.st.WriteBlock(ctx, b.blk)
 		if err == nil {
@@ -353,7 +351,7 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		wait := bo.next()
+		wait := bo.Delay(attempt)
 		w.log.Warn("clickhouse write failed; holding the batch and retrying", "findings", n, "err", err, "retry_in", wait)
 		if !sleep(ctx, wait) {
 			return false
@@ -373,20 +371,9 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 	return true
 }
 
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (w *Writer) backoff() *backoff { return &backoff{min: w.cfg.RetryMin, max: w.cfg.RetryMax} }
-
-// next returns the next wait: doubling from min to max, with up to 20% jitter.
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur + time.Duration(rand.Int64N(int64(b.cur)/5+1))
+// retry is the schedule of failed migrations and writes.
+func (w *Writer) retry() backoff.Backoff {
+	return backoff.Backoff{Min: w.cfg.RetryMin, Max: w.cfg.RetryMax}
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still live.

@@ -33,7 +33,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return weeklyMain(args[1:], stdout, stderr)
 		}
 	}
-	cfg := report.DefaultConfig(daemon.DefaultDataDir())
+	cfg := report.DefaultConfig(daemon.DataRoot())
 	return daemon.Main(daemon.Spec{
 		Name:               "report",
 		Synopsis:           synopsis,

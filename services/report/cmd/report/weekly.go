@@ -12,7 +12,7 @@ import (
 // weeklyMain runs `report weekly ...` (see package weekly/command) on the engine the
 // service's own flags choose (--clickhouse-dsn, or embedded ClickHouse in --clickhouse-data-dir).
 func weeklyMain(args []string, stdout, stderr io.Writer) int {
-	ec := engine.DefaultConfig(daemon.DefaultDataDir())
+	ec := engine.DefaultConfig(daemon.DataRoot())
 	return command.Main(args, stdout, stderr, command.Engine{
 		RegisterFlags: ec.RegisterFlags,
 		Validate:      func() error { return ec.Validate() },

@@ -16,6 +16,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chdb"
 	"github.com/auditlens/auditlens/services/report/chtest"
@@ -53,8 +54,8 @@ func TestNewEmbeddedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	waitFor(t, "50 findings in embedded ClickHouse", func() bool { return distinct(t, st) == 50 })
-	waitFor(t, "ready", func() bool { return comps[0].Ready() == nil })
+	testkit.Eventually(t, time.Minute, "50 findings in embedded ClickHouse", func() bool { return distinct(t, st) == 50 })
+	testkit.Eventually(t, time.Minute, "ready", func() bool { return comps[0].Ready() == nil })
 	cancel()
 	select {
 	case err := <-done:
@@ -97,12 +98,12 @@ func TestConfigValidate(t *testing.T) {
 // environment twins, and each use says it is deprecated.
 func TestDeprecatedFlags(t *testing.T) {
 	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		old  string
+		args       []string
+		env        map[string]string
+		deprecated bool
 	}{
-		{args: []string{"--batch-size", "7", "--consumer-group", "g", "--data-dir", "/x/chdb"}, old: "batch-size"},
-		{env: map[string]string{"AUDITLENS_BATCH_SIZE": "7", "AUDITLENS_CONSUMER_GROUP": "g", "AUDITLENS_DATA_DIR": "/x/chdb"}, old: "batch-size"},
+		{args: []string{"--batch-size", "7", "--consumer-group", "g", "--data-dir", "/x/chdb"}, deprecated: true},
+		{env: map[string]string{"AUDITLENS_BATCH_SIZE": "7", "AUDITLENS_CONSUMER_GROUP": "g", "AUDITLENS_DATA_DIR": "/x/chdb"}, deprecated: true},
 		{args: []string{"--report-batch-size", "7", "--report-consumer-group", "g", "--clickhouse-data-dir", "/x/chdb"}},
 	} {
 		c := DefaultConfig(t.TempDir())
@@ -116,7 +117,12 @@ func TestDeprecatedFlags(t *testing.T) {
 		if c.Writer.BatchSize != 7 || c.Writer.Group != "g" || c.Engine.DataDir != "/x/chdb" {
 			t.Errorf("%v %v: batch size %d, group %q, data dir %q", tc.args, tc.env, c.Writer.BatchSize, c.Writer.Group, c.Engine.DataDir)
 		}
-		_ = out
+		for _, d := range [][2]string{{"batch-size", "report-batch-size"}, {"consumer-group", "report-consumer-group"}, {"data-dir", "clickhouse-data-dir"}} {
+			msg := "flag --" + d[0] + " is deprecated: use --" + d[1]
+			if got := strings.Contains(out.String(), msg); got != tc.deprecated {
+				t.Errorf("%v %v: output %q; want %q: %v", tc.args, tc.env, out.String(), msg, tc.deprecated)
+			}
+		}
 	}
 }
 
@@ -154,16 +160,4 @@ func distinct(t testing.TB, st *store.Store) uint64 {
 		return 0
 	}
 	return n
-}
-
-// waitFor polls cond until it holds or 60s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/reason"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -130,18 +132,6 @@ func distinct(t testing.TB, st *store.Store) uint64 {
 	return n
 }
 
-// waitFor polls cond until it holds or 60s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestWritesEachFindingOnce(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
 		b := openBus(t)
@@ -160,7 +150,7 @@ func TestWritesEachFindingOnce(t *testing.T) {
 		if err := b.Publish(ctx, again...); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "1500 writes", func() bool { return testutil.ToFloat64(w.m.written) >= 1500 })
+		testkit.Eventually(t, time.Minute, "1500 writes", func() bool { return testutil.ToFloat64(w.m.written) >= 1500 })
 		if n := distinct(t, st); n != 1200 {
 			t.Errorf("%d distinct findings, want 1200", n)
 		}
@@ -193,12 +183,12 @@ func TestBatchMessagesCountOnce(t *testing.T) {
 		if err := b.Publish(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "1000 distinct findings", func() bool { return distinct(t, st) == 1000 })
+		testkit.Eventually(t, time.Minute, "1000 distinct findings", func() bool { return distinct(t, st) == 1000 })
 		// The restart: the same findings again, composed differently.
 		if err := b.Publish(ctx, batches("b", 1000, 64)...); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the replay written", func() bool { return testutil.ToFloat64(w.m.written) >= 2000 })
+		testkit.Eventually(t, time.Minute, "the replay written", func() bool { return testutil.ToFloat64(w.m.written) >= 2000 })
 		if n := distinct(t, st); n != 1000 {
 			t.Errorf("%d distinct findings, want 1000", n)
 		}
@@ -241,8 +231,8 @@ func TestBadFindingsInABatch(t *testing.T) {
 	if err := b.Publish(ctx, mixed, garbage); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "three good findings", func() bool { return distinct(t, st) == 3 })
-	waitFor(t, "three dead letters", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
+	testkit.Eventually(t, time.Minute, "three good findings", func() bool { return distinct(t, st) == 3 })
+	testkit.Eventually(t, time.Minute, "three dead letters", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
 	if n := testutil.ToFloat64(w.m.invalid); n != 3 {
 		t.Errorf("%v invalid, want 3", n)
 	}
@@ -287,7 +277,7 @@ func deadLetters(t *testing.T, b bus.Bus, n int) map[string]string {
 			_ = d.Ack(ctx)
 		})
 	}()
-	waitFor(t, fmt.Sprintf("%d dead letters", n), func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) >= n })
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("%d dead letters", n), func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) >= n })
 	mu.Lock()
 	defer mu.Unlock()
 	return maps.Clone(reasons)
@@ -302,14 +292,14 @@ func TestClickHouseDownLosesNothing(t *testing.T) {
 	if err := b.Publish(ctx, messages("before", 1000)...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first findings", func() bool { return distinct(t, st) == 1000 })
+	testkit.Eventually(t, time.Minute, "the first findings", func() bool { return distinct(t, st) == 1000 })
 
 	srv.Stop()
 	// Batch messages too: each is acknowledged only once all its findings are committed.
 	if err := b.Publish(ctx, batches("during", 2000, 130)...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "failed writes while ClickHouse is down", func() bool { return testutil.ToFloat64(w.m.writeErrors) >= 3 })
+	testkit.Eventually(t, time.Minute, "failed writes while ClickHouse is down", func() bool { return testutil.ToFloat64(w.m.writeErrors) >= 3 })
 	if w.Ready() == nil {
 		t.Error("ready while ClickHouse is down")
 	}
@@ -319,7 +309,7 @@ func TestClickHouseDownLosesNothing(t *testing.T) {
 	if err := b.Publish(ctx, messages("after", 1000)...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every finding after the restart", func() bool { return distinct(t, st) == 4000 })
+	testkit.Eventually(t, time.Minute, "every finding after the restart", func() bool { return distinct(t, st) == 4000 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +336,7 @@ func TestShutdownDrainsTheBatch(t *testing.T) {
 	if err := b.Publish(context.Background(), messages("held", 700)...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "700 received findings", func() bool { return testutil.ToFloat64(w.m.pending) == 700 })
+	testkit.Eventually(t, time.Minute, "700 received findings", func() bool { return testutil.ToFloat64(w.m.pending) == 700 })
 	if n := distinct(t, st); n != 0 {
 		t.Fatalf("%d findings written before the batch filled", n)
 	}
@@ -375,8 +365,8 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	if err := b.Publish(ctx, bad...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the good finding", func() bool { return distinct(t, st) == 1 })
-	waitFor(t, "three invalid messages", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
+	testkit.Eventually(t, time.Minute, "the good finding", func() bool { return distinct(t, st) == 1 })
+	testkit.Eventually(t, time.Minute, "three invalid messages", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
 
 	cons, err := b.Consumer(bus.DeadLetter, "test-deadletter", bus.ConsumerOptions{})
 	if err != nil {
@@ -387,16 +377,18 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	var mu sync.Mutex
 	reasons := map[string]string{}
 	sizes := map[string]int{}
+	labels := map[string]string{}
 	go func() {
 		_ = cons.Consume(cctx, func(_ context.Context, d *bus.Delivery) {
 			mu.Lock()
 			reasons[d.ID] = d.Header[bus.HeaderReason]
 			sizes[d.ID] = len(d.Data)
+			labels[d.ID] = d.Header[bus.HeaderReasonLabel]
 			mu.Unlock()
 			_ = d.Ack(cctx)
 		})
 	}()
-	waitFor(t, "three dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) == 3 })
+	testkit.Eventually(t, time.Minute, "three dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(reasons) == 3 })
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()
@@ -408,5 +400,8 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	}
 	if r := reasons["report/no-audit-id"]; r == "" {
 		t.Errorf("finding without audit_id not dead-lettered: %v", reasons)
+	}
+	if l := labels["report/huge"]; l != reason.TooLarge {
+		t.Errorf("huge finding: reason label %q, want %q", l, reason.TooLarge)
 	}
 }

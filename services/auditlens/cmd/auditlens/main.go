@@ -61,7 +61,7 @@ func main() {
 			merge(fs, map[string]func(*flag.FlagSet){
 				"ingest":   ic.RegisterFlags,
 				"classify": cc.RegisterFlags,
-				"report":   func(fs *flag.FlagSet) { rc = report.DefaultConfig(daemon.DefaultDataDir()); rc.RegisterFlags(fs) },
+				"report":   func(fs *flag.FlagSet) { rc = report.DefaultConfig(daemon.DataRoot()); rc.RegisterFlags(fs) },
 			}, []string{"ingest", "classify", "report"})
 		},
 		Validate: func() error {

@@ -1,4 +1,4 @@
-package pipeline
+package classify
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func TestSettlePublishesOneBatchPerCluster(t *testing.T) {
 		d.Stream, d.Cluster, d.ID, d.Data = bus.Events, cluster, id, event(id, "ResponseComplete", removedBody)
 		fb.events = append(fb.events, d)
 	}
-	svc, err := NewService(Config{Workers: 1, BatchWait: 50 * time.Millisecond, FindingsMessageBytes: 2048}, daemon.Deps{Bus: fb, Cluster: "default"})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 50 * time.Millisecond; c.FindingsMessageBytes = 2048 }), daemon.Deps{Bus: fb, Cluster: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}

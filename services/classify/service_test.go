@@ -1,4 +1,4 @@
-package pipeline
+package classify
 
 import (
 	"context"
@@ -97,7 +97,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	b := openNATS(t)
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 5 * time.Millisecond }), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +182,11 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 // TestReplicasShareTheWork runs two services on one group: every event is classified once.
 func TestReplicasShareTheWork(t *testing.T) {
 	b := openNATS(t)
-	var svcs []*Service
+	var svcs []*service
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
-		s, err := NewService(Config{BatchWait: time.Millisecond, BatchSize: 8}, daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+		s, err := newService(configWith(func(c *Config) { c.BatchWait = time.Millisecond; c.BatchSize = 8 }), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 		d.Stream, d.Cluster, d.ID, d.Data = bus.Events, "prod", id, event(id, "ResponseComplete", removedBody)
 		fb.events = append(fb.events, d)
 	}
-	svc, err := NewService(Config{BatchWait: 10 * time.Millisecond}, daemon.Deps{Bus: fb, Cluster: "default"})
+	svc, err := newService(configWith(func(c *Config) { c.BatchWait = 10 * time.Millisecond }), daemon.Deps{Bus: fb, Cluster: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,15 +364,15 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	c := Config{RulesFiles: []string{"/no/such/rules.yaml"}}
+	c := configWith(func(c *Config) { c.RulesFiles = []string{"/no/such/rules.yaml"} })
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--rules-file") {
 		t.Errorf("missing rules file: %v", err)
 	}
-	c = Config{BatchSize: 10, MaxUnacked: 5}
+	c = configWith(func(c *Config) { c.BatchSize = 10; c.MaxUnacked = 5 })
 	if err := c.Validate(); err == nil {
 		t.Error("batch larger than max unacked accepted")
 	}
-	if _, err := New(Config{}, daemon.Deps{}); err == nil {
+	if _, err := New(DefaultConfig(), daemon.Deps{}); err == nil {
 		t.Error("New without a bus accepted")
 	}
 }
@@ -395,7 +395,7 @@ func (p panicky) Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
 func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	b := openNATS(t)
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 5 * time.Millisecond }), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,4 +432,11 @@ func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// configWith is DefaultConfig changed by set.
+func configWith(set func(*Config)) Config {
+	c := DefaultConfig()
+	set(&c)
+	return c
 }

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
 )
 
 // moduleSpec is one line of modules.txt.
@@ -208,29 +210,6 @@ func splitRelease(v string) (int, int) {
 	return a, b
 }
 
-// versionRank orders versions the way the apiserver prefers them: GA, beta, alpha, and the
-// higher number first within each.
-func versionRank(v string) [3]int {
-	m := regexp.MustCompile(`^v([0-9]+)(?:(alpha|beta)([0-9]+))?$`).FindStringSubmatch(v)
-	if m == nil {
-		return [3]int{}
-	}
-	major, _ := strconv.Atoi(m[1])
-	stab := map[string]int{"": 3, "beta": 2, "alpha": 1}[m[2]]
-	n, _ := strconv.Atoi(m[3])
-	return [3]int{stab, major, n}
-}
-
-func better(a, b string) bool {
-	ra, rb := versionRank(a), versionRank(b)
-	for i := range ra {
-		if ra[i] != rb[i] {
-			return ra[i] > rb[i]
-		}
-	}
-	return false
-}
-
 // build turns the union into catalogue rows.
 func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 	out := &catalogueData{Newest: newest}
@@ -259,8 +238,8 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		found := false
 		for key := range served {
 			if key.Group == group && key.Kind == kind && key != not && removed[key] == "" &&
-				versionRank(key.Version)[0] >= versionRank(not.Version)[0] {
-				if !found || better(key.Version, best.Version) {
+				kubeapi.Stability(key.Version) >= kubeapi.Stability(not.Version) {
+				if !found || kubeapi.MoreStable(key.Version, best.Version) {
 					best, found = key, true
 				}
 			}

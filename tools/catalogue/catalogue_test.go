@@ -7,19 +7,6 @@ import (
 	"testing"
 )
 
-func TestResourceOf(t *testing.T) {
-	for kind, want := range map[string]string{
-		"Deployment": "deployments", "NetworkPolicy": "networkpolicies", "IngressClass": "ingressclasses",
-		"IPAddress": "ipaddresses", "Endpoints": "endpoints", "ComponentStatus": "componentstatuses",
-		"CSIStorageCapacity": "csistoragecapacities", "ServiceCIDR": "servicecidrs", "Gateway": "gateways",
-		"ResourceClaimParameters": "resourceclaimparameters", "Mesh": "meshes", "Box": "boxes",
-	} {
-		if got := resourceOf(kind); got != want {
-			t.Errorf("resourceOf(%s) = %s, want %s", kind, got, want)
-		}
-	}
-}
-
 // TestBuild runs the generator over two fabricated module versions in testdata: the newest
 // value wins, an alpha whose types left is not served from the next release, tags name
 // resources, a replacement that is itself removed is followed to the served version, and

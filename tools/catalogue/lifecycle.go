@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
 )
 
 // kindInfo is what one module version says about one kind of one group/version package.
@@ -135,7 +137,7 @@ func readPackage(fsys fs.FS, dir, version string) ([]kindInfo, error) {
 		if isType && tt.genclient && !tt.noVerbs {
 			k.Resource = tt.resourceName
 			if k.Resource == "" {
-				k.Resource = resourceOf(n)
+				k.Resource = kubeapi.Resource(n)
 			}
 		}
 		if !isType && !k.Tagged {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -114,7 +115,7 @@ func TestSettlePublishesOneBatchPerCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "every event acked", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every event acked", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range states {

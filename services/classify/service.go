@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/reason"
@@ -72,7 +73,7 @@ func (s *service) Ready() error {
 func (s *service) Run(ctx context.Context) error {
 	// Panics and events too large for the bus are dead-lettered by this service itself, so
 	// what is redelivered is almost always an event whose findings could not be published
-	// (findings stream unavailable): the bound covers about a day of that, with retryDelay's
+	// (findings stream unavailable): the bound covers about a day of that, with redelivery's
 	// backoff, instead of the bus's default 50 deliveries.
 	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait, MaxDeliver: classifyMaxDeliver})
 	if err != nil {
@@ -194,7 +195,7 @@ func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		if err != nil {
 			s.log.Warn("publish findings failed; events will be redelivered", "events", len(batch), "err", err)
 			for _, d := range batch {
-				_ = d.Nak(retryDelay(d.Delivered))
+				_ = d.Nak(redelivery.Delay(d.Delivered))
 			}
 			return matches
 		}
@@ -242,8 +243,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster str
 	}()
 	ev, err := dec.DecodeEvent(d.Data)
 	if err != nil {
-		reason := reasonOf(err)
-		s.met.parseErrors.WithLabelValues(reason).Inc()
+		s.met.parseErrors.WithLabelValues(reason.Of(err)).Inc()
 		s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
 		return nil, matches, err
 	}
@@ -278,24 +278,12 @@ func (s *service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Mes
 	return bus.NewDeadLetter(cluster, "classify", id, source, fmt.Errorf("classify: %w", err), d.Data, extra)
 }
 
-func reasonOf(err error) string {
-	for _, e := range []error{auditevent.ErrNotJSON, auditevent.ErrInvalidUTF8, auditevent.ErrTooLarge, auditevent.ErrNotAuditEvent} {
-		if errors.Is(err, e) {
-			return e.Error()
-		}
-	}
-	return "other"
-}
-
 // classifyMaxDeliver bounds how often one event is handed to classify before it is given up
 // to the dead-letter stream.
 const classifyMaxDeliver = 1000
 
-// retryDelay is how long an event whose findings could not be published waits before it is
-// delivered again: one second, doubling with each delivery up to a minute.
-func retryDelay(delivered int) time.Duration {
-	if delivered < 1 {
-		delivered = 1
-	}
-	return min(time.Second<<min(delivered-1, 6), time.Minute)
-}
+// redelivery is how long an event whose findings could not be published waits before it is
+// delivered again: one second, doubling with each delivery up to a minute. Without jitter:
+// the events of a failed batch come back together, as one batch again, and what replicas
+// hold meanwhile is bounded by --classify-max-unacked however the retries line up.
+var redelivery = backoff.Backoff{Min: time.Second, Max: time.Minute, Jitter: -1}

@@ -16,6 +16,8 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/reason"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
@@ -81,17 +83,6 @@ func collect(t *testing.T, b bus.Bus, s bus.Stream, want int, settle time.Durati
 	return got
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestServiceThroughEmbeddedNATS publishes events (three stages of one removed-API request,
 // a legacy-token request, a clean one, a bad one) and reads findings and dead letters back.
 func TestServiceThroughEmbeddedNATS(t *testing.T) {
@@ -118,14 +109,14 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	if err := b.Publish(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all events classified", func() bool {
+	testkit.Eventually(t, 20*time.Second, "all events classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 6
 	})
 	// The same request redelivered later (after a restart, say) adds nothing.
 	if err := b.Publish(context.Background(), bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete-again", Data: event("r1", "ResponseComplete", removedBody)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the repeat classified", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the repeat classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
 	})
 
@@ -162,7 +153,7 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	if src := dead[0].Header[bus.HeaderSource]; !strings.HasPrefix(src, "/var/log/audit.log:42 (AUDIT_EVENTS:") {
 		t.Errorf("dead letter source %q", src)
 	}
-	if testutil.ToFloat64(svc.met.parseErrors.WithLabelValues("not an audit event")) != 1 {
+	if testutil.ToFloat64(svc.met.parseErrors.WithLabelValues(reason.NotAuditEvent)) != 1 {
 		t.Error("parse error not counted")
 	}
 	if err := svc.Ready(); err != nil {
@@ -209,7 +200,7 @@ func TestReplicasShareTheWork(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "400 events classified", func() bool { return total() >= 400 })
+	testkit.Eventually(t, 20*time.Second, "400 events classified", func() bool { return total() >= 400 })
 	time.Sleep(200 * time.Millisecond)
 	if n := total(); n != 400 {
 		t.Errorf("%v classifications of 400 events", n)
@@ -324,7 +315,7 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "both events nak'ed", func() bool {
+	testkit.Eventually(t, 20*time.Second, "both events nak'ed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return states[0] == "nak" && states[1] == "nak"
@@ -342,7 +333,7 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "both events acked", func() bool {
+	testkit.Eventually(t, 20*time.Second, "both events acked", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return states[0] == "ack" && states[1] == "ack"
@@ -411,7 +402,7 @@ func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	if err := b.Publish(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all events settled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "all events settled", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 3
 	})
 	if got := testutil.ToFloat64(svc.met.panics); got != 1 {

@@ -288,7 +288,7 @@ func (m *matcher) api() {
 		}
 		return
 	}
-	if !(hasRemoved && versionRE.MatchString(removed)) && deprecated != "true" {
+	if !(hasRemoved && isRelease(removed)) && deprecated != "true" {
 		return
 	}
 	// Known from the apiserver's annotation alone: the successor is the most stable version
@@ -297,7 +297,7 @@ func (m *matcher) api() {
 	mt := Match{Replacement: repl, ReplacementUnknown: repl == "", Evidence: ann([]Evidence{
 		{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
 	})}
-	if hasRemoved && versionRE.MatchString(removed) {
+	if hasRemoved && isRelease(removed) {
 		mt.RemovedIn = removed
 		m.add(RemovedAPI, mt)
 	} else {

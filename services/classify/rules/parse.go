@@ -3,13 +3,14 @@ package rules
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"text/template"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // PosError is a catalogue error at a line and column of a file.
@@ -26,7 +27,12 @@ func (e *PosError) Error() string {
 	return fmt.Sprintf("%s: %s", e.File, e.Msg)
 }
 
-var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
+// isRelease reports whether s is a Kubernetes release written as the catalogue writes them,
+// "MAJOR.MINOR" exactly ("1.25"; not "v1.25" nor "1.25.0").
+func isRelease(s string) bool {
+	v, err := kubeversion.Parse(s)
+	return err == nil && v.String() == s
+}
 
 // parse decodes one document strictly and checks each entry, reporting line:column.
 func parse(src Source) (*Catalogue, error) {
@@ -64,7 +70,7 @@ func parse(src Source) (*Catalogue, error) {
 	}
 	checkVersions := func(path string, vs ...[2]string) error {
 		for _, v := range vs {
-			if v[1] != "" && !versionRE.MatchString(v[1]) {
+			if v[1] != "" && !isRelease(v[1]) {
 				return at(path+"."+v[0], "%s %q: want MAJOR.MINOR, e.g. \"1.25\"", v[0], v[1])
 			}
 		}

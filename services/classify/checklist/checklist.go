@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
@@ -225,7 +224,7 @@ func writeTable(w io.Writer, entries []Entry, from, to kubeversion.Version) erro
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "CHANGE\tRELEASE\tAPI OR FEATURE\tKIND\tREMOVAL\tREPLACEMENT\n")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, term(e.API()), term(dash(e.Kind)), removal(e), term(dash(e.Replacement)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, printable.String(e.API()), printable.String(dash(e.Kind)), removal(e), printable.String(dash(e.Replacement)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -287,19 +286,9 @@ func dash(s string) string {
 	return s
 }
 
-// term makes catalogue text (which a --rules-file may carry) safe for a terminal: control
-// characters are written as Go escapes.
-func term(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
 // md escapes text for a Markdown table cell.
 func md(s string) string {
-	s = term(s)
+	s = printable.String(s)
 	r := strings.NewReplacer("|", `\|`, "`", "'", "<", "&lt;", ">", "&gt;")
 	return r.Replace(s)
 }

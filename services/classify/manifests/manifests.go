@@ -17,13 +17,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"github.com/goccy/go-yaml"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/rules"
 	"github.com/auditlens/auditlens/services/classify/scan"
@@ -121,12 +121,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			out.docs += docs
 			out.files++
 			if err != nil {
-				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", term(name), term(err.Error()))
+				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", printable.String(name), printable.String(err.Error()))
 				failed = true
 			}
 		})
 		if err != nil {
-			fmt.Fprintf(stderr, "classify manifests: %s\n", term(err.Error()))
+			fmt.Fprintf(stderr, "classify manifests: %s\n", printable.String(err.Error()))
 			failed = true
 		}
 	}
@@ -176,8 +176,8 @@ func (o *output) emit(source string, f *auditlensv1.Finding) {
 			obj = f.Namespace + "/" + f.Name
 		}
 		api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
-		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
-			term(api), term(dash(obj)), term(f.Message))
+		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable.String(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
+			printable.String(api), printable.String(dash(obj)), printable.String(f.Message))
 		return
 	}
 	b, err := json.Marshal(Finding{JSONFinding: scan.ToJSON(f), Source: source})
@@ -427,13 +427,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// term makes text from a manifest safe for a terminal: control characters become escapes.
-func term(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
 }

@@ -6,77 +6,31 @@ import (
 
 // merge adds o's entries to c, replacing those with the same key.
 func (c *Catalogue) merge(o *Catalogue) {
-	for _, r := range o.Rules {
-		replaced := false
-		for i := range c.Rules {
-			if c.Rules[i].ID == r.ID {
-				c.Rules[i], replaced = r, true
+	c.Rules = mergeBy(c.Rules, o.Rules, func(r RuleSpec) string { return r.ID })
+	c.APIs = mergeBy(c.APIs, o.APIs, func(a APISpec) gvr { return gvr{a.Group, a.Version, a.Resource} })
+	c.BodyKinds = mergeBy(c.BodyKinds, o.BodyKinds, func(b BodyKindSpec) gvr { return gvr{b.Group, b.Version, b.Kind} })
+	c.Served = mergeBy(c.Served, o.Served, func(s ServedSpec) gvr { return gvr{s.Group, s.Version, s.Resource} })
+	annotation := func(a AnnotationSpec) [2]string { return [2]string{a.Key, a.Prefix} }
+	c.Annotations = mergeBy(c.Annotations, o.Annotations, annotation)
+	c.ObjectAnnotations = mergeBy(c.ObjectAnnotations, o.ObjectAnnotations, annotation)
+	c.Labels = mergeBy(c.Labels, o.Labels, func(l LabelSpec) string { return l.Key })
+}
+
+// mergeBy replaces each entry of dst that has the key of an entry of src with it, and
+// appends the entries of src whose key dst lacks.
+func mergeBy[T any, K comparable](dst, src []T, key func(T) K) []T {
+	for _, s := range src {
+		k, replaced := key(s), false
+		for i := range dst {
+			if key(dst[i]) == k {
+				dst[i], replaced = s, true
 			}
 		}
 		if !replaced {
-			c.Rules = append(c.Rules, r)
+			dst = append(dst, s)
 		}
 	}
-	for _, a := range o.APIs {
-		replaced := false
-		for i := range c.APIs {
-			if c.APIs[i].Group == a.Group && c.APIs[i].Version == a.Version && c.APIs[i].Resource == a.Resource {
-				c.APIs[i], replaced = a, true
-			}
-		}
-		if !replaced {
-			c.APIs = append(c.APIs, a)
-		}
-	}
-	for _, b := range o.BodyKinds {
-		replaced := false
-		for i := range c.BodyKinds {
-			if c.BodyKinds[i].Group == b.Group && c.BodyKinds[i].Version == b.Version && c.BodyKinds[i].Kind == b.Kind {
-				c.BodyKinds[i], replaced = b, true
-			}
-		}
-		if !replaced {
-			c.BodyKinds = append(c.BodyKinds, b)
-		}
-	}
-	for _, sv := range o.Served {
-		replaced := false
-		for i := range c.Served {
-			if c.Served[i].Group == sv.Group && c.Served[i].Version == sv.Version && c.Served[i].Resource == sv.Resource {
-				c.Served[i], replaced = sv, true
-			}
-		}
-		if !replaced {
-			c.Served = append(c.Served, sv)
-		}
-	}
-	mergeAnn := func(dst []AnnotationSpec, src []AnnotationSpec) []AnnotationSpec {
-		for _, a := range src {
-			replaced := false
-			for i := range dst {
-				if dst[i].Key == a.Key && dst[i].Prefix == a.Prefix {
-					dst[i], replaced = a, true
-				}
-			}
-			if !replaced {
-				dst = append(dst, a)
-			}
-		}
-		return dst
-	}
-	c.Annotations = mergeAnn(c.Annotations, o.Annotations)
-	c.ObjectAnnotations = mergeAnn(c.ObjectAnnotations, o.ObjectAnnotations)
-	for _, l := range o.Labels {
-		replaced := false
-		for i := range c.Labels {
-			if c.Labels[i].Key == l.Key {
-				c.Labels[i], replaced = l, true
-			}
-		}
-		if !replaced {
-			c.Labels = append(c.Labels, l)
-		}
-	}
+	return dst
 }
 
 // complete checks what only the merged catalogue can show: every built-in rule is defined

@@ -35,7 +35,9 @@ type Config struct {
 	DedupWindow int
 	// MaxUnacked bounds deliveries in flight.
 	MaxUnacked int
-	// AckWait is how long the bus waits for a settle before redelivering.
+	// AckWait is the recovery time after a crash: how long the events a stopped classify
+	// held wait before the bus redelivers them (a live one keeps what it holds, see
+	// bus.ConsumerOptions.AckWait). It also bounds one publish of findings.
 	AckWait time.Duration
 	// FindingsMessageBytes bounds one FindingBatch message.
 	FindingsMessageBytes int
@@ -60,7 +62,7 @@ func DefaultConfig() Config {
 		MaxEventSize:         4 << 20,
 		DedupWindow:          dedup.DefaultSize,
 		MaxUnacked:           4096,
-		AckWait:              30 * time.Second,
+		AckWait:              10 * time.Second,
 		FindingsMessageBytes: DefaultFindingsMessageBytes,
 	}
 }
@@ -77,7 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxEventSize, "classify-max-event-size", c.MaxEventSize, "largest event accepted, in bytes; larger ones go to the dead-letter stream")
 	fs.IntVar(&c.DedupWindow, "classify-dedup-window", c.DedupWindow, "finding keys remembered to merge the stages of one request")
 	fs.IntVar(&c.MaxUnacked, "classify-max-unacked", c.MaxUnacked, "events delivered but not yet settled")
-	fs.DurationVar(&c.AckWait, "classify-ack-wait", c.AckWait, "redelivery delay of an unsettled event")
+	fs.DurationVar(&c.AckWait, "classify-ack-wait", c.AckWait, "after a crash, how long the events it held wait before they are redelivered (a running classify keeps what it holds)")
 	fs.IntVar(&c.FindingsMessageBytes, "classify-findings-message-bytes", c.FindingsMessageBytes,
 		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --max-finding-bytes")
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/auditlens/page"
-	classify "github.com/auditlens/auditlens/services/classify/pipeline"
+	"github.com/auditlens/auditlens/services/classify"
 	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
 	"github.com/auditlens/auditlens/services/report"
 )
@@ -42,7 +42,7 @@ func main() {
 	}
 	var (
 		ic ingest.Config
-		cc classify.Config
+		cc = classify.DefaultConfig()
 		rc report.Config
 	)
 	os.Exit(daemon.Main(daemon.Spec{
@@ -65,7 +65,7 @@ func main() {
 			}, []string{"ingest", "classify", "report"})
 		},
 		Validate: func() error {
-			for _, v := range []func() error{ic.Validate, cc.Validate, func() error { return rc.Validate() }} {
+			for _, v := range []func() error{ic.Validate, func() error { return cc.Validate() }, func() error { return rc.Validate() }} {
 				if err := v(); err != nil {
 					return err
 				}
@@ -94,7 +94,7 @@ func main() {
 			d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: rc.Weekly.Target, Log: d.Logger})
 			// Upstream first, so a shutdown drains ingest, then classify, then report; the
 			// page's store handle closes last.
-			comps := append(append(in, cl), out...)
+			comps := append(append(in, cl...), out...)
 			return append(comps, daemon.CloseAtStop(st)), nil
 		},
 	}, args, os.Stderr))

@@ -49,26 +49,25 @@ type Config struct {
 	PublishTimeout time.Duration
 }
 
-// RegisterFlags adds the --firehose-* flags to fs.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "firehose-addr", "", "serve the Amazon Data Firehose HTTP endpoint (EKS audit logs via a CloudWatch Logs subscription) on `host:port` (empty: off)")
-	fs.StringVar(&c.TLSCert, "firehose-tls-cert", "", "TLS certificate `file` of the Firehose endpoint (empty: plain HTTP behind a TLS-terminating load balancer)")
-	fs.StringVar(&c.TLSKey, "firehose-tls-key", "", "TLS key `file` of the Firehose endpoint")
-	fs.StringVar(&c.AccessKeyFile, "firehose-access-key-file", "", "`file` holding the access key configured on the Firehose stream (required with --firehose-addr)")
+// DefaultConfig is the endpoint's defaults; off until Addr is set.
+func DefaultConfig() Config {
+	return Config{MaxBody: 64 << 20, PublishTimeout: 60 * time.Second}
 }
 
-func (c Config) withDefaults() Config {
-	if c.MaxBody <= 0 {
-		c.MaxBody = 64 << 20
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 60 * time.Second
-	}
-	return c
+// RegisterFlags adds the --firehose-* flags to fs, each defaulting to the current value of its
+// field.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "firehose-addr", c.Addr, "serve the Amazon Data Firehose HTTP endpoint (EKS audit logs via a CloudWatch Logs subscription) on `host:port` (empty: off)")
+	fs.StringVar(&c.TLSCert, "firehose-tls-cert", c.TLSCert, "TLS certificate `file` of the Firehose endpoint (empty: plain HTTP behind a TLS-terminating load balancer)")
+	fs.StringVar(&c.TLSKey, "firehose-tls-key", c.TLSKey, "TLS key `file` of the Firehose endpoint")
+	fs.StringVar(&c.AccessKeyFile, "firehose-access-key-file", c.AccessKeyFile, "`file` holding the access key configured on the Firehose stream (required with --firehose-addr)")
 }
+
+// On reports whether the endpoint is configured.
+func (c Config) On() bool { return c.Addr != "" }
 
 // Validate checks the flags when the endpoint is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if c.Addr == "" {
 		return nil
 	}
@@ -77,6 +76,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AccessKeyFile == "" {
 		return errors.New("--firehose-addr needs --firehose-access-key-file: Firehose sends the configured access key with every request")
+	}
+	if c.MaxBody <= 0 || c.PublishTimeout <= 0 {
+		return errors.New("the Firehose endpoint's body limit and publish timeout must be positive")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--firehose-tls-cert and --firehose-tls-key go together")
@@ -124,7 +126,6 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -41,23 +41,28 @@ type Config struct {
 	EventHubsConnectionStringFile string
 }
 
-// RegisterFlags adds the --kafka-source-* flags to fs.
+// DefaultConfig is the source's defaults; off until Brokers or
+// EventHubsConnectionStringFile is set.
+func DefaultConfig() Config { return Config{Group: "auditlens-ingest"} }
+
+// RegisterFlags adds the --kafka-source-* flags to fs, each defaulting to the current value of
+// its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Brokers, "kafka-source-brokers", "", "read audit events or cloud envelopes from Kafka at these comma-separated `host:port`s (empty: off unless --eventhubs-connection-string-file)")
-	fs.StringVar(&c.Topic, "kafka-source-topic", "", "Kafka `topic` to read (Event Hubs: the event hub's name)")
-	fs.StringVar(&c.Group, "kafka-source-group", "auditlens-ingest", "Kafka consumer `group` whose committed offsets say what is stored")
-	fs.BoolVar(&c.TLS, "kafka-source-tls", false, "connect to the Kafka source over TLS")
-	fs.StringVar(&c.TLSCA, "kafka-source-tls-ca", "", "CA `file` that signs the Kafka source's certificates (default: the system's)")
-	fs.StringVar(&c.SASLUser, "kafka-source-sasl-user", "", "SASL PLAIN `user` of the Kafka source")
-	fs.StringVar(&c.SASLPasswordFile, "kafka-source-sasl-password-file", "", "`file` holding the SASL PLAIN password of the Kafka source")
-	fs.StringVar(&c.EventHubsConnectionStringFile, "eventhubs-connection-string-file", "", "`file` holding an Azure Event Hubs connection string (Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=HUB]): read AKS audit logs from its Kafka endpoint with TLS and SASL PLAIN")
+	fs.StringVar(&c.Brokers, "kafka-source-brokers", c.Brokers, "read audit events or cloud envelopes from Kafka at these comma-separated `host:port`s (empty: off unless --eventhubs-connection-string-file)")
+	fs.StringVar(&c.Topic, "kafka-source-topic", c.Topic, "Kafka `topic` to read (Event Hubs: the event hub's name)")
+	fs.StringVar(&c.Group, "kafka-source-group", c.Group, "Kafka consumer `group` whose committed offsets say what is stored")
+	fs.BoolVar(&c.TLS, "kafka-source-tls", c.TLS, "connect to the Kafka source over TLS")
+	fs.StringVar(&c.TLSCA, "kafka-source-tls-ca", c.TLSCA, "CA `file` that signs the Kafka source's certificates (default: the system's)")
+	fs.StringVar(&c.SASLUser, "kafka-source-sasl-user", c.SASLUser, "SASL PLAIN `user` of the Kafka source")
+	fs.StringVar(&c.SASLPasswordFile, "kafka-source-sasl-password-file", c.SASLPasswordFile, "`file` holding the SASL PLAIN password of the Kafka source")
+	fs.StringVar(&c.EventHubsConnectionStringFile, "eventhubs-connection-string-file", c.EventHubsConnectionStringFile, "`file` holding an Azure Event Hubs connection string (Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=HUB]): read AKS audit logs from its Kafka endpoint with TLS and SASL PLAIN")
 }
 
 // On reports whether the source is configured.
-func (c *Config) On() bool { return c.Brokers != "" || c.EventHubsConnectionStringFile != "" }
+func (c Config) On() bool { return c.Brokers != "" || c.EventHubsConnectionStringFile != "" }
 
 // Validate checks the flags when the source is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if !c.On() {
 		return nil
 	}

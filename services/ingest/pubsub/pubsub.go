@@ -32,23 +32,30 @@ type Config struct {
 	MaxOutstanding int
 }
 
-// RegisterFlags adds the --pubsub-* flags to fs.
+// DefaultConfig is the source's defaults; off until Subscription is set.
+func DefaultConfig() Config { return Config{MaxOutstanding: 1000} }
+
+// RegisterFlags adds the --pubsub-* flags to fs, each defaulting to the current value of its
+// field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Subscription, "pubsub-subscription", "", "read GKE audit logs from this Pub/Sub `projects/P/subscriptions/S` (fed by a Cloud Logging sink; credentials: Application Default Credentials or workload identity; PUBSUB_EMULATOR_HOST honoured) (empty: off)")
-	fs.IntVar(&c.MaxOutstanding, "pubsub-max-outstanding", 1000, "Pub/Sub messages being stored on the bus at once")
+	fs.StringVar(&c.Subscription, "pubsub-subscription", c.Subscription, "read GKE audit logs from this Pub/Sub `projects/P/subscriptions/S` (fed by a Cloud Logging sink; credentials: Application Default Credentials or workload identity; PUBSUB_EMULATOR_HOST honoured) (empty: off)")
+	fs.IntVar(&c.MaxOutstanding, "pubsub-max-outstanding", c.MaxOutstanding, "Pub/Sub messages being stored on the bus at once")
 }
+
+// On reports whether the source is configured.
+func (c Config) On() bool { return c.Subscription != "" }
 
 var subscriptionRE = regexp.MustCompile(`^projects/([^/]+)/subscriptions/[^/]+$`)
 
 // Validate checks the flags when the source is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if c.Subscription == "" {
 		return nil
 	}
 	if !subscriptionRE.MatchString(c.Subscription) {
 		return fmt.Errorf("--pubsub-subscription %q: want projects/PROJECT/subscriptions/NAME", c.Subscription)
 	}
-	if c.MaxOutstanding < 0 {
+	if c.MaxOutstanding <= 0 {
 		return fmt.Errorf("--pubsub-max-outstanding %d: want a positive number", c.MaxOutstanding)
 	}
 	return nil
@@ -90,9 +97,6 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	}
 	if cfg.Subscription == "" {
 		return nil, errors.New("--pubsub-subscription is empty")
-	}
-	if cfg.MaxOutstanding <= 0 {
-		cfg.MaxOutstanding = 1000
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)

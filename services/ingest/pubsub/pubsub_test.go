@@ -179,7 +179,9 @@ func TestSource(t *testing.T) {
 		srv.Publish(topic, d, nil)
 	}
 	srv.Publish(topic, []byte("not a log entry"), nil)
-	s, err := pubsub.New(context.Background(), pubsub.Config{Subscription: subName}, b, pubsub.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, ClientOptions: opts})
+	cfg := pubsub.DefaultConfig()
+	cfg.Subscription = subName
+	s, err := pubsub.New(context.Background(), cfg, b, pubsub.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, ClientOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

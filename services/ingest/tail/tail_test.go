@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
-	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
@@ -23,12 +22,12 @@ type reader struct {
 	f      *tail.Follower
 	ids    []string
 	bad    []tail.Line
-	pos    checkpoint.Position
+	pos    tail.Position
 	ctx    context.Context
 	chunks []string
 }
 
-func newReader(t *testing.T, cfg tail.Config, start *checkpoint.Position) *reader {
+func newReader(t *testing.T, cfg tail.Config, start *tail.Position) *reader {
 	cfg.PollInterval = 5 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	f := tail.New(cfg, start)
@@ -262,7 +261,7 @@ func TestResumeAfterRotationWhileStopped(t *testing.T) {
 				write(t, w, ev, 0, 50)
 				r := newReader(t, tail.Config{Path: path}, nil)
 				// Resume exactly after the 21st line, as if only those were acknowledged.
-				var pos checkpoint.Position
+				var pos tail.Position
 				for {
 					c, err := r.f.Next(context.Background(), 1, 1<<20, false)
 					if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/auditlens/page"
 	classify "github.com/auditlens/auditlens/services/classify/pipeline"
-	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/report/sink"
 )
 
@@ -41,7 +41,7 @@ func main() {
 		_ = os.Setenv(daemon.DataRootEnv, dir)
 	}
 	var (
-		ic ingest.Config
+		ic = ingest.DefaultConfig(daemon.DefaultDataDir())
 		cc classify.Config
 		rc sink.Config
 	)

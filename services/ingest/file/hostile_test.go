@@ -1,8 +1,7 @@
-package pipeline_test
+package file_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
 // hugeAuditID returns event i of ev with an auditID of n bytes, as the apiserver writes it
@@ -41,13 +40,13 @@ func hugeAuditID(t *testing.T, ev testlog.Events, i, n int) []byte {
 // input stays ready.
 func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startStockNATS(t)
-	b := n.open(t)
+	n := testnats.StartStock(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
-	cfg.MaxEventSize = 4 << 20 // above the bus's limit, so that the bus refuses line 20
-	r := start(t, cfg, b)
+	// above the bus's limit, so that the bus refuses line 20
+	r := start(t, cfg, b, func(o *file.Options) { o.MaxEventSize = 4 << 20 })
 	var want []string
 	for i := range 30 {
 		line, id := ev.Event(i)
@@ -65,7 +64,7 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := r.comps[0].(*pipeline.FileInput)
+	in := r.comps[0].(*file.Input)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +84,8 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 		t.Errorf("%v publish retries: the refusal was treated as an outage", got)
 	}
 	r.stop(t)
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
-	dl := n.messages(t, bus.DeadLetter)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+	dl := n.Messages(t, bus.DeadLetter)
 	if len(dl) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dl))
 	}
@@ -148,46 +147,18 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name, label, value stri
 	return sum
 }
 
-// Issue 9: the constructor panicked with a nil metrics registry (a nil *prometheus.Registry
-// in the Registerer interface), where classify and report do without metrics.
-func TestNewWithoutRegistry(t *testing.T) {
-	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
-	path := filepath.Join(t.TempDir(), "audit.log")
-	w := testlog.NewWriter(t, path)
-	for i := range 10 {
-		line, _ := ev.Event(i)
-		if err := w.Line(line); err != nil {
-			t.Fatal(err)
-		}
-	}
-	comps, err := pipeline.New(fileConfig(t, path), daemon.Deps{Bus: b, Cluster: "test", Logger: logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.RunStages(ctx, comps, logger(t)) }()
-	eventually(t, "the events without metrics", func() bool { return n.count(t, bus.Events) == 10 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Issue 9, defect 3: a checkpoint save that fails (the directory gone, as on a full or
 // read-only disk) was logged once and then nothing: ready, checkpoint age and lag 0. Now it
 // is retried, counted, fails readiness and shows in the age and lag until a save succeeds.
 func TestCheckpointSaveFailureIsReported(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
 	r := start(t, cfg, b)
-	in := r.comps[0].(*pipeline.FileInput)
+	in := r.comps[0].(*file.Input)
 	write := func(from, to int) {
 		for i := from; i < to; i++ {
 			line, _ := ev.Event(i)
@@ -208,7 +179,7 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(100, 200)
-	eventually(t, "the events after the failure", func() bool { return n.count(t, bus.Events) == 200 })
+	eventually(t, "the events after the failure", func() bool { return n.Count(t, bus.Events) == 200 })
 	eventually(t, "readiness, age, lag and the error counter to show the failing saves", func() bool {
 		return in.Ready() != nil && in.CheckpointAge() > 0 && in.LagBytes() > 0 &&
 			metricValue(t, r.reg, "auditlens_ingest_checkpoint_save_errors_total", "", "") >= 2

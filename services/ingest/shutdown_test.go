@@ -1,4 +1,4 @@
-package pipeline_test
+package ingest_test
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 )
 
@@ -29,7 +30,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testnats.FreeAddr(t)
 	cmd := exec.Command(ingestBin, "--webhook-addr", addr, "--webhook-tls-cert", pki.ServerCert, "--webhook-tls-key", pki.ServerKey,
 		"--webhook-token-file", tok, "--nats-url", "embedded", "--nats-store-dir", filepath.Join(dir, "nats"),
 		"--cluster", "test", "--metrics-addr", "", "--log-format", "json")

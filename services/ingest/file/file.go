@@ -1,10 +1,16 @@
-package pipeline
+// Package file is ingest's audit log input: it follows a file and its rotated siblings
+// (package tail), publishes its lines in batches, several at once, and saves the position
+// (package checkpoint) in read order once the bus acknowledged every line before it.
+package file
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +27,94 @@ import (
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
+// Config configures the file input; start from DefaultConfig.
+type Config struct {
+	// Path is the audit log to follow (the apiserver's --audit-log-path); empty: off.
+	Path          string
+	CheckpointDir string
+	StartAt       string
+	BatchSize     int
+	BatchBytes    int
+	Publishers    int
+	PollInterval  time.Duration
+	DrainTimeout  time.Duration
+}
+
+// DefaultConfig is the file input's defaults, its checkpoints under dataRoot; off until Path
+// is set.
+func DefaultConfig(dataRoot string) Config {
+	return Config{
+		CheckpointDir: filepath.Join(dataRoot, "checkpoints"),
+		StartAt:       tail.StartBeginning,
+		BatchSize:     4096,
+		BatchBytes:    8 << 20,
+		Publishers:    2,
+		PollInterval:  200 * time.Millisecond,
+		DrainTimeout:  30 * time.Second,
+	}
+}
+
+// RegisterFlags adds --audit-log, --checkpoint-dir, --start-at and the --audit-log-* flags to
+// fs, each defaulting to the current value of its field.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Path, "audit-log", c.Path, "follow this audit log `file` (the apiserver's --audit-log-path) and its rotated siblings")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "`dir` where the read position of --audit-log is kept")
+	fs.StringVar(&c.StartAt, "start-at", c.StartAt, "without a checkpoint, start at the beginning (oldest rotated file) or the end of the audit log")
+	fs.IntVar(&c.BatchSize, "audit-log-batch-size", c.BatchSize, "most lines published in one batch")
+	fs.IntVar(&c.BatchBytes, "audit-log-batch-bytes", c.BatchBytes, "most `bytes` published in one batch")
+	fs.IntVar(&c.Publishers, "audit-log-publishers", c.Publishers, "batches published concurrently (checkpoints still advance in order)")
+	fs.DurationVar(&c.PollInterval, "audit-log-poll-interval", c.PollInterval, "how often an idle audit log is checked for new lines and rotation")
+	fs.DurationVar(&c.DrainTimeout, "audit-log-drain-timeout", c.DrainTimeout, "on shutdown, how long read lines may wait for the bus")
+}
+
+// On reports whether the file input is configured.
+func (c Config) On() bool { return c.Path != "" }
+
+// Memory is about the most memory the input holds at once: the lines and messages of up to
+// Publishers batches being published, the ones waiting for their turn to be checkpointed and
+// the one being read (BatchBytes each).
+func (c Config) Memory() int64 { return int64(c.Publishers+2) * int64(c.BatchBytes) }
+
+// Validate checks the flags, naming the one at fault.
+func (c Config) Validate() error {
+	if c.Path == "" {
+		return nil
+	}
+	if err := (tail.Config{Path: c.Path, StartAt: c.StartAt}).Validate(); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(c.Path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--audit-log %s is a directory: give the audit log file", c.Path)
+	}
+	if c.CheckpointDir == "" {
+		return errors.New("--audit-log needs --checkpoint-dir")
+	}
+	if c.BatchSize <= 0 || c.BatchBytes <= 0 || c.Publishers <= 0 {
+		return errors.New("--audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
+	}
+	if c.PollInterval <= 0 || c.DrainTimeout <= 0 {
+		return errors.New("--audit-log-poll-interval and --audit-log-drain-timeout must be positive")
+	}
+	return nil
+}
+
+// Bus is what the input needs from the bus.
+type Bus interface {
+	bus.Publisher
+	Ready() error
+}
+
+// Options are the input's collaborators and what it shares with ingest's other inputs.
+type Options struct {
+	Cluster      string
+	Node         string
+	MaxEventSize int
+	Logger       *slog.Logger
+	// Registry gets the input's own metrics (lines read, lag, checkpoints); nil: none.
+	Registry prometheus.Registerer
+	Metrics  *metrics.Ingest
+}
+
 // batch is a run of lines published together; pos is checkpointed once it is acknowledged
 // and every batch before it was.
 type batch struct {
@@ -31,15 +125,16 @@ type batch struct {
 	events  int
 	bad     map[string]int
 	bytes   int64
-	pos     checkpoint.Position
+	pos     tail.Position
 	created time.Time
 	done    chan struct{}
 	err     error
 }
 
-// FileInput follows an audit log into the bus.
-type FileInput struct {
+// Input follows an audit log into the bus.
+type Input struct {
 	cfg     Config
+	opt     Options
 	bus     bus.Publisher
 	ready   func() error
 	cluster string
@@ -69,17 +164,26 @@ type FileInput struct {
 	follower     *tail.Follower
 }
 
-// NewFileInput prepares the file input; Run does the work.
-func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg prometheus.Registerer, m *metrics.Ingest) (*FileInput, error) {
-	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.AuditLog)
+// New prepares the input; Run does the work.
+func New(cfg Config, b Bus, opt Options) (*Input, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(nil)
+	}
+	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.Path)
 	if err != nil {
 		return nil, err
 	}
-	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store,
-		eventHeader: map[string]string{bus.HeaderNode: cfg.NodeName},
+	in := &Input{cfg: cfg, opt: opt, bus: b, ready: b.Ready, cluster: opt.Cluster, log: opt.Logger.With("input", "file"), m: opt.Metrics, store: store,
+		eventHeader: map[string]string{bus.HeaderNode: opt.Node},
 		saveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_checkpoint_save_errors_total", Help: "Failed saves of the audit log checkpoint (retried until one succeeds)."}),
 	}
-	if reg != nil {
+	if reg := opt.Registry; reg != nil {
 		stat := func(f func(s *tail.Stats) int64) func() float64 {
 			return func() float64 {
 				in.mu.Lock()
@@ -113,7 +217,7 @@ func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg p
 }
 
 // LagBytes is how many bytes of the audit log are not yet acknowledged by the bus.
-func (in *FileInput) LagBytes() int64 {
+func (in *Input) LagBytes() int64 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.follower == nil {
@@ -123,7 +227,7 @@ func (in *FileInput) LagBytes() int64 {
 }
 
 // CheckpointAge is how long the oldest read batch has waited for its position to be saved.
-func (in *FileInput) CheckpointAge() time.Duration {
+func (in *Input) CheckpointAge() time.Duration {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	oldest := in.unsavedSince
@@ -137,7 +241,7 @@ func (in *FileInput) CheckpointAge() time.Duration {
 }
 
 // Ready reports an error while publishing fails.
-func (in *FileInput) Ready() error {
+func (in *Input) Ready() error {
 	if p := in.failing.Load(); p != nil {
 		return fmt.Errorf("publishing audit log lines: %w", *p)
 	}
@@ -152,14 +256,14 @@ func (in *FileInput) Ready() error {
 
 // Run follows the audit log until ctx is done, then publishes what it read and saves the
 // last acknowledged position.
-func (in *FileInput) Run(ctx context.Context) error {
+func (in *Input) Run(ctx context.Context) error {
 	start, ok, err := in.store.Load()
 	if err != nil {
 		return err
 	}
-	tcfg := tail.Config{Path: in.cfg.AuditLog, StartAt: in.cfg.StartAt, MaxLineSize: in.cfg.MaxEventSize,
+	tcfg := tail.Config{Path: in.cfg.Path, StartAt: in.cfg.StartAt, MaxLineSize: in.opt.MaxEventSize,
 		PollInterval: in.cfg.PollInterval, Logger: in.log}
-	var sp *checkpoint.Position
+	var sp *tail.Position
 	if ok {
 		sp = &start
 	}
@@ -207,7 +311,7 @@ func (in *FileInput) Run(ctx context.Context) error {
 }
 
 // read turns lines into batches until ctx is done.
-func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order chan<- *batch) error {
+func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- *batch) error {
 	var cur *batch
 	send := func() bool {
 		if cur == nil {
@@ -240,7 +344,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 		}
 	}
 	backoff := in.cfg.PollInterval
-	var lastPos checkpoint.Position
+	var lastPos tail.Position
 	for {
 		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
 		if cur != nil {
@@ -268,7 +372,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 		backoff = in.cfg.PollInterval
 		in.readErr.Store(nil)
 		// An idle poll reports the same position again: nothing to checkpoint.
-		moved := c.Pos.File.Path != "" && !samePlace(c.Pos, lastPos)
+		moved := c.Pos.File.Path != "" && !c.Pos.SamePlace(lastPos)
 		if c.Pos.File.Path != "" {
 			lastPos = c.Pos
 		}
@@ -297,7 +401,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 
 // convert turns the lines of b into messages (in a publisher, so that identifying events
 // runs in parallel with reading).
-func (in *FileInput) convert(b *batch) {
+func (in *Input) convert(b *batch) {
 	if b.msgs != nil {
 		return // a retry
 	}
@@ -311,7 +415,7 @@ func (in *FileInput) convert(b *batch) {
 // add converts a chunk's lines into messages of b. The sources ("name:offset") and ids of
 // the chunk's messages are cut from one string built for the chunk: a line costs no string
 // allocation of its own besides what Peek returns.
-func (in *FileInput) add(b *batch, c tail.Chunk) {
+func (in *Input) add(b *batch, c tail.Chunk) {
 	fp := c.Pos.File.Fingerprint
 	if len(fp) > 16 {
 		fp = fp[:16]
@@ -334,7 +438,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		err := l.Err
 		var ref auditevent.Ref
 		if err == nil {
-			ref, err = auditevent.Peek(l.Data, in.cfg.MaxEventSize)
+			ref, err = auditevent.Peek(l.Data, in.opt.MaxEventSize)
 		}
 		if err != nil && l.Err == nil {
 			lines[i].envelope, err = in.unwrap(l.Data, err)
@@ -375,7 +479,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 				b.bad = map[string]int{}
 			}
 			b.bad[reason]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, id, src, err.Error(), l.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName}))
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, id, src, err.Error(), l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
 		b.events++
@@ -387,15 +491,11 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 	}
 }
 
-func samePlace(a, b checkpoint.Position) bool {
-	return a.Offset == b.Offset && a.File.Dev == b.File.Dev && a.File.Ino == b.File.Ino && a.File.Fingerprint == b.File.Fingerprint
-}
-
 // publish stores b on the bus, retrying with backoff while the bus is unavailable: the
 // reader stops when every publisher is busy, so nothing is lost and memory stays bounded.
 // A message the bus refuses for its size is replaced by a bounded dead letter (permanent:
 // retrying cannot help) and the rest is published.
-func (in *FileInput) publish(ctx context.Context, b *batch) error {
+func (in *Input) publish(ctx context.Context, b *batch) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, in.bus, b.msgs, func(i int, err error) bus.Message {
@@ -427,7 +527,7 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 
 // oversized counts and logs message i of b, which the bus refused for its size, and returns
 // the dead letter that replaces it: its first 64 KiB, under a bounded id.
-func (in *FileInput) oversized(b *batch, i int, err error) bus.Message {
+func (in *Input) oversized(b *batch, i int, err error) bus.Message {
 	m := &b.msgs[i]
 	in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 	if m.Stream == bus.Events {
@@ -438,14 +538,14 @@ func (in *FileInput) oversized(b *batch, i int, err error) bus.Message {
 	}
 	b.bad["too_large_for_bus"]++
 	reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), bus.Short(err.Error(), 300))
-	return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, b.srcs[i], reason, m.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName})
+	return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, b.srcs[i], reason, m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
 }
 
 // commit saves positions in read order, each once its batch and all before it are
 // acknowledged, and hands the memory of published lines back to f. A save that fails is
 // retried with backoff, also while no batch arrives, until one succeeds; meanwhile the
 // input is not ready. It returns an error when the last position could not be saved.
-func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
+func (in *Input) commit(order <-chan *batch, f *tail.Follower) error {
 	stopped := false
 	cs := checkpointSaver{in: in}
 	retry := time.NewTimer(time.Hour)
@@ -504,10 +604,10 @@ func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
 
 // checkpointSaver saves the newest acknowledged position and keeps saying so while it fails.
 type checkpointSaver struct {
-	in       *FileInput
-	pending  *checkpoint.Position // acknowledged, not saved yet
-	bytes    int64                // of the batch that brought pending
-	created  time.Time            // of that batch
+	in       *Input
+	pending  *tail.Position // acknowledged, not saved yet
+	bytes    int64          // of the batch that brought pending
+	created  time.Time      // of that batch
 	err      error
 	failures int
 	logged   time.Time
@@ -554,7 +654,7 @@ func (cs *checkpointSaver) save() {
 	cs.backoff = min(max(cs.backoff*2, time.Second), 30*time.Second)
 }
 
-func (in *FileInput) settled(b *batch) {
+func (in *Input) settled(b *batch) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if len(in.unacked) > 0 {
@@ -562,5 +662,3 @@ func (in *FileInput) settled(b *batch) {
 	}
 	in.unackedBytes -= b.bytes
 }
-
-var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers or --eventhubs-connection-string-file")

@@ -82,7 +82,9 @@ func BenchmarkFile(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
-		f := tail.New(tail.Config{Path: path}, nil)
+		cfg := tail.DefaultConfig()
+		cfg.Path = path
+		f := tail.New(cfg, nil)
 		defer f.Close()
 		n := 0
 		for n < b.N {

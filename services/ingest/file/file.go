@@ -261,8 +261,8 @@ func (in *Input) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tcfg := tail.Config{Path: in.cfg.Path, StartAt: in.cfg.StartAt, MaxLineSize: in.opt.MaxEventSize,
-		PollInterval: in.cfg.PollInterval, Logger: in.log}
+	tcfg := tail.DefaultConfig()
+	tcfg.Path, tcfg.StartAt, tcfg.MaxLineSize, tcfg.PollInterval, tcfg.Logger = in.cfg.Path, in.cfg.StartAt, in.opt.MaxEventSize, in.cfg.PollInterval, in.log
 	var sp *tail.Position
 	if ok {
 		sp = &start

@@ -38,35 +38,19 @@ type Config struct {
 	Path string
 	// StartAt applies when there is no checkpoint: StartBeginning or StartEnd.
 	StartAt string
-	// MaxLineSize caps a line; longer ones are handed out with ErrLineTooLong (default 1 MiB).
+	// MaxLineSize caps a line; longer ones are handed out with ErrLineTooLong.
 	MaxLineSize int
-	// PollInterval is how often an idle active file is checked for growth and rotation (default 200ms).
+	// PollInterval is how often an idle active file is checked for growth and rotation.
 	PollInterval time.Duration
-	// ReadBuffer is the read size (default 1 MiB, at least MaxLineSize+1).
+	// ReadBuffer is the read size; New makes it at least MaxLineSize+1.
 	ReadBuffer int
-	Logger     *slog.Logger
+	// Logger gets what the Follower has to say; nil: nothing is logged.
+	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
-	if c.MaxLineSize <= 0 {
-		c.MaxLineSize = 1 << 20
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = 200 * time.Millisecond
-	}
-	if c.ReadBuffer <= 0 {
-		c.ReadBuffer = 1 << 20
-	}
-	if c.ReadBuffer < c.MaxLineSize+1 {
-		c.ReadBuffer = c.MaxLineSize + 1
-	}
-	if c.StartAt == "" {
-		c.StartAt = StartBeginning
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
+// DefaultConfig is a Follower's defaults; Path is left to the caller.
+func DefaultConfig() Config {
+	return Config{StartAt: StartBeginning, MaxLineSize: 1 << 20, PollInterval: 200 * time.Millisecond, ReadBuffer: 1 << 20}
 }
 
 // Validate checks the configuration.
@@ -155,7 +139,10 @@ type Follower struct {
 
 // New returns a Follower that resumes at start (nil: no checkpoint, use cfg.StartAt).
 func New(cfg Config, start *Position) *Follower {
-	cfg = cfg.withDefaults()
+	cfg.ReadBuffer = max(cfg.ReadBuffer, cfg.MaxLineSize+1) // room for a whole line and its newline
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	return &Follower{cfg: cfg, start: start, buf: make([]byte, cfg.ReadBuffer), free: make(chan []byte, 16)}
 }
 

@@ -4,19 +4,21 @@ package auditevent
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
-// Errors for input that is not an audit event; match with errors.Is.
+// Errors for input that is not an audit event; match with errors.Is. Each carries its label
+// of the reason vocabulary (reason.Of).
 var (
-	ErrNotJSON        = errors.New("not JSON")
-	ErrInvalidUTF8    = errors.New("invalid UTF-8")
-	ErrTooLarge       = errors.New("event larger than the size cap")
-	ErrNotAuditEvent  = errors.New("not an audit event")
-	ErrEmptyEventList = errors.New("empty EventList")
+	ErrNotJSON        = reason.New("not JSON", reason.NotJSON)
+	ErrInvalidUTF8    = reason.New("invalid UTF-8", reason.InvalidUTF8)
+	ErrTooLarge       = reason.New("event larger than the size cap", reason.TooLarge)
+	ErrNotAuditEvent  = reason.New("not an audit event", reason.NotAuditEvent)
+	ErrEmptyEventList = reason.New("empty EventList", reason.NotAuditEvent)
 )
 
 // Ref identifies one audit event: what ingest needs to name and de-duplicate a message.

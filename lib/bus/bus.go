@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 // Stream names one flow of messages between two stages.
@@ -39,6 +41,9 @@ const (
 	HeaderSource = "Auditlens-Source"
 	// HeaderReason says why a message went to the dead-letter stream.
 	HeaderReason = "Auditlens-Reason"
+	// HeaderReasonLabel is the same reason as a label of the reason vocabulary (too_large,
+	// not_json, panic, ...): a bounded set, for counting.
+	HeaderReasonLabel = "Auditlens-Reason-Label"
 )
 
 // Message is one unit of data on a stream.
@@ -165,7 +170,7 @@ var ErrUnavailable = errors.New("bus unavailable")
 
 // ErrTooLarge wraps the refusal of a message larger than the bus accepts (NATS max_payload,
 // Kafka message.max.bytes). Retrying does not help: cap what is published below the limit.
-var ErrTooLarge = errors.New("message larger than the bus accepts")
+var ErrTooLarge = reason.New("message larger than the bus accepts", reason.TooLarge)
 
 // ValidateCluster checks that a cluster name can be used as a subject token and a key:
 // 1 to 64 of letters, digits, '-' and '_'. It runs for every published message.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 // Bounds of what is built from event data. Event data is written by whoever calls the
@@ -65,22 +67,26 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// NewDeadLetter builds the dead letter of data: its id is BoundID(id), its headers are bounded
-// by MaxHeaderLen, and it keeps at most DeadLetterMaxData bytes of data (HeaderTruncated says
-// so), so that it fits any bus that accepts a small message. extra headers (node, ...) are
-// copied, bounded too.
-func NewDeadLetter(cluster, id, source, reason string, data []byte, extra map[string]string) Message {
-	h := make(map[string]string, len(extra)+3)
+// NewDeadLetter builds the dead letter of data, the one way every service does: stage names
+// who gave up on it ("file", "webhook", "classify", "report", ...) and its id is
+// BoundID(stage + "/" + id); source says where the data came from (file:offset, a request, a
+// bus position); cause says why, as text (HeaderReason) and as a label of the reason
+// vocabulary (HeaderReasonLabel). Headers are bounded by MaxHeaderLen and at most
+// DeadLetterMaxData bytes of data are kept (HeaderTruncated says so), so that it fits any bus
+// that accepts a small message. extra headers (node, ...) are copied, bounded too.
+func NewDeadLetter(cluster, stage, id, source string, cause error, data []byte, extra map[string]string) Message {
+	h := make(map[string]string, len(extra)+4)
 	for k, v := range extra {
 		h[k] = Short(v, MaxHeaderLen)
 	}
 	h[HeaderSource] = Short(source, MaxHeaderLen)
-	h[HeaderReason] = Short(reason, MaxHeaderLen)
+	h[HeaderReason] = Short(cause.Error(), MaxHeaderLen)
+	h[HeaderReasonLabel] = reason.Of(cause)
 	if len(data) > DeadLetterMaxData {
 		h[HeaderTruncated] = fmt.Sprintf("%d of %d bytes", DeadLetterMaxData, len(data))
 		data = data[:DeadLetterMaxData]
 	}
-	return Message{Stream: DeadLetter, Cluster: cluster, ID: BoundID(id), Header: h, Data: data}
+	return Message{Stream: DeadLetter, Cluster: cluster, ID: BoundID(stage + "/" + id), Header: h, Data: data}
 }
 
 // summarize shrinks a dead letter the bus refused for its size: first to 4 KiB of data, then
@@ -159,16 +165,21 @@ func publishSplitting(ctx context.Context, p Publisher, msgs []Message, base int
 }
 
 // TooLargeDeadLetter is the refused function of PublishOrDeadLetter that the inputs share:
-// msgs[i], refused for its size, becomes the dead letter "too-large/<its id>" naming source
-// and node. counted, when not nil, is told of each message given up (to adjust the input's
-// counters).
-func TooLargeDeadLetter(msgs []Message, source, node string, counted func(m *Message)) func(i int, err error) Message {
+// msgs[i], refused for its size, becomes the dead letter "<stage>/too-large/<its id>" naming
+// source and node. counted, when not nil, is told of each message given up (to adjust the
+// input's counters).
+func TooLargeDeadLetter(msgs []Message, stage, source, node string, counted func(m *Message)) func(i int, err error) Message {
 	return func(i int, err error) Message {
 		m := &msgs[i]
 		if counted != nil {
 			counted(m)
 		}
-		reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), Short(err.Error(), 300))
-		return NewDeadLetter(m.Cluster, "too-large/"+m.ID, source, reason, m.Data, map[string]string{HeaderNode: node})
+		return NewDeadLetter(m.Cluster, stage, "too-large/"+m.ID, source, TooLargeCause(len(m.Data), err), m.Data, map[string]string{HeaderNode: node})
 	}
+}
+
+// TooLargeCause is the cause of a dead letter for an event of n bytes that the bus refused
+// with err (which wraps ErrTooLarge).
+func TooLargeCause(n int, err error) error {
+	return fmt.Errorf("event of %d bytes is larger than the bus accepts: %w", n, err)
 }

@@ -1,8 +1,12 @@
 package bus
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 func TestBoundID(t *testing.T) {
@@ -26,13 +30,16 @@ func TestBoundID(t *testing.T) {
 
 func TestNewDeadLetterIsBounded(t *testing.T) {
 	huge := strings.Repeat("x", 2<<20)
-	m := NewDeadLetter("c", huge, huge, huge, []byte(huge), map[string]string{HeaderNode: huge})
+	m := NewDeadLetter("c", huge, huge, huge, errors.New(huge), []byte(huge), map[string]string{HeaderNode: huge})
 	size := len(m.ID) + len(m.Data)
 	for k, v := range m.Header {
 		size += len(k) + len(v)
 	}
 	if size > DeadLetterMaxData+8<<10 {
 		t.Errorf("dead letter of %d bytes built from 2 MiB values", size)
+	}
+	if m.Header[HeaderReasonLabel] != reason.Other {
+		t.Errorf("reason label %q", m.Header[HeaderReasonLabel])
 	}
 	if m.Header[HeaderTruncated] != "65536 of 2097152 bytes" || m.Stream != DeadLetter {
 		t.Errorf("truncation header %q, stream %s", m.Header[HeaderTruncated], m.Stream)
@@ -45,5 +52,23 @@ func TestNewDeadLetterIsBounded(t *testing.T) {
 	}
 	if !summarize(&m) || len(m.Data) != 0 || summarize(&m) {
 		t.Errorf("second summary: %d bytes", len(m.Data))
+	}
+}
+
+func TestDeadLetterIDAndReason(t *testing.T) {
+	cause := fmt.Errorf("audit.log:7: %w", TooLargeCause(3<<20, fmt.Errorf("nats: %w", ErrTooLarge)))
+	m := NewDeadLetter("prod", "file", "abc/7", "audit.log:7", cause, []byte("{}"), nil)
+	if m.ID != "file/abc/7" || m.Cluster != "prod" {
+		t.Errorf("id %q cluster %q", m.ID, m.Cluster)
+	}
+	if m.Header[HeaderReasonLabel] != reason.TooLarge || !strings.Contains(m.Header[HeaderReason], "event of 3145728 bytes is larger than the bus accepts") {
+		t.Errorf("reason %q label %q", m.Header[HeaderReason], m.Header[HeaderReasonLabel])
+	}
+	msgs := []Message{{Stream: Events, Cluster: "prod", ID: "prod/a/ResponseComplete", Data: []byte("{}")}}
+	var counted int
+	dl := TooLargeDeadLetter(msgs, "webhook", "webhook", "node-1", func(*Message) { counted++ })(0, ErrTooLarge)
+	if dl.ID != "webhook/too-large/prod/a/ResponseComplete" || dl.Header[HeaderNode] != "node-1" || counted != 1 ||
+		dl.Header[HeaderReasonLabel] != reason.TooLarge {
+		t.Errorf("too-large dead letter %q %v, counted %d", dl.ID, dl.Header, counted)
 	}
 }

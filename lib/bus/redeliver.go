@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
+
+// errUndeliverable is the cause of a dead letter given up after too many deliveries.
+var errUndeliverable = reason.New("undeliverable", reason.Undeliverable)
 
 // BoundDeliveries wraps h for a consumer of stream s with options o (defaults applied): a
 // delivery past o.MaxDeliver is not handed to h but published to the dead-letter stream,
@@ -26,13 +31,13 @@ func BoundDeliveries(p Publisher, s Stream, o ConsumerOptions, h Handler) Handle
 		if ValidateCluster(cluster) != nil {
 			cluster = "unknown"
 		}
-		reason := fmt.Sprintf("%s message not acknowledged after %d deliveries (poison: the consumer failed on it every time)", s, d.Delivered-1)
+		cause := fmt.Errorf("%s message not acknowledged after %d deliveries (poison: the consumer failed on it every time): %w", s, d.Delivered-1, errUndeliverable)
 		extra := make(map[string]string, len(d.Header)+1)
 		for k, v := range d.Header {
 			extra[k] = v
 		}
 		extra[HeaderDelivered] = strconv.Itoa(d.Delivered - 1)
-		dl := []Message{NewDeadLetter(cluster, "undeliverable/"+string(s)+"/"+id, d.Position, reason, d.Data, extra)}
+		dl := []Message{NewDeadLetter(cluster, "undeliverable", string(s)+"/"+id, d.Position, cause, d.Data, extra)}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := PublishOrDeadLetter(pctx, p, dl, func(int, error) Message { return dl[0] })
 		cancel()
@@ -40,7 +45,7 @@ func BoundDeliveries(p Publisher, s Stream, o ConsumerOptions, h Handler) Handle
 			_ = d.Nak(5 * time.Second)
 			return
 		}
-		_ = d.Term(reason)
+		_ = d.Term(cause.Error())
 		if o.GaveUp != nil {
 			o.GaveUp(d)
 		}

@@ -56,6 +56,9 @@ type Spec struct {
 	Flags func(fs *flag.FlagSet)
 	// Validate checks the command's own flags after parsing; nil means no check.
 	Validate func() error
+	// DataRoot is the root of the default data locations (the embedded NATS store's default
+	// is DataRoot/nats); empty means DataRoot().
+	DataRoot string
 	// NoBus skips opening the bus (for commands that do not need one).
 	NoBus bool
 	// Build makes the stages once the bus is open, in pipeline order (upstream first).
@@ -83,7 +86,11 @@ func Main(spec Spec, args []string, stderr io.Writer) int {
 	var tr transport.Config
 	tel.RegisterFlags(fs, spec.DefaultMetricsAddr)
 	if !spec.NoBus {
-		tr.RegisterFlags(fs, filepath.Join(DefaultDataDir(), "nats"))
+		root := spec.DataRoot
+		if root == "" {
+			root = DataRoot()
+		}
+		tr.RegisterFlags(fs, filepath.Join(root, "nats"))
 	}
 	if spec.Flags != nil {
 		spec.Flags(fs)
@@ -245,18 +252,23 @@ func RunStages(ctx context.Context, comps []Component, log *slog.Logger) error {
 	return firstErr
 }
 
-// DataRootEnv names the environment variable that moves every default data location (NATS
-// store, checkpoints, embedded ClickHouse) under one directory. It is not a flag's twin:
-// AUDITLENS_DATA_DIR is the twin of report's --data-dir (the embedded ClickHouse directory).
+// DataRootEnv names the one environment variable that moves every default data location
+// (NATS store nats/, checkpoints/, embedded ClickHouse chdb/) under one directory. In the
+// all-in-one it is the twin of --data-root.
 const DataRootEnv = "AUDITLENS_DATA_ROOT"
 
-// DefaultDataDir is the root of the default data locations: $AUDITLENS_DATA_ROOT, else ./.data.
-func DefaultDataDir() string {
+// DataRoot is the root of the default data locations: $AUDITLENS_DATA_ROOT, else ./.data.
+func DataRoot() string {
 	if d := os.Getenv(DataRootEnv); d != "" {
 		return d
 	}
 	return ".data"
 }
+
+// DefaultDataDir is DataRoot.
+//
+// Deprecated: use DataRoot.
+func DefaultDataDir() string { return DataRoot() }
 
 // CloseAtStop is a stage that holds c open until it is stopped, then closes it: listed after
 // the stages that use c, it closes only once they have drained.

@@ -41,10 +41,20 @@ func ParseWith(fs *flag.FlagSet, args []string, lookup func(string) (string, boo
 		return err
 	}
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		given[f.Name] = true
+		if a, ok := f.Value.(*alias); ok {
+			given[a.to] = true // --old on the command line beats the env twin of --new
+		}
+	})
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || given[f.Name] {
 			return
+		}
+		if a, ok := f.Value.(*alias); ok {
+			if _, set := lookup(EnvName(a.to)); set || given[a.to] {
+				return // the new name wins over the deprecated one
+			}
 		}
 		name := EnvName(f.Name)
 		v, ok := lookup(name)
@@ -119,4 +129,52 @@ func (l *StringList) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// Deprecated registers --old as a deprecated alias of the registered flag --new: setting it
+// (or its environment twin) sets --new, and says once, on fs's output, that --old is
+// deprecated. The new name wins when both are given. It does nothing when fs already has a
+// flag named old (a command that gives the name another meaning).
+func Deprecated(fs *flag.FlagSet, old, new string) {
+	if fs.Lookup(old) != nil {
+		return
+	}
+	target := fs.Lookup(new)
+	if target == nil {
+		panic("flagenv: deprecated alias --" + old + " of unknown flag --" + new)
+	}
+	typ, _ := flag.UnquoteUsage(target)
+	usage := "deprecated: use --" + new
+	if typ != "" {
+		usage = "`" + typ + "` " + usage
+	}
+	fs.Var(&alias{fs: fs, from: old, to: new}, old, usage)
+}
+
+// alias is the value of a deprecated flag name.
+type alias struct {
+	fs       *flag.FlagSet
+	from, to string
+	warned   bool
+}
+
+func (a *alias) String() string {
+	if a == nil || a.fs == nil {
+		return ""
+	}
+	return a.fs.Lookup(a.to).Value.String()
+}
+
+func (a *alias) Set(v string) error {
+	if !a.warned {
+		a.warned = true
+		fmt.Fprintf(a.fs.Output(), "%s: flag --%s is deprecated: use --%s\n", a.fs.Name(), a.from, a.to)
+	}
+	return a.fs.Set(a.to, v)
+}
+
+// IsBoolFlag lets a deprecated bool flag be given without a value, as its new name can.
+func (a *alias) IsBoolFlag() bool {
+	b, ok := a.fs.Lookup(a.to).Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

@@ -90,3 +90,65 @@ func TestRepeatedListFlagCollects(t *testing.T) {
 		}
 	}
 }
+
+func TestDeprecatedAlias(t *testing.T) {
+	setup := func() (*flag.FlagSet, *int, *bool, *strings.Builder) {
+		fs := flag.NewFlagSet("report", flag.ContinueOnError)
+		var out strings.Builder
+		fs.SetOutput(&out)
+		n := fs.Int("report-batch-size", 500, "findings per insert")
+		b := fs.Bool("report-verbose", false, "say more")
+		Deprecated(fs, "batch-size", "report-batch-size")
+		Deprecated(fs, "verbose", "report-verbose")
+		return fs, n, b, &out
+	}
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int
+		warn bool
+	}{
+		{"old name on the command line", []string{"--batch-size", "7"}, nil, 7, true},
+		{"old env twin", nil, map[string]string{"AUDITLENS_BATCH_SIZE": "8"}, 8, true},
+		{"new name wins over old", []string{"--batch-size", "7", "--report-batch-size", "9"}, nil, 9, true},
+		{"new env twin wins over old env twin", nil, map[string]string{"AUDITLENS_BATCH_SIZE": "8", "AUDITLENS_REPORT_BATCH_SIZE": "10"}, 10, false},
+		{"old command line wins over new env twin", []string{"--batch-size", "7"}, map[string]string{"AUDITLENS_REPORT_BATCH_SIZE": "10"}, 7, true},
+		{"neither", nil, nil, 500, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs, n, _, out := setup()
+			if err := ParseWith(fs, c.args, env(c.env)); err != nil {
+				t.Fatal(err)
+			}
+			if *n != c.want {
+				t.Errorf("batch size %d, want %d", *n, c.want)
+			}
+			warned := strings.Contains(out.String(), "flag --batch-size is deprecated: use --report-batch-size")
+			if warned != c.warn {
+				t.Errorf("warning %v, want %v: %q", warned, c.warn, out.String())
+			}
+			if strings.Count(out.String(), "deprecated") > 1 {
+				t.Errorf("warned more than once: %q", out.String())
+			}
+		})
+	}
+	fs, _, b, _ := setup()
+	if err := ParseWith(fs, []string{"--verbose"}, env(nil)); err != nil || !*b {
+		t.Fatalf("bool alias without a value: %v %v", *b, err)
+	}
+	if err := ParseWith(fs, []string{"--batch-size", "x"}, env(nil)); err == nil {
+		t.Fatal("bad value through the alias accepted")
+	}
+	// A command that gives the old name its own meaning keeps it.
+	own := flag.NewFlagSet("auditlens", flag.ContinueOnError)
+	root := own.String("data-dir", ".data", "root")
+	own.String("clickhouse-data-dir", "", "chdb")
+	Deprecated(own, "data-dir", "clickhouse-data-dir")
+	if err := ParseWith(own, []string{"--data-dir", "/x"}, env(nil)); err != nil || *root != "/x" {
+		t.Fatalf("own --data-dir: %q %v", *root, err)
+	}
+}

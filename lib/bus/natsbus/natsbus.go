@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,98 +17,6 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/secret"
 )
-
-// Embedded is the URL value that starts an in-process server.
-const Embedded = "embedded"
-
-// Config configures the connection and the streams.
-type Config struct {
-	// URL is a NATS URL list ("nats://a:4222,nats://b:4222") or Embedded.
-	URL string
-	// StoreDir is the JetStream file store of the embedded server.
-	StoreDir string
-	// EmbeddedListen, when set, makes the embedded server also listen on this host:port so
-	// other processes can connect; otherwise it is reachable in-process only.
-	EmbeddedListen string
-
-	// Authentication and TLS for a remote server; all optional.
-	User, Password, Token string
-	CredsFile, NKeyFile   string
-	TLSCAFile             string
-	TLSCertFile           string
-	TLSKeyFile            string
-
-	// Name is the client connection name shown by the server.
-	Name string
-	// Duplicates is the de-duplication window of the streams (default 2m).
-	Duplicates time.Duration
-	// MaxAge bounds how long messages are kept (default 7 days).
-	MaxAge time.Duration
-	// Replicas of each stream in a clustered deployment (default 1).
-	Replicas int
-	// MaxInflight bounds asynchronous publishes awaiting an acknowledgement (default 4096).
-	MaxInflight int
-	// StallWait is how long Publish waits for room when MaxInflight is reached (default 10s).
-	StallWait time.Duration
-	// AckTimeout bounds the wait for one publish acknowledgement (default 30s).
-	AckTimeout time.Duration
-	// OneAtATime publishes every message on its own even where the server offers batched
-	// publishing (nats-server >= 2.14), as auditlens does with older servers.
-	OneAtATime bool
-
-	Logger *slog.Logger
-}
-
-func (c *Config) withDefaults() Config {
-	o := *c
-	if o.Duplicates <= 0 {
-		o.Duplicates = 2 * time.Minute
-	}
-	if o.MaxAge <= 0 {
-		o.MaxAge = 7 * 24 * time.Hour
-	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
-	if o.MaxInflight <= 0 {
-		o.MaxInflight = 4096
-	}
-	if o.StallWait <= 0 {
-		o.StallWait = 10 * time.Second
-	}
-	if o.AckTimeout <= 0 {
-		o.AckTimeout = 30 * time.Second
-	}
-	if o.Name == "" {
-		o.Name = "auditlens"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o
-}
-
-// Validate reports the first configuration error, naming the flag at fault.
-func (c *Config) Validate() error {
-	if c.URL == "" {
-		return errors.New("--nats-url is empty: give a NATS URL or \"embedded\"")
-	}
-	if c.URL == Embedded && c.StoreDir == "" {
-		return errors.New("--nats-url embedded needs --nats-store-dir")
-	}
-	if c.URL != Embedded {
-		for _, u := range strings.Split(c.URL, ",") {
-			u = strings.TrimSpace(u)
-			if !strings.Contains(u, "://") && strings.Contains(u, "/") {
-				return fmt.Errorf("--nats-url %q is not a NATS URL (nats://host:4222)", secret.URL(u))
-			}
-		}
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		return errors.New("--nats-tls-cert and --nats-tls-key go together")
-	}
-	return nil
-}
 
 // StreamName is the JetStream stream of s: AUDIT_EVENTS, AUDIT_FINDINGS, AUDIT_DEADLETTER.
 func StreamName(s bus.Stream) string { return "AUDIT_" + strings.ToUpper(string(s)) }
@@ -198,66 +104,6 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-func (c *Config) authOptions() ([]nats.Option, error) {
-	var o []nats.Option
-	if c.User != "" {
-		o = append(o, nats.UserInfo(c.User, c.Password))
-	}
-	if c.Token != "" {
-		o = append(o, nats.Token(c.Token))
-	}
-	if c.CredsFile != "" {
-		o = append(o, nats.UserCredentials(c.CredsFile))
-	}
-	if c.NKeyFile != "" {
-		opt, err := nats.NkeyOptionFromSeed(c.NKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--nats-nkey-file %s: %w", c.NKeyFile, err)
-		}
-		o = append(o, opt)
-	}
-	if c.TLSCAFile != "" {
-		o = append(o, nats.RootCAs(c.TLSCAFile))
-	}
-	if c.TLSCertFile != "" {
-		o = append(o, nats.ClientCert(c.TLSCertFile, c.TLSKeyFile))
-	}
-	return o, nil
-}
-
-// StartServer starts an in-process nats-server with JetStream on a file store in dir. With
-// listen empty it accepts in-process connections only.
-func StartServer(dir, listen string) (*server.Server, error) {
-	opts := &server.Options{
-		ServerName: "auditlens-embedded",
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
-		// One process, one client: generous payloads for huge audit events.
-		MaxPayload: 8 << 20,
-	}
-	if listen == "" {
-		opts.DontListen = true
-	} else {
-		host, port, err := splitHostPort(listen)
-		if err != nil {
-			return nil, fmt.Errorf("--nats-embedded-listen %q: %w", listen, err)
-		}
-		opts.Host, opts.Port = host, port
-	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("start embedded nats: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("start embedded nats in %s: not ready after 10s (is the store locked by another process?)", dir)
-	}
-	return srv, nil
 }
 
 func (b *Bus) ensureStreams(ctx context.Context) error {
@@ -390,121 +236,6 @@ func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
 	return nil
 }
 
-// Consumer implements bus.Bus: a durable pull consumer named after group, shared by replicas.
-func (b *Bus) Consumer(s bus.Stream, group string, o bus.ConsumerOptions) (bus.Consumer, error) {
-	if group == "" || strings.ContainsAny(group, ".*> \t") {
-		return nil, fmt.Errorf("consumer group %q: use letters, digits, '-' or '_'", group)
-	}
-	o = o.WithDefaults()
-	return &consumer{b: b, stream: s, opts: o, cfg: jetstream.ConsumerConfig{
-		Durable:       group,
-		FilterSubject: "auditlens." + string(s) + ".>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       o.AckWait,
-		MaxAckPending: o.MaxUnacked,
-		// The handler sees a message at most o.MaxDeliver times (bus.BoundDeliveries); the
-		// server's own bound leaves room for the delivery that dead-letters it, and for
-		// retries of that while the dead-letter stream is unavailable.
-		MaxDeliver:    o.MaxDeliver + deadLetterAttempts,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}}, nil
-}
-
-// deadLetterAttempts is how many deliveries past ConsumerOptions.MaxDeliver the server
-// still makes, for bus.BoundDeliveries to dead-letter the message (retried every 5 s).
-const deadLetterAttempts = 60
-
-type consumer struct {
-	b      *Bus
-	stream bus.Stream
-	opts   bus.ConsumerOptions
-	cfg    jetstream.ConsumerConfig
-}
-
-func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	cons, err := c.b.js.CreateOrUpdateConsumer(cctx, StreamName(c.stream), c.cfg)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil //nolint:nilerr // cancelled while creating: a clean stop, not a failure
-		}
-		return fmt.Errorf("create consumer %s on %s: %w", c.cfg.Durable, StreamName(c.stream), err)
-	}
-	log := c.b.cfg.Logger
-	batch := min(c.cfg.MaxAckPending, 1000)
-	h = bus.BoundDeliveries(c.b, c.stream, c.opts, h)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		d := &bus.Delivery{Acker: natsAcker{m}}
-		d.Stream = c.stream
-		d.Data = m.Data()
-		hdr := m.Headers()
-		// The cluster is the subject's last token, the id JetStream's own de-duplication key;
-		// messages from earlier auditlens builds carried both in headers of their own.
-		if subj := m.Subject(); strings.LastIndexByte(subj, '.') >= 0 {
-			d.Cluster = subj[strings.LastIndexByte(subj, '.')+1:]
-		}
-		if d.ID = hdr.Get(jetstream.MsgIDHeader); d.ID == "" {
-			d.ID = hdr.Get(bus.HeaderMsgID)
-		}
-		if c := hdr.Get(bus.HeaderCluster); c != "" {
-			d.Cluster = c
-		}
-		if len(hdr) > 0 {
-			d.Header = make(map[string]string, len(hdr))
-			for k := range hdr {
-				d.Header[k] = hdr.Get(k)
-			}
-		}
-		if md, err := m.Metadata(); err == nil {
-			d.Position = md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
-			d.Delivered = int(md.NumDelivered)
-		} else {
-			d.Position = m.Subject()
-			d.Delivered = 1
-		}
-		h(ctx, d)
-	}, jetstream.PullMaxMessagesWithBytesLimit(batch, c.pullBytes()), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		log.Debug("nats consume", "consumer", c.cfg.Durable, "err", err)
-	}))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.cfg.Durable, err)
-	}
-	select {
-	case <-ctx.Done():
-		cc.Stop()
-		<-cc.Closed()
-		return nil
-	case <-cc.Closed():
-		if ctx.Err() != nil {
-			return nil //nolint:nilerr // closed because cancelled: a clean stop
-		}
-		return fmt.Errorf("consumer %s closed: %w", c.cfg.Durable, bus.ErrUnavailable)
-	}
-}
-
-// pullBytes bounds the bytes of deliveries buffered for the consumer: far below what the
-// server buffers for one client (64 MiB, past which it drops the connection as a slow
-// consumer), and never below two of the largest messages the server accepts.
-func (c *consumer) pullBytes() int {
-	return max(16<<20, 2*int(c.b.nc.MaxPayload()))
-}
-
-type natsAcker struct{ m jetstream.Msg }
-
-func (a natsAcker) Ack(ctx context.Context) error {
-	// A plain Ack is fire-and-forget; redelivery after a lost ack is harmless downstream
-	// (idempotent writes) and DoubleAck would cost a round trip per message.
-	return a.m.Ack()
-}
-func (a natsAcker) Nak(delay time.Duration) error {
-	if delay <= 0 {
-		return a.m.Nak()
-	}
-	return a.m.NakWithDelay(delay)
-}
-func (a natsAcker) Term(reason string) error { return a.m.TermWithReason(reason) }
-
 // Ready implements bus.Bus.
 func (b *Bus) Ready() error {
 	if b.nc == nil || !b.nc.IsConnected() {
@@ -526,27 +257,4 @@ func (b *Bus) Close() error {
 		b.shutdownServer()
 	})
 	return nil
-}
-
-func (b *Bus) shutdownServer() {
-	if b.srv != nil {
-		b.srv.Shutdown()
-		b.srv.WaitForShutdown()
-	}
-}
-
-func splitHostPort(hp string) (string, int, error) {
-	i := strings.LastIndex(hp, ":")
-	if i < 0 {
-		return "", 0, errors.New("want host:port")
-	}
-	var port int
-	if _, err := fmt.Sscanf(hp[i+1:], "%d", &port); err != nil || port < 0 || port > 65535 {
-		return "", 0, errors.New("bad port")
-	}
-	host := hp[:i]
-	if host == "" {
-		host = "0.0.0.0"
-	}
-	return host, port, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
@@ -38,11 +39,11 @@ func TestPipelineOverKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	waitFor(t, 90*time.Second, "first findings", func() bool { return len(stored(t, db)) > 0 })
+	testkit.Eventually(t, 90*time.Second, "first findings", func() bool { return len(stored(t, db)) > 0 })
 	classify.kill()
 	t.Logf("killed classify with %d of %d findings stored", len(stored(t, db)), len(want))
 	classify.start()
-	waitFor(t, 120*time.Second, "every finding stored", func() bool { return len(stored(t, db)) >= len(want) })
+	testkit.Eventually(t, 120*time.Second, "every finding stored", func() bool { return len(stored(t, db)) >= len(want) })
 	got := stored(t, db)
 	for k := range want {
 		if !got[k] {

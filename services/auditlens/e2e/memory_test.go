@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/auditlens/internal/procstat"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
@@ -72,7 +73,7 @@ func runServices(b *testing.B, dir, input string, lines int, dsn string) map[str
 		"report":   start(b, dir, "report", append([]string{"--clickhouse-dsn", dsn, "--retention-days", "0"}, common("report")...)...),
 	}
 	last, stable := -1.0, 0
-	waitFor(b, 30*time.Minute, "every finding written", func() bool {
+	testkit.Eventually(b, 30*time.Minute, "every finding written", func() bool {
 		time.Sleep(400 * time.Millisecond)
 		in, cl, rp := procstat.Scrape(addr["ingest"]), procstat.Scrape(addr["classify"]), procstat.Scrape(addr["report"])
 		classified := cl["auditlens_classify_events_total"]

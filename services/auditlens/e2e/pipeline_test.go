@@ -23,6 +23,7 @@ import (
 
 	_ "github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
@@ -200,17 +201,6 @@ func stored(t *testing.T, db *sql.DB) map[string]bool {
 	return got
 }
 
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestPipelineSurvivesKill9(t *testing.T) {
 	ch := chtest.StartServer(t)
 	dir := t.TempDir()
@@ -228,7 +218,7 @@ func TestPipelineSurvivesKill9(t *testing.T) {
 	// ingest owns the embedded JetStream server and exposes it to the other two.
 	ingest := start(t, dir, "ingest", append([]string{"--nats-url", "embedded", "--nats-store-dir", filepath.Join(dir, "nats"),
 		"--nats-embedded-listen", natsAddr, "--audit-log", input, "--checkpoint-dir", filepath.Join(dir, "cp")}, common...)...)
-	waitFor(t, 30*time.Second, "embedded NATS", func() bool {
+	testkit.Eventually(t, 30*time.Second, "embedded NATS", func() bool {
 		c, err := net.Dial("tcp", natsAddr)
 		if err == nil {
 			c.Close()
@@ -248,13 +238,13 @@ func TestPipelineSurvivesKill9(t *testing.T) {
 	defer db.Close()
 
 	// Kill each stage mid-stream, once some findings are stored and before all are.
-	waitFor(t, 60*time.Second, "first findings", func() bool { return len(stored(t, db)) > 0 })
+	testkit.Eventually(t, 60*time.Second, "first findings", func() bool { return len(stored(t, db)) > 0 })
 	classify.kill()
 	report.kill()
 	ingest.kill()
 	t.Logf("killed all three with %d of %d findings stored", len(stored(t, db)), len(want))
 	ingest.start()
-	waitFor(t, 30*time.Second, "embedded NATS after restart", func() bool {
+	testkit.Eventually(t, 30*time.Second, "embedded NATS after restart", func() bool {
 		c, err := net.Dial("tcp", natsAddr)
 		if err == nil {
 			c.Close()
@@ -263,7 +253,7 @@ func TestPipelineSurvivesKill9(t *testing.T) {
 	})
 	classify.start()
 	report.start()
-	waitFor(t, 120*time.Second, "every finding stored", func() bool {
+	testkit.Eventually(t, 120*time.Second, "every finding stored", func() bool {
 		return len(stored(t, db)) >= len(want)
 	})
 

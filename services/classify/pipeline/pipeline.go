@@ -22,6 +22,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
 	"github.com/auditlens/auditlens/services/classify/rules"
@@ -391,7 +392,7 @@ type found struct {
 }
 
 // errPanic marks an event whose classification panicked.
-var errPanic = errors.New("panic while classifying")
+var errPanic = reason.New("panic while classifying", reason.Panic)
 
 // classify decodes and classifies one delivery. An event that cannot be decoded, or whose
 // classification panics (a bug, or a rule meeting input it was not written for), is an error
@@ -434,14 +435,15 @@ func (s *Service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Mes
 		sum := sha256.Sum256(d.Data)
 		id = hex.EncodeToString(sum[:16])
 	}
-	hdr := map[string]string{bus.HeaderReason: "classify: " + err.Error(), bus.HeaderSource: d.Position}
+	source := d.Position
 	if src := d.Header[bus.HeaderSource]; src != "" {
-		hdr[bus.HeaderSource] = src + " (" + d.Position + ")"
+		source = src + " (" + d.Position + ")"
 	}
+	var extra map[string]string
 	if n := d.Header[bus.HeaderNode]; n != "" {
-		hdr[bus.HeaderNode] = n
+		extra = map[string]string{bus.HeaderNode: n}
 	}
-	return bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: "classify/" + id, Header: hdr, Data: d.Data}
+	return bus.NewDeadLetter(cluster, "classify", id, source, fmt.Errorf("classify: %w", err), d.Data, extra)
 }
 
 func reasonOf(err error) string {

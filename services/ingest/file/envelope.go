@@ -50,8 +50,8 @@ func (in *Input) addEnvelope(b *batch, src, fp string, offset int64, items []env
 				b.bad = map[string]int{}
 			}
 			b.bad[reason]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file/"+fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
-				src, err.Error(), it.Raw, map[string]string{bus.HeaderNode: in.opt.Node}))
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
+				src, err, it.Raw, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
 		b.events++

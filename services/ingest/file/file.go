@@ -445,8 +445,7 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 		}
 		if err != nil {
 			lines[i].err = err
-			text.WriteString("file/")
-			text.WriteString(fp)
+			text.WriteString(fp) // the dead letter's id: bus.NewDeadLetter adds "file/"
 			text.WriteByte('/')
 			text.Write(off)
 		} else {
@@ -479,7 +478,7 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 				b.bad = map[string]int{}
 			}
 			b.bad[reason]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, id, src, err.Error(), l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", id, src, err, l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
 		b.events++
@@ -537,8 +536,7 @@ func (in *Input) oversized(b *batch, i int, err error) bus.Message {
 		b.bad = map[string]int{}
 	}
 	b.bad["too_large_for_bus"]++
-	reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), bus.Short(err.Error(), 300))
-	return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, b.srcs[i], reason, m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
+	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
 }
 
 // commit saves positions in read order, each once its batch and all before it are

@@ -255,7 +255,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	if len(msgs) > 0 {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "firehose:"+id, s.opt.Node, func(m *bus.Message) {
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "firehose", "firehose:"+id, s.opt.Node, func(m *bus.Message) {
 			s.opt.Logger.Warn("Firehose event larger than the bus accepts; sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 			if m.Stream == bus.Events {
 				events--
@@ -290,8 +290,8 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 			bad = map[string]int{}
 		}
 		bad[metrics.Reason(err)]++
-		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("firehose/%s/%d/%d", id, rec, len(msgs)),
-			"firehose:"+id, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "firehose", fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)),
+			"firehose:"+id, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	for i, rec := range req.Records {
 		if len(rec.Data) == 0 {

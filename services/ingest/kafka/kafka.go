@@ -270,7 +270,7 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka-source", s.opt.Node, func(m *bus.Message) {
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka", "kafka-source", s.opt.Node, func(m *bus.Message) {
 			s.opt.Logger.Warn("Kafka event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 			if m.Stream == bus.Events {
 				events--
@@ -306,8 +306,8 @@ func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad st
 	dead := func(data []byte, err error) {
 		bad = metrics.Reason(err)
 		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
-		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("%s/%d", src, len(msgs)),
-			src, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(msgs)),
+			src, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, st, err := s.dec.SplitAny(r.Value, s.opt.MaxEventSize)
 	if err != nil {

@@ -135,7 +135,7 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 	msgs, events, bad := s.messages(m)
 	if len(msgs) > 0 {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message) {
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "pubsub", "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message) {
 			s.opt.Logger.Warn("Pub/Sub event larger than the bus accepts; sent to the dead-letter stream", "message", m.ID, "bytes", len(dm.Data), "id", bus.Short(dm.ID, 100))
 			if dm.Stream == bus.Events {
 				events--
@@ -166,8 +166,8 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 	dead := func(data []byte, err error) {
 		bad = metrics.Reason(err)
 		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", bus.Short(err.Error(), 512))
-		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, fmt.Sprintf("pubsub/%s/%d", m.ID, len(msgs)),
-			"pubsub:"+s.cfg.Subscription+":"+m.ID, err.Error(), data, map[string]string{bus.HeaderNode: s.opt.Node}))
+		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "pubsub", fmt.Sprintf("%s/%d", m.ID, len(msgs)),
+			"pubsub:"+s.cfg.Subscription+":"+m.ID, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, _, err := d.SplitAny(m.Data, s.opt.MaxEventSize)
 	if err != nil {

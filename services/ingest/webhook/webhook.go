@@ -401,8 +401,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				bad = map[string]int{}
 			}
 			bad["too_large_for_bus"]++
-			reason := fmt.Sprintf("event of %d bytes is larger than the bus accepts: %s", len(m.Data), bus.Short(err.Error(), 300))
-			return bus.NewDeadLetter(m.Cluster, "too-large/"+m.ID, "webhook", reason, m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
+			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
 		})
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
@@ -504,7 +503,7 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 		bad[reason]++
 		sum := sha256.Sum256(data)
 		log.Warn("bad webhook event sent to the dead-letter stream", "reason", reason, "err", bus.Short(err.Error(), 300))
-		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook/"+hex.EncodeToString(sum[:16]), "webhook", err.Error(), data, map[string]string{bus.HeaderNode: node}))
+		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook", hex.EncodeToString(sum[:16]), "webhook", err, data, map[string]string{bus.HeaderNode: node}))
 	}
 	event := func(it auditevent.Item) {
 		events++

@@ -438,9 +438,6 @@ func findingReason(err error) string {
 	return "undecodable finding: " + err.Error()
 }
 
-// deadLetterMax is the most of an invalid message kept in its dead letter.
-const deadLetterMax = 64 << 10
-
 var errDeadLetterFailed = errors.New("dead-letter publish failed")
 
 // invalid counts, logs and dead-letters a message that holds no usable finding, then
@@ -452,7 +449,7 @@ func (w *Writer) invalid(ctx context.Context, d *bus.Delivery, reason string) {
 	if id == "" {
 		id = d.Position
 	}
-	err := w.deadLetter(ctx, d.Cluster, "report:"+id, "report:"+d.Position, d.Data, reason)
+	err := w.deadLetter(ctx, d.Cluster, id, "report:"+d.Position, d.Data, reason)
 	switch {
 	case errors.Is(err, bus.ErrTooLarge):
 		w.log.Warn("dead letter refused for its size; dropping the message", "position", d.Position)
@@ -474,7 +471,7 @@ func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, 
 	if id == "" {
 		id = d.Position
 	}
-	err := w.deadLetter(ctx, d.Cluster, "report:"+id+"#"+strconv.Itoa(i), "report:"+pos, f, reason)
+	err := w.deadLetter(ctx, d.Cluster, id+"#"+strconv.Itoa(i), "report:"+pos, f, reason)
 	switch {
 	case errors.Is(err, bus.ErrTooLarge):
 		w.log.Warn("dead letter refused for its size; dropping the finding", "position", pos)
@@ -485,18 +482,13 @@ func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, 
 	return nil
 }
 
-// deadLetter publishes data (its first deadLetterMax bytes) to the dead-letter stream and
-// counts it.
+// deadLetter publishes data to the dead-letter stream as "report/<id>" (bus.NewDeadLetter
+// keeps its first bus.DeadLetterMaxData bytes) and counts it.
 func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, data []byte, reason string) error {
 	if bus.ValidateCluster(cluster) != nil {
 		cluster = "unknown"
 	}
-	if len(data) > deadLetterMax {
-		reason += fmt.Sprintf("; first %d of %d bytes kept", deadLetterMax, len(data))
-		data = data[:deadLetterMax]
-	}
-	msg := bus.Message{Stream: bus.DeadLetter, Cluster: cluster, ID: id, Data: data,
-		Header: map[string]string{bus.HeaderSource: source, bus.HeaderReason: reason}}
+	msg := bus.NewDeadLetter(cluster, "report", id, source, errors.New(reason), data, nil)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.bus.Publish(pctx, msg); err != nil {

@@ -219,7 +219,7 @@ func TestBatchMessagesCountOnce(t *testing.T) {
 }
 
 // TestBadFindingsInABatch: undecodable findings and findings without identity inside a batch
-// go to the dead-letter stream one by one (id "report:<message id>#<index>"); the rest of the
+// go to the dead-letter stream one by one (id "report/<message id>#<index>"); the rest of the
 // batch is written and the message acknowledged. A batch that is not protobuf at all is
 // dead-lettered whole.
 func TestBadFindingsInABatch(t *testing.T) {
@@ -247,13 +247,13 @@ func TestBadFindingsInABatch(t *testing.T) {
 		t.Errorf("%v invalid, want 3", n)
 	}
 	dl := deadLetters(t, b, 3)
-	if r := dl["report:mixed#1"]; !strings.Contains(r, "without cluster, audit_id or rule_id") {
+	if r := dl["report/mixed#1"]; !strings.Contains(r, "without cluster, audit_id or rule_id") {
 		t.Errorf("finding 1 (no audit id): %q", r)
 	}
-	if r := dl["report:mixed#3"]; !strings.Contains(r, "undecodable finding") {
+	if r := dl["report/mixed#3"]; !strings.Contains(r, "undecodable finding") {
 		t.Errorf("finding 3 (truncated): %q", r)
 	}
-	if r := dl["report:garbage"]; !strings.Contains(r, "undecodable finding batch") {
+	if r := dl["report/garbage"]; !strings.Contains(r, "undecodable finding batch") {
 		t.Errorf("garbage batch: %q", r)
 	}
 	if err := stop(); err != nil {
@@ -400,13 +400,13 @@ func TestInvalidMessagesGoToDeadLetter(t *testing.T) {
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()
-	if r := reasons["report:garbage"]; r == "" {
+	if r := reasons["report/garbage"]; r == "" {
 		t.Errorf("garbage not dead-lettered with a reason: %v", reasons)
 	}
-	if r, n := reasons["report:huge"], sizes["report:huge"]; !strings.Contains(r, "exceeds") || n != deadLetterMax {
-		t.Errorf("huge finding: dead letter of %d bytes, reason %q; want its first %d bytes", n, r, deadLetterMax)
+	if r, n := reasons["report/huge"], sizes["report/huge"]; !strings.Contains(r, "exceeds") || n != bus.DeadLetterMaxData {
+		t.Errorf("huge finding: dead letter of %d bytes, reason %q; want its first %d bytes", n, r, bus.DeadLetterMaxData)
 	}
-	if r := reasons["report:no-audit-id"]; r == "" {
+	if r := reasons["report/no-audit-id"]; r == "" {
 		t.Errorf("finding without audit_id not dead-lettered: %v", reasons)
 	}
 }

@@ -1,0 +1,79 @@
+package auditevent
+
+// Time stamps of audit events (metav1.MicroTime).
+
+import (
+	"fmt"
+	"time"
+)
+
+// microTime reads a metav1.MicroTime: null is the zero time; a string in the apiserver's
+// format (RFC 3339 with exactly six fractional digits) or, more leniently, any RFC 3339 time.
+func (s *scanner) microTime(dst *time.Time, field string) error {
+	switch c := s.peek(); c {
+	case 'n':
+		*dst = time.Time{}
+		return s.literal("null")
+	case '"':
+		v, err := s.str()
+		if err != nil {
+			return err
+		}
+		t, err := parseTime(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s %q is not an RFC 3339 time", ErrNotAuditEvent, field, v)
+		}
+		*dst = t
+		return nil
+	default:
+		if _, err := s.skip(1); err != nil {
+			return err
+		}
+		return typeError(field, c, "a string")
+	}
+}
+
+// parseTime parses "2006-01-02T15:04:05.000000Z" quickly and other RFC 3339 forms with time.Parse.
+func parseTime(v string) (time.Time, error) {
+	if len(v) == 27 && v[4] == '-' && v[7] == '-' && v[10] == 'T' && v[13] == ':' && v[16] == ':' && v[19] == '.' && v[26] == 'Z' {
+		y, ok1 := digits(v[0:4])
+		mo, ok2 := digits(v[5:7])
+		d, ok3 := digits(v[8:10])
+		h, ok4 := digits(v[11:13])
+		mi, ok5 := digits(v[14:16])
+		sec, ok6 := digits(v[17:19])
+		us, ok7 := digits(v[20:26])
+		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && mo >= 1 && mo <= 12 && d >= 1 && d <= daysIn(mo, y) && h < 24 && mi < 60 && sec < 60 {
+			return time.Date(y, time.Month(mo), d, h, mi, sec, us*1000, time.UTC), nil
+		}
+	}
+	if t, err := time.Parse("2006-01-02T15:04:05.000000Z07:00", v); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
+}
+
+func digits(s string) (int, bool) {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+func daysIn(m, y int) int {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}

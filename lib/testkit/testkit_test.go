@@ -1,0 +1,45 @@
+package testkit
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestEventuallyWaitsForTheCondition(t *testing.T) {
+	var n atomic.Int32
+	go func() {
+		for range 5 {
+			time.Sleep(10 * time.Millisecond)
+			n.Add(1)
+		}
+	}()
+	Eventually(t, 10*time.Second, "five ticks", func() bool { return n.Load() == 5 })
+}
+
+// failRecorder records Fatalf and stops the goroutine as testing.T does.
+type failRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *failRecorder) Helper() {}
+func (f *failRecorder) Fatalf(format string, args ...any) {
+	f.msg = format
+	panic(f)
+}
+
+func TestEventuallyFailsAfterTimeout(t *testing.T) {
+	r := &failRecorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != r {
+				t.Fatalf("Eventually did not fail: %v", p)
+			}
+		}()
+		Eventually(r, 50*time.Millisecond, "never", func() bool { return false })
+	}()
+	if r.msg == "" {
+		t.Fatal("no failure message")
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
@@ -132,21 +133,9 @@ func TestNewWithoutRegistry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- daemon.RunStages(ctx, comps, testlog.Logger(t)) }()
-	eventually(t, "the events without metrics", func() bool { return n.Count(t, bus.Events) == 10 })
+	testkit.Eventually(t, 90*time.Second, "the events without metrics", func() bool { return n.Count(t, bus.Events) == 10 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it holds or a minute passed.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

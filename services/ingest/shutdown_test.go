@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
@@ -41,7 +42,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	tc := &tls.Config{RootCAs: pki.Pool}
 	var conn *tls.Conn
-	eventually(t, "the webhook to listen", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the webhook to listen", func() bool {
 		c, err := tls.Dial("tcp", addr, tc)
 		if err == nil {
 			conn = c

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
@@ -92,7 +93,7 @@ func webhookPeak(b *testing.B, n *testnats.Server, inflight, memLimit string, bo
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
-	eventually(b, "the webhook to listen", func() bool {
+	testkit.Eventually(b, 90*time.Second, "the webhook to listen", func() bool {
 		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool})
 		if err == nil {
 			c.Close()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 // Lines that are no audit event may be a managed cloud's envelope (lib/envelope): one line
@@ -44,12 +44,12 @@ func (in *Input) addEnvelope(b *batch, src, fp string, offset int64, items []env
 		b.srcs = append(b.srcs, src)
 		id := bus.EventID(in.cluster, it.Key())
 		if err := it.Err; err != nil {
-			reason := metrics.Reason(err)
-			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", bus.Short(err.Error(), 200))
+			label := reason.Of(err)
+			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", label, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
-			b.bad[reason]++
+			b.bad[label]++
 			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
 				src, err, it.Raw, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
@@ -98,9 +100,9 @@ func TestEnvelopeLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, fileConfig(t, path), b)
-	if !waitFor(func() bool { return n.Count(t, bus.Events) >= uint64(len(want)+1) && n.Count(t, bus.DeadLetter) >= 1 }) {
-		t.Errorf("timed out: %d events, %d dead letters", n.Count(t, bus.Events), n.Count(t, bus.DeadLetter))
-	}
+	testkit.Eventually(t, 90*time.Second, "every event and a dead letter", func() bool {
+		return n.Count(t, bus.Events) >= uint64(len(want)+1) && n.Count(t, bus.DeadLetter) >= 1
+	})
 	r.stop(t)
 	msgs := n.Messages(t, bus.Events)
 	var gkeMsg string
@@ -154,7 +156,7 @@ func TestEnvelopeKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	eventually(t, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
+	testkit.Eventually(t, 90*time.Second, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestEnvelopeKill9(t *testing.T) {
 	}
 	t.Logf("killed after %d of %d events", got, total)
 	cmd = run()
-	eventually(t, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
+	testkit.Eventually(t, 90*time.Second, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

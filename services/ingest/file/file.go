@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
@@ -343,7 +345,9 @@ func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- 
 			return false
 		}
 	}
-	backoff := in.cfg.PollInterval
+	// An unreadable file is tried again from one poll interval up to every 10 s.
+	retry := backoff.Backoff{Min: in.cfg.PollInterval, Max: 10 * time.Second}
+	failures := 0
 	var lastPos tail.Position
 	for {
 		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
@@ -361,15 +365,13 @@ func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- 
 			in.log.Error("read audit log", "err", err)
 			in.readErr.Store(&err)
 			send()
-			select {
-			case <-ctx.Done():
+			failures++
+			if retry.Wait(ctx, failures) != nil {
 				return nil
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
-		backoff = in.cfg.PollInterval
+		failures = 0
 		in.readErr.Store(nil)
 		// An idle poll reports the same position again: nothing to checkpoint.
 		moved := c.Pos.File.Path != "" && !c.Pos.SamePlace(lastPos)
@@ -472,12 +474,12 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 			continue
 		}
 		if err := lines[i].err; err != nil {
-			reason := metrics.Reason(err)
-			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", bus.Short(err.Error(), 200))
+			label := reason.Of(err)
+			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
-			b.bad[reason]++
+			b.bad[label]++
 			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", id, src, err, l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
@@ -495,8 +497,8 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 // A message the bus refuses for its size is replaced by a bounded dead letter (permanent:
 // retrying cannot help) and the rest is published.
 func (in *Input) publish(ctx context.Context, b *batch) error {
-	backoff := 100 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, in.bus, b.msgs, func(i int, err error) bus.Message {
 			return in.oversized(b, i, err)
 		})
@@ -515,12 +517,9 @@ func (in *Input) publish(ctx context.Context, b *batch) error {
 			in.log.Warn("publish failed; holding the file position and retrying", "err", bus.Short(err.Error(), 500), "lines", len(b.msgs))
 		}
 		in.failing.Store(&err)
-		select {
-		case <-ctx.Done():
+		if retry.Wait(ctx, attempt) != nil {
 			return err
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
@@ -535,7 +534,7 @@ func (in *Input) oversized(b *batch, i int, err error) bus.Message {
 	if b.bad == nil {
 		b.bad = map[string]int{}
 	}
-	b.bad["too_large_for_bus"]++
+	b.bad[metrics.TooLargeForBus]++
 	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
 }
 
@@ -551,7 +550,7 @@ func (in *Input) commit(order <-chan *batch, f *tail.Follower) error {
 	for {
 		var again <-chan time.Time
 		if cs.pending != nil {
-			retry.Reset(cs.backoff)
+			retry.Reset(saveRetry.Delay(cs.failures))
 			again = retry.C
 		}
 		var b *batch
@@ -607,10 +606,12 @@ type checkpointSaver struct {
 	bytes    int64          // of the batch that brought pending
 	created  time.Time      // of that batch
 	err      error
-	failures int
+	failures int // in a row; they space the retries (saveRetry)
 	logged   time.Time
-	backoff  time.Duration
 }
+
+// saveRetry spaces the retries of a checkpoint save that keeps failing.
+var saveRetry = backoff.Backoff{Min: time.Second, Max: 30 * time.Second}
 
 // saveLogEvery spaces the logs of a checkpoint save that keeps failing.
 const saveLogEvery = 30 * time.Second
@@ -621,7 +622,7 @@ func (cs *checkpointSaver) save() {
 	err := in.store.Save(*cs.pending)
 	if err == nil {
 		in.lastSaved.Store(cs.pending.Saved.Unix())
-		cs.pending, cs.err, cs.backoff = nil, nil, 0
+		cs.pending, cs.err = nil, nil
 		in.mu.Lock()
 		in.unsavedSince, in.unsavedBytes = time.Time{}, 0
 		in.mu.Unlock()
@@ -649,7 +650,6 @@ func (cs *checkpointSaver) save() {
 		cs.logged = now
 		in.log.Error("save checkpoint; retrying (lines since the last saved position would be read again after a restart)", "err", err, "failed_saves", cs.failures)
 	}
-	cs.backoff = min(max(cs.backoff*2, time.Second), 30*time.Second)
 }
 
 func (in *Input) settled(b *batch) {

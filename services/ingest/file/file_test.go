@@ -19,6 +19,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
@@ -144,11 +145,11 @@ func TestFileRotationAndBadLines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitFor(func() bool { return n.Count(t, bus.Events) >= total && n.Count(t, bus.DeadLetter) >= 5 }) {
-		t.Errorf("timed out waiting for every line on the bus")
-	}
+	testkit.Eventually(t, 90*time.Second, "every line on the bus", func() bool {
+		return n.Count(t, bus.Events) >= total && n.Count(t, bus.DeadLetter) >= 5
+	})
 	in := r.comps[0].(*file.Input)
-	eventually(t, "no lag and no checkpoint waiting", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
+	testkit.Eventually(t, 90*time.Second, "no lag and no checkpoint waiting", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
 	msgs := n.Messages(t, bus.Events)
 	testnats.CheckExactlyOnce(t, msgs, want)
@@ -221,24 +222,24 @@ func TestBusOutage(t *testing.T) {
 		}
 	}
 	write(0, 500)
-	eventually(t, "first events", func() bool { return n.Count(t, bus.Events) == 500 })
+	testkit.Eventually(t, 90*time.Second, "first events", func() bool { return n.Count(t, bus.Events) == 500 })
 	n.Stop()
 	write(500, 1500)
 	if _, err := w.Rotate(true); err != nil {
 		t.Fatal(err)
 	}
 	write(1500, 2000)
-	eventually(t, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
+	testkit.Eventually(t, 90*time.Second, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
 	in := r.comps[0].(*file.Input)
-	eventually(t, "lag and checkpoint age to show the outage", func() bool { return in.LagBytes() > 0 && in.CheckpointAge() > 0 })
+	testkit.Eventually(t, 90*time.Second, "lag and checkpoint age to show the outage", func() bool { return in.LagBytes() > 0 && in.CheckpointAge() > 0 })
 	// Lines written during the outage count as lag at once, though reading has stopped.
 	lag := in.LagBytes()
 	write(2000, 2100)
-	eventually(t, "lag to grow with the log during the outage", func() bool { return in.LagBytes() > lag })
+	testkit.Eventually(t, 90*time.Second, "lag to grow with the log during the outage", func() bool { return in.LagBytes() > lag })
 	n.Start()
-	eventually(t, "every event after the outage", func() bool { return n.Count(t, bus.Events) >= 2100 })
-	eventually(t, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
-	eventually(t, "lag to drain", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
+	testkit.Eventually(t, 90*time.Second, "every event after the outage", func() bool { return n.Count(t, bus.Events) >= 2100 })
+	testkit.Eventually(t, 90*time.Second, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
+	testkit.Eventually(t, 90*time.Second, "lag to drain", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
 	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
 }
@@ -276,7 +277,7 @@ func TestKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	eventually(t, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
+	testkit.Eventually(t, 90*time.Second, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestKill9(t *testing.T) {
 	}
 	t.Logf("killed after %d of %d events", got, total)
 	cmd = run()
-	eventually(t, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
+	testkit.Eventually(t, 90*time.Second, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestEventLargerThanTheBusIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the other events and a dead letter", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the other events and a dead letter", func() bool {
 		return n.Count(t, bus.Events) >= uint64(len(want)) && n.Count(t, bus.DeadLetter) >= 1
 	})
 	r.stop(t)

@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
@@ -73,7 +75,7 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the checkpoint to move past the whole file", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the checkpoint to move past the whole file", func() bool {
 		p, ok, err := store.Load()
 		return err == nil && ok && p.Offset == fi.Size()
 	})
@@ -168,7 +170,7 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 		}
 	}
 	write(0, 100)
-	eventually(t, "the first checkpoint", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the first checkpoint", func() bool {
 		return metricValue(t, r.reg, "auditlens_ingest_checkpoint_last_saved_timestamp_seconds", "", "") > 0 && in.CheckpointAge() == 0
 	})
 	// The checkpoint directory becomes unusable: a file where it was.
@@ -179,8 +181,8 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(100, 200)
-	eventually(t, "the events after the failure", func() bool { return n.Count(t, bus.Events) == 200 })
-	eventually(t, "readiness, age, lag and the error counter to show the failing saves", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the events after the failure", func() bool { return n.Count(t, bus.Events) == 200 })
+	testkit.Eventually(t, 90*time.Second, "readiness, age, lag and the error counter to show the failing saves", func() bool {
 		return in.Ready() != nil && in.CheckpointAge() > 0 && in.LagBytes() > 0 &&
 			metricValue(t, r.reg, "auditlens_ingest_checkpoint_save_errors_total", "", "") >= 2
 	})
@@ -193,7 +195,7 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 	if err := os.Mkdir(cfg.CheckpointDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "saving to recover without new lines", func() bool {
+	testkit.Eventually(t, 90*time.Second, "saving to recover without new lines", func() bool {
 		return in.Ready() == nil && in.CheckpointAge() == 0 && in.LagBytes() == 0
 	})
 	r.stop(t)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -263,7 +264,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
@@ -273,8 +274,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
 	}
 	s.answer(w, id, http.StatusOK, "")
 }
@@ -289,7 +290,7 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 		if bad == nil {
 			bad = map[string]int{}
 		}
-		bad[metrics.Reason(err)]++
+		bad[reason.Of(err)]++
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "firehose", fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)),
 			"firehose:"+id, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}

@@ -18,8 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -261,21 +263,21 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 	events := 0
 	bad := map[string]int{}
 	for _, r := range recs {
-		m, n, reason := s.messages(r)
+		m, n, label := s.messages(r)
 		msgs = append(msgs, m...)
 		events += n
-		if reason != "" {
-			bad[reason]++
+		if label != "" {
+			bad[label]++
 		}
 	}
-	backoff := 100 * time.Millisecond
-	for {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka", "kafka-source", s.opt.Node, func(m *bus.Message) {
 			s.opt.Logger.Warn("Kafka event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 			if m.Stream == bus.Events {
 				events--
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 		}))
 		if err == nil {
 			break
@@ -285,16 +287,13 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 		}
 		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
 		s.opt.Logger.Warn("publish failed; holding the Kafka offsets and retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+		if err := retry.Wait(ctx, attempt); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
 	}
 	return nil
 }
@@ -304,7 +303,7 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad string) {
 	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	dead := func(data []byte, err error) {
-		bad = metrics.Reason(err)
+		bad = reason.Of(err)
 		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(msgs)),
 			src, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))

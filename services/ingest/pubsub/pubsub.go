@@ -18,6 +18,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -140,7 +141,7 @@ func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 			if dm.Stream == bus.Events {
 				events--
 			}
-			bad = "too_large_for_bus"
+			bad = metrics.TooLargeForBus
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
@@ -164,7 +165,7 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 	d := s.decoders.Get().(*envelope.Decoder)
 	defer s.decoders.Put(d)
 	dead := func(data []byte, err error) {
-		bad = metrics.Reason(err)
+		bad = reason.Of(err)
 		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", bus.Short(err.Error(), 512))
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "pubsub", fmt.Sprintf("%s/%d", m.ID, len(msgs)),
 			"pubsub:"+s.cfg.Subscription+":"+m.ID, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))

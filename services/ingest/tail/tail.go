@@ -12,6 +12,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 // Where to start reading when there is no checkpoint.
@@ -20,10 +22,11 @@ const (
 	StartEnd       = "end"       // the end of the active file: only what is written from now on
 )
 
-// Errors attached to lines that cannot be used; match with errors.Is.
+// Errors attached to lines that cannot be used; match with errors.Is. They carry their
+// labels of the reason vocabulary (reason.Of).
 var (
-	ErrLineTooLong = errors.New("line longer than the size cap")
-	ErrIncomplete  = errors.New("incomplete last line of a finished file")
+	ErrLineTooLong = reason.New("line longer than the size cap", reason.TooLarge)
+	ErrIncomplete  = reason.New("incomplete last line of a finished file", reason.IncompleteLine)
 )
 
 // errRestart says the source changed under a read: read again.

@@ -29,6 +29,7 @@ import (
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -400,7 +401,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
 		})
 		if err != nil {
@@ -416,8 +417,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.opt.Logger.Info("publishing again")
 	}
 	s.opt.Metrics.Published.WithLabelValues(metrics.Webhook).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(metrics.Webhook, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(metrics.Webhook, label).Add(float64(n))
 	}
 	if whole != nil {
 		s.answer(w, http.StatusBadRequest, "not an audit EventList: "+whole.Error())
@@ -499,10 +500,10 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 		if bad == nil {
 			bad = map[string]int{}
 		}
-		reason := metrics.Reason(err)
-		bad[reason]++
+		label := reason.Of(err)
+		bad[label]++
 		sum := sha256.Sum256(data)
-		log.Warn("bad webhook event sent to the dead-letter stream", "reason", reason, "err", bus.Short(err.Error(), 300))
+		log.Warn("bad webhook event sent to the dead-letter stream", "reason", label, "err", bus.Short(err.Error(), 300))
 		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook", hex.EncodeToString(sum[:16]), "webhook", err, data, map[string]string{bus.HeaderNode: node}))
 	}
 	event := func(it auditevent.Item) {

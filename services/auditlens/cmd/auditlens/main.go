@@ -41,7 +41,7 @@ func main() {
 		_ = os.Setenv(daemon.DataRootEnv, dir)
 	}
 	var (
-		ic = ingest.DefaultConfig(daemon.DefaultDataDir())
+		ic = ingest.DefaultConfig(daemon.DataRoot())
 		cc classify.Config
 		rc sink.Config
 	)

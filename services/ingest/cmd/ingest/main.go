@@ -18,7 +18,7 @@ Usage:
   ingest --webhook-addr :8443 --webhook-tls-cert tls.crt --webhook-tls-key tls.key --webhook-token-file token`
 
 func main() {
-	cfg := ingest.DefaultConfig(daemon.DefaultDataDir())
+	cfg := ingest.DefaultConfig(daemon.DataRoot())
 	os.Exit(daemon.Main(daemon.Spec{
 		Name:               "ingest",
 		Synopsis:           synopsis,

@@ -367,7 +367,7 @@ func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- 
 			send()
 			failures++
 			if retry.Wait(ctx, failures) != nil {
-				return nil
+				return nil //nolint:nilerr // shut down while waiting to read again: a clean stop
 			}
 			continue
 		}

@@ -126,7 +126,11 @@ type Bus interface {
 type ConsumerOptions struct {
 	// MaxUnacked bounds deliveries handed out but not yet settled (default 4096).
 	MaxUnacked int
-	// AckWait is how long an unsettled delivery waits before it is redelivered (default 30s).
+	// AckWait is how long the deliveries of a consumer that stopped (crashed, killed,
+	// partitioned away) wait before they are redelivered: the recovery time after a crash
+	// (default 30s). While the consumer lives, what it holds is kept however long it holds
+	// it (NATS: an in-progress signal every AckWait/3; Kafka: nothing is redelivered before
+	// its group's session times out), so a short AckWait costs no redeliveries.
 	AckWait time.Duration
 	// DrainTimeout bounds how long a stopping consumer waits for deliveries in flight to be
 	// settled before it leaves them to redelivery (default 30s).

@@ -266,6 +266,43 @@ func Run(t *testing.T, open Opener) {
 		}
 	})
 
+	// A live consumer keeps what it holds however long it holds it (a batch waiting for
+	// ClickHouse), even with an acknowledgement wait of a fraction of that: nothing is
+	// redelivered while its holder lives. (That a dead holder's deliveries come back is
+	// UnackedRedeliveredAfterRestart.)
+	t.Run("HeldDeliveriesKeptWhileTheHolderLives", func(t *testing.T) {
+		b := open(t)
+		const n = 20
+		if err := b.Publish(ctx, Messages(bus.Events, "held", n, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		col := NewCollector()
+		var mu sync.Mutex
+		var held []*bus.Delivery
+		opts := bus.ConsumerOptions{AckWait: 300 * time.Millisecond, DrainTimeout: time.Second}
+		consume(t, b, bus.Events, "gh", opts, func(_ context.Context, d *bus.Delivery) {
+			col.Add(d.ID)
+			mu.Lock()
+			held = append(held, d)
+			mu.Unlock()
+		})
+		col.WaitDistinct(t, n, 30*time.Second)
+		time.Sleep(10 * opts.AckWait) // hold for ten acknowledgement waits
+		mu.Lock()
+		for _, d := range held {
+			_ = d.Ack(ctx)
+		}
+		mu.Unlock()
+		time.Sleep(quiet)
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		for id, k := range col.byID {
+			if k != 1 {
+				t.Errorf("%s delivered %d times while its holder was alive", id, k)
+			}
+		}
+	})
+
 	// NATS stores a republished id once (Nats-Msg-Id); Kafka stores it again and its consumer
 	// drops the copy (see kafkabus). Either way a consumer sees each id once.
 	t.Run("RepublishedIDDeliveredOnce", func(t *testing.T) {

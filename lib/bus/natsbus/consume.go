@@ -56,8 +56,12 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	log := c.b.cfg.Logger
 	batch := min(c.cfg.MaxAckPending, 1000)
 	h = bus.BoundDeliveries(c.b, c.stream, c.opts, h)
+	held := newHolding()
+	kctx, stopKeepAlive := context.WithCancel(context.Background())
+	defer stopKeepAlive()
+	go held.keepAlive(kctx, progressInterval(c.opts.AckWait))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		d := &bus.Delivery{Acker: natsAcker{m}}
+		d := &bus.Delivery{Acker: held.track(m)}
 		d.Stream = c.stream
 		d.Data = m.Data()
 		hdr := m.Headers()
@@ -111,18 +115,3 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 func (c *consumer) pullBytes() int {
 	return max(16<<20, 2*int(c.b.nc.MaxPayload()))
 }
-
-type natsAcker struct{ m jetstream.Msg }
-
-func (a natsAcker) Ack(ctx context.Context) error {
-	// A plain Ack is fire-and-forget; redelivery after a lost ack is harmless downstream
-	// (idempotent writes) and DoubleAck would cost a round trip per message.
-	return a.m.Ack()
-}
-func (a natsAcker) Nak(delay time.Duration) error {
-	if delay <= 0 {
-		return a.m.Nak()
-	}
-	return a.m.NakWithDelay(delay)
-}
-func (a natsAcker) Term(reason string) error { return a.m.TermWithReason(reason) }

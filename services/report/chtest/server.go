@@ -146,6 +146,25 @@ func (s *Server) Stop() {
 	}
 }
 
+// Kill stops the server with SIGKILL (no flush, no clean shutdown) and waits until its port
+// is free; Start brings it back on the same data.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	p := s.cmd.Process
+	s.cmd = nil
+	_ = p.Kill()
+	for p.Signal(syscall.Signal(0)) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 250 && s.ping() == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // CPU returns the user plus system CPU time the running server process has used so far
 // (0 when it is not running or /proc cannot be read): benchmarks report it per row.
 func (s *Server) CPU() time.Duration {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +140,38 @@ func TestNewWithoutRegistry(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The flags show and start from DefaultConfig: registering them changes nothing, each
+// defaults to its field's value, and parsing sets the field.
+func TestFlagsStartFromDefaultConfig(t *testing.T) {
+	root := t.TempDir()
+	cfg := ingest.DefaultConfig(root)
+	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, ingest.DefaultConfig(root)) {
+		t.Errorf("registering and parsing no flag changed the config:\n%+v\nwant\n%+v", cfg, ingest.DefaultConfig(root))
+	}
+	for name, want := range map[string]string{
+		"checkpoint-dir":             filepath.Join(root, "checkpoints"),
+		"audit-log-batch-size":       "4096",
+		"max-event-size":             "1000000",
+		"webhook-max-inflight-bytes": strconv.Itoa(webhook.DefaultMaxInflightBytes),
+		"pubsub-max-outstanding":     "1000",
+		"kafka-source-group":         "auditlens-ingest",
+	} {
+		if f := fs.Lookup(name); f == nil || f.DefValue != want {
+			t.Errorf("--%s: default %v, want %q", name, f, want)
+		}
+	}
+	if err := fs.Parse([]string{"--audit-log-batch-size", "7", "--webhook-publish-timeout", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.File.BatchSize != 7 || cfg.Webhook.PublishTimeout != 3*time.Second {
+		t.Errorf("parsed flags: batch size %d, publish timeout %s; want 7 and 3s", cfg.File.BatchSize, cfg.Webhook.PublishTimeout)
 	}
 }

@@ -1,5 +1,4 @@
-// Package metrics holds the Prometheus metrics ingest exposes, shared by its file and
-// webhook inputs.
+// Package metrics holds the Prometheus metrics ingest exposes, shared by all its inputs.
 package metrics
 
 import (

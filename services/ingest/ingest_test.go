@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -15,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest"
+	"github.com/auditlens/auditlens/services/ingest/internal/testbin"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
@@ -28,29 +25,7 @@ import (
 
 var ingestBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ingest-bin")
-	if err != nil {
-		panic(err)
-	}
-	ingestBin = filepath.Join(dir, "ingest")
-	out, err := exec.Command("go", "build", "-o", ingestBin, "./cmd/ingest").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		// opencensus's worker is started by init in the Pub/Sub client's dependencies.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
-			goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &ingestBin) }
 
 // TestFlags: a wrong flag gets one sentence naming it and exit code 2.
 func TestFlags(t *testing.T) {

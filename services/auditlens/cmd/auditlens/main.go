@@ -12,7 +12,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/auditlens/page"
-	classify "github.com/auditlens/auditlens/services/classify/pipeline"
+	"github.com/auditlens/auditlens/services/classify"
 	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/report/sink"
 )
@@ -42,7 +42,7 @@ func main() {
 	}
 	var (
 		ic = ingest.DefaultConfig(daemon.DataRoot())
-		cc classify.Config
+		cc = classify.DefaultConfig()
 		rc sink.Config
 	)
 	os.Exit(daemon.Main(daemon.Spec{
@@ -94,7 +94,7 @@ func main() {
 			d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: rc.Weekly.Target, Log: d.Logger})
 			// Upstream first, so a shutdown drains ingest, then classify, then report; the
 			// page's store handle closes last.
-			comps := append(append(in, cl), out...)
+			comps := append(append(in, cl...), out...)
 			return append(comps, daemon.CloseAtStop(st)), nil
 		},
 	}, args, os.Stderr))

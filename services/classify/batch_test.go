@@ -1,4 +1,4 @@
-package pipeline
+package classify
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -107,14 +108,14 @@ func TestSettlePublishesOneBatchPerCluster(t *testing.T) {
 		d.Stream, d.Cluster, d.ID, d.Data = bus.Events, cluster, id, event(id, "ResponseComplete", removedBody)
 		fb.events = append(fb.events, d)
 	}
-	svc, err := NewService(Config{Workers: 1, BatchWait: 50 * time.Millisecond, FindingsMessageBytes: 2048}, daemon.Deps{Bus: fb, Cluster: "default"})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 50 * time.Millisecond; c.FindingsMessageBytes = 2048 }), daemon.Deps{Bus: fb, Cluster: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "every event acked", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every event acked", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range states {

@@ -1,4 +1,4 @@
-package pipeline
+package classify
 
 import (
 	"testing"
@@ -13,8 +13,8 @@ func TestRetryDelayBacksOffToAMinute(t *testing.T) {
 		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second},
 		{6, 32 * time.Second}, {7, time.Minute}, {1000, time.Minute},
 	} {
-		if got := retryDelay(tc.delivered); got != tc.want {
-			t.Errorf("retryDelay(%d) = %s, want %s", tc.delivered, got, tc.want)
+		if got := redelivery.Delay(tc.delivered); got != tc.want {
+			t.Errorf("redelivery.Delay(%d) = %s, want %s", tc.delivered, got, tc.want)
 		}
 	}
 }

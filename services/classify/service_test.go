@@ -1,4 +1,4 @@
-package pipeline
+package classify
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/reason"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
@@ -81,23 +83,12 @@ func collect(t *testing.T, b bus.Bus, s bus.Stream, want int, settle time.Durati
 	return got
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestServiceThroughEmbeddedNATS publishes events (three stages of one removed-API request,
 // a legacy-token request, a clean one, a bad one) and reads findings and dead letters back.
 func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	b := openNATS(t)
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 5 * time.Millisecond }), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,14 +109,14 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	if err := b.Publish(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all events classified", func() bool {
+	testkit.Eventually(t, 20*time.Second, "all events classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 6
 	})
 	// The same request redelivered later (after a restart, say) adds nothing.
 	if err := b.Publish(context.Background(), bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete-again", Data: event("r1", "ResponseComplete", removedBody)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the repeat classified", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the repeat classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
 	})
 
@@ -162,7 +153,7 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	if src := dead[0].Header[bus.HeaderSource]; !strings.HasPrefix(src, "/var/log/audit.log:42 (AUDIT_EVENTS:") {
 		t.Errorf("dead letter source %q", src)
 	}
-	if testutil.ToFloat64(svc.met.parseErrors.WithLabelValues("not an audit event")) != 1 {
+	if testutil.ToFloat64(svc.met.parseErrors.WithLabelValues(reason.NotAuditEvent)) != 1 {
 		t.Error("parse error not counted")
 	}
 	if err := svc.Ready(); err != nil {
@@ -182,11 +173,11 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 // TestReplicasShareTheWork runs two services on one group: every event is classified once.
 func TestReplicasShareTheWork(t *testing.T) {
 	b := openNATS(t)
-	var svcs []*Service
+	var svcs []*service
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
-		s, err := NewService(Config{BatchWait: time.Millisecond, BatchSize: 8}, daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+		s, err := newService(configWith(func(c *Config) { c.BatchWait = time.Millisecond; c.BatchSize = 8 }), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +200,7 @@ func TestReplicasShareTheWork(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "400 events classified", func() bool { return total() >= 400 })
+	testkit.Eventually(t, 20*time.Second, "400 events classified", func() bool { return total() >= 400 })
 	time.Sleep(200 * time.Millisecond)
 	if n := total(); n != 400 {
 		t.Errorf("%v classifications of 400 events", n)
@@ -317,14 +308,14 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 		d.Stream, d.Cluster, d.ID, d.Data = bus.Events, "prod", id, event(id, "ResponseComplete", removedBody)
 		fb.events = append(fb.events, d)
 	}
-	svc, err := NewService(Config{BatchWait: 10 * time.Millisecond}, daemon.Deps{Bus: fb, Cluster: "default"})
+	svc, err := newService(configWith(func(c *Config) { c.BatchWait = 10 * time.Millisecond }), daemon.Deps{Bus: fb, Cluster: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "both events nak'ed", func() bool {
+	testkit.Eventually(t, 20*time.Second, "both events nak'ed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return states[0] == "nak" && states[1] == "nak"
@@ -342,7 +333,7 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
-	waitFor(t, "both events acked", func() bool {
+	testkit.Eventually(t, 20*time.Second, "both events acked", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return states[0] == "ack" && states[1] == "ack"
@@ -364,15 +355,15 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	c := Config{RulesFiles: []string{"/no/such/rules.yaml"}}
+	c := configWith(func(c *Config) { c.RulesFiles = []string{"/no/such/rules.yaml"} })
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--rules-file") {
 		t.Errorf("missing rules file: %v", err)
 	}
-	c = Config{BatchSize: 10, MaxUnacked: 5}
+	c = configWith(func(c *Config) { c.BatchSize = 10; c.MaxUnacked = 5 })
 	if err := c.Validate(); err == nil {
 		t.Error("batch larger than max unacked accepted")
 	}
-	if _, err := New(Config{}, daemon.Deps{}); err == nil {
+	if _, err := New(DefaultConfig(), daemon.Deps{}); err == nil {
 		t.Error("New without a bus accepted")
 	}
 }
@@ -395,7 +386,7 @@ func (p panicky) Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
 func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	b := openNATS(t)
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(Config{Workers: 1, BatchWait: 5 * time.Millisecond}, daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 1; c.BatchWait = 5 * time.Millisecond }), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +402,7 @@ func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	if err := b.Publish(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all events settled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "all events settled", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 3
 	})
 	if got := testutil.ToFloat64(svc.met.panics); got != 1 {
@@ -432,4 +423,11 @@ func TestPanicDeadLettersTheEventAndGoesOn(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// configWith is DefaultConfig changed by set.
+func configWith(set func(*Config)) Config {
+	c := DefaultConfig()
+	set(&c)
+	return c
 }

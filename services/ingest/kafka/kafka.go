@@ -179,6 +179,11 @@ type Source struct {
 	header map[string]string
 }
 
+// sessionTimeout is how long the group waits for a silent member (killed, partitioned away)
+// before its partitions, and what it had fetched but not committed, go to another member:
+// the Kafka source's recovery time after a crash. Event Hubs accepts 6s to 300s.
+const sessionTimeout = 10 * time.Second
+
 // New creates the Kafka client (it connects on first use).
 func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
@@ -198,6 +203,9 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 		kgo.SeedBrokers(conn.brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(conn.topic),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64 << 20),
+		// Recovery time after a crash: the records a dead ingest held (fetched, not yet
+		// committed) go to another member once its session times out (kgo's default, 45s).
+		kgo.SessionTimeout(sessionTimeout),
 	}
 	if conn.tls {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}

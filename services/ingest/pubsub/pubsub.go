@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"google.golang.org/api/option"
@@ -113,6 +114,11 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	s := &Source{cfg: cfg, opt: opt, bus: b, client: client, header: map[string]string{bus.HeaderNode: opt.Node}}
 	s.sub = client.Subscriber(cfg.Subscription)
 	s.sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
+	// Recovery time after a crash: the client extends the ack deadline of what it holds by at
+	// most this much at a time, so Pub/Sub redelivers what a dead ingest held within about
+	// 10 s (the least Pub/Sub allows) rather than after the client's adaptive deadline (up
+	// to 10 minutes).
+	s.sub.ReceiveSettings.MaxDurationPerAckExtension = 10 * time.Second
 	s.decoders.New = func() any { return envelope.NewDecoder(0) }
 	return s, nil
 }

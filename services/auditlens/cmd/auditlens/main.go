@@ -13,7 +13,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/auditlens/page"
 	"github.com/auditlens/auditlens/services/classify"
-	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/report"
 )
 
@@ -41,9 +41,9 @@ func main() {
 		_ = os.Setenv(daemon.DataRootEnv, dir)
 	}
 	var (
-		ic ingest.Config
+		ic = ingest.DefaultConfig(daemon.DataRoot())
 		cc = classify.DefaultConfig()
-		rc report.Config
+		rc = report.DefaultConfig(daemon.DataRoot())
 	)
 	os.Exit(daemon.Main(daemon.Spec{
 		Name:               "auditlens",
@@ -61,11 +61,11 @@ func main() {
 			merge(fs, map[string]func(*flag.FlagSet){
 				"ingest":   ic.RegisterFlags,
 				"classify": cc.RegisterFlags,
-				"report":   func(fs *flag.FlagSet) { rc = report.DefaultConfig(daemon.DataRoot()); rc.RegisterFlags(fs) },
+				"report":   rc.RegisterFlags,
 			}, []string{"ingest", "classify", "report"})
 		},
 		Validate: func() error {
-			for _, v := range []func() error{ic.Validate, func() error { return cc.Validate() }, func() error { return rc.Validate() }} {
+			for _, v := range []func() error{ic.Validate, cc.Validate, rc.Validate} {
 				if err := v(); err != nil {
 					return err
 				}

@@ -1,8 +1,10 @@
-package pipeline
+// Package file is ingest's audit log input: it follows a file and its rotated siblings
+// (package tail), publishes its lines in batches, several at once, and saves the position
+// (package checkpoint) in read order once the bus acknowledged every line before it.
+package file
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -14,8 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
@@ -31,15 +35,16 @@ type batch struct {
 	events  int
 	bad     map[string]int
 	bytes   int64
-	pos     checkpoint.Position
+	pos     tail.Position
 	created time.Time
 	done    chan struct{}
 	err     error
 }
 
-// FileInput follows an audit log into the bus.
-type FileInput struct {
+// Input follows an audit log into the bus.
+type Input struct {
 	cfg     Config
+	opt     Options
 	bus     bus.Publisher
 	ready   func() error
 	cluster string
@@ -69,17 +74,26 @@ type FileInput struct {
 	follower     *tail.Follower
 }
 
-// NewFileInput prepares the file input; Run does the work.
-func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg prometheus.Registerer, m *metrics.Ingest) (*FileInput, error) {
-	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.AuditLog)
+// New prepares the input; Run does the work.
+func New(cfg Config, b Bus, opt Options) (*Input, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(nil)
+	}
+	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.Path)
 	if err != nil {
 		return nil, err
 	}
-	in := &FileInput{cfg: cfg, bus: b, ready: b.Ready, cluster: cluster, log: log.With("input", "file"), m: m, store: store,
-		eventHeader: map[string]string{bus.HeaderNode: cfg.NodeName},
+	in := &Input{cfg: cfg, opt: opt, bus: b, ready: b.Ready, cluster: opt.Cluster, log: opt.Logger.With("input", "file"), m: opt.Metrics, store: store,
+		eventHeader: map[string]string{bus.HeaderNode: opt.Node},
 		saveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_checkpoint_save_errors_total", Help: "Failed saves of the audit log checkpoint (retried until one succeeds)."}),
 	}
-	if reg != nil {
+	if reg := opt.Registry; reg != nil {
 		stat := func(f func(s *tail.Stats) int64) func() float64 {
 			return func() float64 {
 				in.mu.Lock()
@@ -113,7 +127,7 @@ func NewFileInput(cfg Config, b bus.Bus, cluster string, log *slog.Logger, reg p
 }
 
 // LagBytes is how many bytes of the audit log are not yet acknowledged by the bus.
-func (in *FileInput) LagBytes() int64 {
+func (in *Input) LagBytes() int64 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.follower == nil {
@@ -123,7 +137,7 @@ func (in *FileInput) LagBytes() int64 {
 }
 
 // CheckpointAge is how long the oldest read batch has waited for its position to be saved.
-func (in *FileInput) CheckpointAge() time.Duration {
+func (in *Input) CheckpointAge() time.Duration {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	oldest := in.unsavedSince
@@ -137,7 +151,7 @@ func (in *FileInput) CheckpointAge() time.Duration {
 }
 
 // Ready reports an error while publishing fails.
-func (in *FileInput) Ready() error {
+func (in *Input) Ready() error {
 	if p := in.failing.Load(); p != nil {
 		return fmt.Errorf("publishing audit log lines: %w", *p)
 	}
@@ -152,14 +166,14 @@ func (in *FileInput) Ready() error {
 
 // Run follows the audit log until ctx is done, then publishes what it read and saves the
 // last acknowledged position.
-func (in *FileInput) Run(ctx context.Context) error {
+func (in *Input) Run(ctx context.Context) error {
 	start, ok, err := in.store.Load()
 	if err != nil {
 		return err
 	}
-	tcfg := tail.Config{Path: in.cfg.AuditLog, StartAt: in.cfg.StartAt, MaxLineSize: in.cfg.MaxEventSize,
-		PollInterval: in.cfg.PollInterval, Logger: in.log}
-	var sp *checkpoint.Position
+	tcfg := tail.DefaultConfig()
+	tcfg.Path, tcfg.StartAt, tcfg.MaxLineSize, tcfg.PollInterval, tcfg.Logger = in.cfg.Path, in.cfg.StartAt, in.opt.MaxEventSize, in.cfg.PollInterval, in.log
+	var sp *tail.Position
 	if ok {
 		sp = &start
 	}
@@ -207,7 +221,7 @@ func (in *FileInput) Run(ctx context.Context) error {
 }
 
 // read turns lines into batches until ctx is done.
-func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order chan<- *batch) error {
+func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- *batch) error {
 	var cur *batch
 	send := func() bool {
 		if cur == nil {
@@ -239,8 +253,10 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			return false
 		}
 	}
-	backoff := in.cfg.PollInterval
-	var lastPos checkpoint.Position
+	// An unreadable file is tried again from one poll interval up to every 10 s.
+	retry := backoff.Backoff{Min: in.cfg.PollInterval, Max: 10 * time.Second}
+	failures := 0
+	var lastPos tail.Position
 	for {
 		maxLines, maxBytes := in.cfg.BatchSize, in.cfg.BatchBytes
 		if cur != nil {
@@ -257,18 +273,16 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 			in.log.Error("read audit log", "err", err)
 			in.readErr.Store(&err)
 			send()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
+			failures++
+			if retry.Wait(ctx, failures) != nil {
+				return nil //nolint:nilerr // shut down while waiting to read again: a clean stop
 			}
-			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
-		backoff = in.cfg.PollInterval
+		failures = 0
 		in.readErr.Store(nil)
 		// An idle poll reports the same position again: nothing to checkpoint.
-		moved := c.Pos.File.Path != "" && !samePlace(c.Pos, lastPos)
+		moved := c.Pos.File.Path != "" && !c.Pos.SamePlace(lastPos)
 		if c.Pos.File.Path != "" {
 			lastPos = c.Pos
 		}
@@ -297,7 +311,7 @@ func (in *FileInput) read(ctx context.Context, f *tail.Follower, work, order cha
 
 // convert turns the lines of b into messages (in a publisher, so that identifying events
 // runs in parallel with reading).
-func (in *FileInput) convert(b *batch) {
+func (in *Input) convert(b *batch) {
 	if b.msgs != nil {
 		return // a retry
 	}
@@ -311,7 +325,7 @@ func (in *FileInput) convert(b *batch) {
 // add converts a chunk's lines into messages of b. The sources ("name:offset") and ids of
 // the chunk's messages are cut from one string built for the chunk: a line costs no string
 // allocation of its own besides what Peek returns.
-func (in *FileInput) add(b *batch, c tail.Chunk) {
+func (in *Input) add(b *batch, c tail.Chunk) {
 	fp := c.Pos.File.Fingerprint
 	if len(fp) > 16 {
 		fp = fp[:16]
@@ -334,7 +348,7 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 		err := l.Err
 		var ref auditevent.Ref
 		if err == nil {
-			ref, err = auditevent.Peek(l.Data, in.cfg.MaxEventSize)
+			ref, err = auditevent.Peek(l.Data, in.opt.MaxEventSize)
 		}
 		if err != nil && l.Err == nil {
 			lines[i].envelope, err = in.unwrap(l.Data, err)
@@ -368,13 +382,13 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 			continue
 		}
 		if err := lines[i].err; err != nil {
-			reason := metrics.Reason(err)
-			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", reason, "err", bus.Short(err.Error(), 200))
+			label := reason.Of(err)
+			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
-			b.bad[reason]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", id, src, err, l.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName}))
+			b.bad[label]++
+			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", id, src, err, l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
 		b.events++
@@ -386,17 +400,13 @@ func (in *FileInput) add(b *batch, c tail.Chunk) {
 	}
 }
 
-func samePlace(a, b checkpoint.Position) bool {
-	return a.Offset == b.Offset && a.File.Dev == b.File.Dev && a.File.Ino == b.File.Ino && a.File.Fingerprint == b.File.Fingerprint
-}
-
 // publish stores b on the bus, retrying with backoff while the bus is unavailable: the
 // reader stops when every publisher is busy, so nothing is lost and memory stays bounded.
 // A message the bus refuses for its size is replaced by a bounded dead letter (permanent:
 // retrying cannot help) and the rest is published.
-func (in *FileInput) publish(ctx context.Context, b *batch) error {
-	backoff := 100 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+func (in *Input) publish(ctx context.Context, b *batch) error {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, in.bus, b.msgs, func(i int, err error) bus.Message {
 			return in.oversized(b, i, err)
 		})
@@ -415,18 +425,15 @@ func (in *FileInput) publish(ctx context.Context, b *batch) error {
 			in.log.Warn("publish failed; holding the file position and retrying", "err", bus.Short(err.Error(), 500), "lines", len(b.msgs))
 		}
 		in.failing.Store(&err)
-		select {
-		case <-ctx.Done():
+		if retry.Wait(ctx, attempt) != nil {
 			return err
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
 // oversized counts and logs message i of b, which the bus refused for its size, and returns
 // the dead letter that replaces it: its first 64 KiB, under a bounded id.
-func (in *FileInput) oversized(b *batch, i int, err error) bus.Message {
+func (in *Input) oversized(b *batch, i int, err error) bus.Message {
 	m := &b.msgs[i]
 	in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 	if m.Stream == bus.Events {
@@ -435,130 +442,6 @@ func (in *FileInput) oversized(b *batch, i int, err error) bus.Message {
 	if b.bad == nil {
 		b.bad = map[string]int{}
 	}
-	b.bad["too_large_for_bus"]++
-	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.cfg.NodeName})
+	b.bad[metrics.TooLargeForBus]++
+	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
 }
-
-// commit saves positions in read order, each once its batch and all before it are
-// acknowledged, and hands the memory of published lines back to f. A save that fails is
-// retried with backoff, also while no batch arrives, until one succeeds; meanwhile the
-// input is not ready. It returns an error when the last position could not be saved.
-func (in *FileInput) commit(order <-chan *batch, f *tail.Follower) error {
-	stopped := false
-	cs := checkpointSaver{in: in}
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
-	for {
-		var again <-chan time.Time
-		if cs.pending != nil {
-			retry.Reset(cs.backoff)
-			again = retry.C
-		}
-		var b *batch
-		select {
-		case <-again:
-			cs.save()
-			continue
-		case next, ok := <-order:
-			if !ok {
-				if cs.pending != nil {
-					cs.save()
-				}
-				if cs.pending != nil {
-					return cs.err
-				}
-				return nil
-			}
-			b = next
-		}
-		<-b.done
-		in.settled(b)
-		for i := range b.chunks {
-			f.Release(&b.chunks[i])
-		}
-		b.msgs, b.srcs = nil, nil
-		if stopped {
-			continue
-		}
-		if b.err != nil {
-			// Not acknowledged (shutdown before the bus came back): keep the old position.
-			stopped = true
-			continue
-		}
-		if b.events > 0 {
-			in.m.Published.WithLabelValues(metrics.File).Add(float64(b.events))
-		}
-		for r, n := range b.bad {
-			in.m.Bad.WithLabelValues(metrics.File, r).Add(float64(n))
-		}
-		if b.pos.File.Path == "" {
-			continue
-		}
-		pos := b.pos
-		cs.pending, cs.bytes, cs.created = &pos, b.bytes, b.created
-		cs.save()
-	}
-}
-
-// checkpointSaver saves the newest acknowledged position and keeps saying so while it fails.
-type checkpointSaver struct {
-	in       *FileInput
-	pending  *checkpoint.Position // acknowledged, not saved yet
-	bytes    int64                // of the batch that brought pending
-	created  time.Time            // of that batch
-	err      error
-	failures int
-	logged   time.Time
-	backoff  time.Duration
-}
-
-// saveLogEvery spaces the logs of a checkpoint save that keeps failing.
-const saveLogEvery = 30 * time.Second
-
-func (cs *checkpointSaver) save() {
-	in := cs.in
-	cs.pending.Saved = time.Now()
-	err := in.store.Save(*cs.pending)
-	if err == nil {
-		in.lastSaved.Store(cs.pending.Saved.Unix())
-		cs.pending, cs.err, cs.backoff = nil, nil, 0
-		in.mu.Lock()
-		in.unsavedSince, in.unsavedBytes = time.Time{}, 0
-		in.mu.Unlock()
-		if cs.failures > 0 {
-			in.saveErr.Store(nil)
-			in.log.Info("checkpoint saved again", "failed_saves", cs.failures)
-			cs.failures = 0
-		}
-		return
-	}
-	in.saveErrors.Inc()
-	if cs.bytes > 0 {
-		in.mu.Lock()
-		if in.unsavedSince.IsZero() {
-			in.unsavedSince = cs.created
-		}
-		in.unsavedBytes += cs.bytes
-		in.mu.Unlock()
-		cs.bytes = 0 // counted once, however often its save is retried
-	}
-	cs.err = err
-	cs.failures++
-	in.saveErr.Store(&err)
-	if now := time.Now(); cs.failures == 1 || now.Sub(cs.logged) >= saveLogEvery {
-		cs.logged = now
-		in.log.Error("save checkpoint; retrying (lines since the last saved position would be read again after a restart)", "err", err, "failed_saves", cs.failures)
-	}
-	cs.backoff = min(max(cs.backoff*2, time.Second), 30*time.Second)
-}
-
-func (in *FileInput) settled(b *batch) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if len(in.unacked) > 0 {
-		in.unacked = in.unacked[1:]
-	}
-	in.unackedBytes -= b.bytes
-}
-
-var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers or --eventhubs-connection-string-file")

@@ -1,4 +1,4 @@
-package pipeline_test
+package file_test
 
 import (
 	"bufio"
@@ -18,9 +18,10 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/transport"
+	"github.com/auditlens/auditlens/services/ingest"
+	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
@@ -81,7 +82,9 @@ func BenchmarkFile(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
-		f := tail.New(tail.Config{Path: path}, nil)
+		cfg := tail.DefaultConfig()
+		cfg.Path = path
+		f := tail.New(cfg, nil)
 		defer f.Close()
 		n := 0
 		for n < b.N {
@@ -98,7 +101,7 @@ func BenchmarkFile(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 	})
-	// gogc=400 with memlimit is how the ingest binary runs (pipeline.GCPercent,
+	// gogc=400 with memlimit is how the ingest binary runs (ingest.GCPercent,
 	// Config.MemoryLimit plus the embedded server's share), gogc=100 Go's default.
 	for _, tc := range []struct {
 		name       string
@@ -109,16 +112,17 @@ func BenchmarkFile(b *testing.B) {
 		memLimit   bool
 	}{
 		{"file-to-jetstream/in-process/gogc=100", "", 2, 4096, 100, false},
-		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, pipeline.GCPercent, false},
-		{"file-to-jetstream/in-process/gogc=400/memlimit", "", 2, 4096, pipeline.GCPercent, true},
-		{"file-to-jetstream/tcp/gogc=400/memlimit", "127.0.0.1:0", 2, 4096, pipeline.GCPercent, true},
-		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400/memlimit", "127.0.0.1:0", 4, 1024, pipeline.GCPercent, true},
+		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, ingest.GCPercent, false},
+		{"file-to-jetstream/in-process/gogc=400/memlimit", "", 2, 4096, ingest.GCPercent, true},
+		{"file-to-jetstream/tcp/gogc=400/memlimit", "127.0.0.1:0", 2, 4096, ingest.GCPercent, true},
+		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400/memlimit", "127.0.0.1:0", 4, 1024, ingest.GCPercent, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			defer debug.SetGCPercent(debug.SetGCPercent(tc.gcPercent))
 			limit := int64(math.MaxInt64)
 			if tc.memLimit {
-				cfg := pipeline.Config{AuditLog: "audit.log", Publishers: tc.publishers}
+				cfg := ingest.DefaultConfig(b.TempDir())
+				cfg.File.Path, cfg.File.Publishers = "audit.log", tc.publishers
 				limit = cfg.MemoryLimit() + daemon.EmbeddedNATSMemory(transport.EmbeddedDedupWindow)
 			}
 			defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
@@ -136,9 +140,9 @@ func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
 		}
 		defer bs.Close()
 		m := metrics.New(nil)
-		cfg := pipeline.Config{AuditLog: path, CheckpointDir: b.TempDir(), NodeName: "bench", PollInterval: 5 * time.Millisecond,
-			MaxEventSize: 1000000, BatchSize: batch, BatchBytes: 8 << 20, Publishers: publishers, DrainTimeout: 30 * time.Second}
-		in, err := pipeline.NewFileInput(cfg, bs, "bench", slog.New(slog.DiscardHandler), nil, m)
+		cfg := file.Config{Path: path, CheckpointDir: b.TempDir(), StartAt: tail.StartBeginning, PollInterval: 5 * time.Millisecond,
+			BatchSize: batch, BatchBytes: 8 << 20, Publishers: publishers, DrainTimeout: 30 * time.Second}
+		in, err := file.New(cfg, bs, file.Options{Cluster: "bench", Node: "bench", MaxEventSize: 1000000, Logger: slog.New(slog.DiscardHandler), Metrics: m})
 		if err != nil {
 			b.Fatal(err)
 		}

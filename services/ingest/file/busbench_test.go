@@ -1,4 +1,4 @@
-package pipeline_test
+package file_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
 )
 
 // BenchmarkPublish is the bus alone: batches of ~1.2 KB events published to an embedded
@@ -21,7 +21,7 @@ func BenchmarkPublish(b *testing.B) {
 		batch     int
 		listen    string
 		gcPercent int
-	}{{512, "", 100}, {4096, "", 100}, {4096, "", pipeline.GCPercent}, {4096, "127.0.0.1:0", pipeline.GCPercent}} {
+	}{{512, "", 100}, {4096, "", 100}, {4096, "", ingest.GCPercent}, {4096, "127.0.0.1:0", ingest.GCPercent}} {
 		name := "batch=" + strconv.Itoa(tc.batch)
 		if tc.listen != "" {
 			name += "/tcp"

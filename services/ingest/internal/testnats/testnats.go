@@ -1,12 +1,11 @@
-package pipeline_test
+// Package testnats starts NATS JetStream servers for ingest's tests and reads back what
+// the streams hold.
+package testnats
 
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,17 +20,9 @@ import (
 	"github.com/auditlens/auditlens/lib/enginetest"
 )
 
-func logger(t testing.TB) *slog.Logger {
-	var w = t.Output()
-	if os.Getenv("INGEST_TEST_QUIET") != "" {
-		w = io.Discard
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// natsServer is an embedded JetStream server reachable over TCP, restartable on the same
+// Server is an embedded JetStream server reachable over TCP, restartable on the same
 // store and port.
-type natsServer struct {
+type Server struct {
 	t    testing.TB
 	dir  string
 	addr string
@@ -41,7 +32,8 @@ type natsServer struct {
 	stock bool
 }
 
-func freeAddr(t testing.TB) string {
+// FreeAddr is a local TCP address nothing listens on.
+func FreeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,25 +42,27 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func startNATS(t testing.TB) *natsServer {
+// Start starts the embedded server (lib/bus/natsbus) on a free port, stopped at the end of t.
+func Start(t testing.TB) *Server {
 	t.Helper()
-	n := &natsServer{t: t, dir: t.TempDir(), addr: freeAddr(t)}
-	n.start()
-	t.Cleanup(n.stop)
+	n := &Server{t: t, dir: t.TempDir(), addr: FreeAddr(t)}
+	n.Start()
+	t.Cleanup(n.Stop)
 	return n
 }
 
-// startStockNATS starts a JetStream server with nats-server's defaults (1 MiB max payload),
+// StartStock starts a JetStream server with nats-server's defaults (1 MiB max payload),
 // as an external server runs unless told otherwise.
-func startStockNATS(t testing.TB) *natsServer {
+func StartStock(t testing.TB) *Server {
 	t.Helper()
-	n := &natsServer{t: t, dir: t.TempDir(), addr: freeAddr(t), stock: true}
-	n.start()
-	t.Cleanup(n.stop)
+	n := &Server{t: t, dir: t.TempDir(), addr: FreeAddr(t), stock: true}
+	n.Start()
+	t.Cleanup(n.Stop)
 	return n
 }
 
-func (n *natsServer) start() {
+// Start starts the server again, on the same store and port.
+func (n *Server) Start() {
 	n.t.Helper()
 	if n.stock {
 		host, port, _ := net.SplitHostPort(n.addr)
@@ -91,7 +85,8 @@ func (n *natsServer) start() {
 	n.srv = srv
 }
 
-func (n *natsServer) stop() {
+// Stop stops the server (the bus sees an outage).
+func (n *Server) Stop() {
 	if n.srv != nil {
 		n.srv.Shutdown()
 		n.srv.WaitForShutdown()
@@ -99,12 +94,13 @@ func (n *natsServer) stop() {
 	}
 }
 
-func (n *natsServer) url() string { return "nats://" + n.addr }
+// URL is the server's client URL.
+func (n *Server) URL() string { return "nats://" + n.addr }
 
-// open connects a bus to the server, as a separate process would.
-func (n *natsServer) open(t testing.TB) *natsbus.Bus {
+// Open connects a bus to the server, as a separate process would.
+func (n *Server) Open(t testing.TB) *natsbus.Bus {
 	t.Helper()
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.url(), StallWait: 2 * time.Second, AckTimeout: 5 * time.Second})
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL(), StallWait: 2 * time.Second, AckTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +108,10 @@ func (n *natsServer) open(t testing.TB) *natsbus.Bus {
 	return b
 }
 
-// messages returns the msg ids and headers of every message on stream s.
-func (n *natsServer) messages(t testing.TB, s bus.Stream) []*nats.Msg {
+// Messages returns the msg ids and headers of every message on stream s.
+func (n *Server) Messages(t testing.TB, s bus.Stream) []*nats.Msg {
 	t.Helper()
-	nc, err := nats.Connect(n.url())
+	nc, err := nats.Connect(n.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +154,10 @@ func (n *natsServer) messages(t testing.TB, s bus.Stream) []*nats.Msg {
 	return out
 }
 
-// count is the number of messages on stream s.
-func (n *natsServer) count(t testing.TB, s bus.Stream) uint64 {
+// Count is the number of messages on stream s.
+func (n *Server) Count(t testing.TB, s bus.Stream) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(n.url())
+	nc, err := nats.Connect(n.URL())
 	if err != nil {
 		return 0
 	}
@@ -183,33 +179,9 @@ func (n *natsServer) count(t testing.TB, s bus.Stream) uint64 {
 	return info.State.Msgs
 }
 
-// waitFor polls cond until it holds (true) or 90 seconds passed (false).
-func waitFor(cond func() bool) bool {
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
-
-// eventually polls cond until it holds or a minute passed.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// checkExactlyOnce verifies the events stream holds want ids ("auditID/stage"), each once,
+// CheckExactlyOnce verifies the events stream holds want ids ("auditID/stage"), each once,
 // under message ids "<cluster>/<auditID>/<stage>".
-func checkExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
+func CheckExactlyOnce(t testing.TB, msgs []*nats.Msg, want []string) {
 	t.Helper()
 	got := map[string]int{}
 	for _, m := range msgs {

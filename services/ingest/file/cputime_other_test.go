@@ -1,6 +1,6 @@
 //go:build !unix
 
-package pipeline_test
+package file_test
 
 import "time"
 

@@ -1,4 +1,4 @@
-package pipeline_test
+package file_test
 
 import (
 	"encoding/json"
@@ -8,11 +8,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
 // aksRecords is an Event Hubs body of Azure diagnostic records around events, with one
@@ -79,8 +82,8 @@ func envelopeLog(t testing.TB, w *testlog.Writer, ev testlog.Events, lines, per 
 // dead-lettered; a bad event inside an envelope is dead-lettered alone.
 func TestEnvelopeLines(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	want := envelopeLog(t, w, ev, 100, 7)
@@ -97,11 +100,11 @@ func TestEnvelopeLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, fileConfig(t, path), b)
-	if !waitFor(func() bool { return n.count(t, bus.Events) >= uint64(len(want)+1) && n.count(t, bus.DeadLetter) >= 1 }) {
-		t.Errorf("timed out: %d events, %d dead letters", n.count(t, bus.Events), n.count(t, bus.DeadLetter))
-	}
+	testkit.Eventually(t, 90*time.Second, "every event and a dead letter", func() bool {
+		return n.Count(t, bus.Events) >= uint64(len(want)+1) && n.Count(t, bus.DeadLetter) >= 1
+	})
 	r.stop(t)
-	msgs := n.messages(t, bus.Events)
+	msgs := n.Messages(t, bus.Events)
 	var gkeMsg string
 	var rest = msgs[:0]
 	for _, m := range msgs {
@@ -111,7 +114,7 @@ func TestEnvelopeLines(t *testing.T) {
 		}
 		rest = append(rest, m)
 	}
-	checkExactlyOnce(t, rest, want)
+	testnats.CheckExactlyOnce(t, rest, want)
 	if !strings.Contains(gkeMsg, `"verb":"update"`) || !strings.Contains(gkeMsg, `"resource":"configmaps"`) {
 		t.Errorf("GKE entry not converted: %s", gkeMsg)
 	}
@@ -126,7 +129,7 @@ func TestEnvelopeLines(t *testing.T) {
 	if vias["aks/diagnostic-records"] != 20*7 || vias["eks/cloudwatch-subscription"] != 20*7+1 || vias["eks/base64/gzip/cloudwatch-subscription"] != 20*7 || vias["eks/cloudwatch-export"] != 20 {
 		t.Errorf("events by envelope: %v", vias)
 	}
-	if dl := n.messages(t, bus.DeadLetter); len(dl) != 1 {
+	if dl := n.Messages(t, bus.DeadLetter); len(dl) != 1 {
 		t.Errorf("%d dead letters, want 1 (the bad event in an envelope)", len(dl))
 	}
 }
@@ -136,7 +139,7 @@ func TestEnvelopeLines(t *testing.T) {
 // all of its events were.
 func TestEnvelopeKill9(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
+	n := testnats.Start(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	ckpt := filepath.Join(dir, "ckpt")
@@ -144,7 +147,7 @@ func TestEnvelopeKill9(t *testing.T) {
 	want := envelopeLog(t, w, ev, 2500, 20)
 	total := uint64(len(want))
 	run := func() *exec.Cmd {
-		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.url(),
+		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.URL(),
 			"--cluster", "test", "--metrics-addr", "", "--audit-log-batch-size", "50", "--log-format", "json")
 		cmd.Stderr = t.Output()
 		if err := cmd.Start(); err != nil {
@@ -153,23 +156,23 @@ func TestEnvelopeKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	eventually(t, "ingest to publish part of the file", func() bool { return n.count(t, bus.Events) >= total/10 })
+	testkit.Eventually(t, 90*time.Second, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	got := n.count(t, bus.Events)
+	got := n.Count(t, bus.Events)
 	if got >= total {
 		t.Fatalf("the whole file was published before the kill (%d); make it longer", got)
 	}
 	t.Logf("killed after %d of %d events", got, total)
 	cmd = run()
-	eventually(t, "every event after the restart", func() bool { return n.count(t, bus.Events) >= total })
+	testkit.Eventually(t, 90*time.Second, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
 }

@@ -1,4 +1,4 @@
-package pipeline_test
+package ingest_test
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 )
 
@@ -26,7 +28,7 @@ import (
 // memory limit, 512Mi). The NATS server runs in the benchmark's process, not in ingest's.
 // It reports memory, not speed:
 //
-//	go test -run '^$' -bench WebhookMemory -benchtime 1x ./pipeline/
+//	go test -run '^$' -bench WebhookMemory -benchtime 1x .
 func BenchmarkWebhookMemory(b *testing.B) {
 	ev := testlog.Load(b)
 	const clients = 6
@@ -44,7 +46,7 @@ func BenchmarkWebhookMemory(b *testing.B) {
 		buf.WriteString("]}")
 		bodies = append(bodies, buf.Bytes())
 	}
-	n := startStockNATS(b)
+	n := testnats.StartStock(b)
 	for _, limit := range []struct {
 		name, flag, memLimit string
 	}{
@@ -65,16 +67,16 @@ func BenchmarkWebhookMemory(b *testing.B) {
 
 // webhookPeak runs ingest with the webhook, posts bodies concurrently until each got a 200,
 // and returns the process's peak RSS in bytes and how many 429s were answered.
-func webhookPeak(b *testing.B, n *natsServer, inflight, memLimit string, bodies [][]byte) (int64, int) {
+func webhookPeak(b *testing.B, n *testnats.Server, inflight, memLimit string, bodies [][]byte) (int64, int) {
 	dir := b.TempDir()
 	pki := testpki.Write(b, dir)
 	tok := filepath.Join(dir, "token")
 	if err := os.WriteFile(tok, []byte("tok\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	addr := freeAddr(b)
+	addr := testnats.FreeAddr(b)
 	args := []string{"--webhook-addr", addr, "--webhook-tls-cert", pki.ServerCert, "--webhook-tls-key", pki.ServerKey,
-		"--webhook-token-file", tok, "--nats-url", n.url(), "--cluster", "test", "--metrics-addr", "", "--max-event-size", "1000000",
+		"--webhook-token-file", tok, "--nats-url", n.URL(), "--cluster", "test", "--metrics-addr", "", "--max-event-size", "1000000",
 		"--webhook-publish-timeout", "60s"}
 	if inflight != "" {
 		args = append(args, "--webhook-max-inflight-bytes", inflight)
@@ -91,7 +93,7 @@ func webhookPeak(b *testing.B, n *natsServer, inflight, memLimit string, bodies 
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
-	eventually(b, "the webhook to listen", func() bool {
+	testkit.Eventually(b, 90*time.Second, "the webhook to listen", func() bool {
 		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool})
 		if err == nil {
 			c.Close()

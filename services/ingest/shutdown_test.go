@@ -1,4 +1,4 @@
-package pipeline_test
+package ingest_test
 
 import (
 	"bufio"
@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 )
 
@@ -29,7 +31,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testnats.FreeAddr(t)
 	cmd := exec.Command(ingestBin, "--webhook-addr", addr, "--webhook-tls-cert", pki.ServerCert, "--webhook-tls-key", pki.ServerKey,
 		"--webhook-token-file", tok, "--nats-url", "embedded", "--nats-store-dir", filepath.Join(dir, "nats"),
 		"--cluster", "test", "--metrics-addr", "", "--log-format", "json")
@@ -40,7 +42,7 @@ func TestWebhookShutdownWithSlowClient(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	tc := &tls.Config{RootCAs: pki.Pool}
 	var conn *tls.Conn
-	eventually(t, "the webhook to listen", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the webhook to listen", func() bool {
 		c, err := tls.Dial("tcp", addr, tc)
 		if err == nil {
 			conn = c

@@ -1,10 +1,8 @@
-package pipeline_test
+package file_test
 
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,41 +13,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/internal/testbin"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
 var ingestBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ingest-bin")
-	if err != nil {
-		panic(err)
-	}
-	ingestBin = filepath.Join(dir, "ingest")
-	out, err := exec.Command("go", "build", "-o", ingestBin, "../cmd/ingest").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		// opencensus's worker is started by init in the Pub/Sub client's dependencies.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
-			goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &ingestBin) }
 
-// running is a started pipeline.
+// running is a started file input.
 type running struct {
 	cancel  context.CancelFunc
 	done    chan error
@@ -66,42 +45,51 @@ func (r *running) stop(t testing.TB) {
 	r.stopped = true
 	r.cancel()
 	if err := <-r.done; err != nil {
-		t.Fatalf("pipeline: %v", err)
+		t.Fatalf("file input: %v", err)
 	}
 }
 
-func start(t testing.TB, cfg pipeline.Config, b bus.Bus) *running {
+// start runs the file input on cfg, with the options ingest gives it by default changed by
+// tune.
+func start(t testing.TB, cfg file.Config, b bus.Bus, tune ...func(*file.Options)) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	comps, err := pipeline.New(cfg, daemon.Deps{Bus: b, Cluster: "test", Logger: logger(t), Registry: reg})
+	opt := file.Options{Cluster: "test", Node: "node-1", MaxEventSize: 1000000, Logger: testlog.Logger(t), Registry: reg, Metrics: metrics.New(reg)}
+	for _, f := range tune {
+		f(&opt)
+	}
+	in, err := file.New(cfg, b, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	comps := []daemon.Component{in}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1), comps: comps, reg: reg}
-	go func() { r.done <- daemon.RunStages(ctx, comps, logger(t)) }()
+	go func() { r.done <- daemon.RunStages(ctx, comps, testlog.Logger(t)) }()
 	t.Cleanup(func() {
 		if !r.stopped { // the test failed before stopping it
 			r.stopped = true
 			cancel()
 			if err := <-r.done; err != nil {
-				t.Logf("pipeline stopped after the failure: %v", err)
+				t.Logf("file input stopped after the failure: %v", err)
 			}
 		}
 	})
 	return r
 }
 
-func fileConfig(t testing.TB, path string) pipeline.Config {
-	return pipeline.Config{AuditLog: path, CheckpointDir: t.TempDir(), NodeName: "node-1", PollInterval: 10 * time.Millisecond, BatchSize: 500}
+func fileConfig(t testing.TB, path string) file.Config {
+	cfg := file.DefaultConfig(t.TempDir())
+	cfg.Path, cfg.PollInterval, cfg.BatchSize = path, 10*time.Millisecond, 500
+	return cfg
 }
 
 // TestFileRotationAndBadLines follows a log rotated by rename (plain and gzip) and by
 // copytruncate while it is written, with bad lines in it.
 func TestFileRotationAndBadLines(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
@@ -133,20 +121,20 @@ func TestFileRotationAndBadLines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitFor(func() bool { return n.count(t, bus.Events) >= total && n.count(t, bus.DeadLetter) >= 5 }) {
-		t.Errorf("timed out waiting for every line on the bus")
-	}
-	in := r.comps[0].(*pipeline.FileInput)
-	eventually(t, "no lag and no checkpoint waiting", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
+	testkit.Eventually(t, 90*time.Second, "every line on the bus", func() bool {
+		return n.Count(t, bus.Events) >= total && n.Count(t, bus.DeadLetter) >= 5
+	})
+	in := r.comps[0].(*file.Input)
+	testkit.Eventually(t, 90*time.Second, "no lag and no checkpoint waiting", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
-	msgs := n.messages(t, bus.Events)
-	checkExactlyOnce(t, msgs, want)
+	msgs := n.Messages(t, bus.Events)
+	testnats.CheckExactlyOnce(t, msgs, want)
 	for _, m := range msgs[:10] {
 		if m.Header.Get(bus.HeaderNode) != "node-1" || m.Subject != "auditlens.events.test" {
 			t.Fatalf("message headers %v subject %s", m.Header, m.Subject)
 		}
 	}
-	dl := n.messages(t, bus.DeadLetter)
+	dl := n.Messages(t, bus.DeadLetter)
 	if len(dl) != 5 {
 		t.Errorf("%d dead letters, want 5", len(dl))
 	}
@@ -194,8 +182,8 @@ func mustCounter(t testing.TB, reg *prometheus.Registry, name string) prometheus
 // store and port: every event arrives once, and readiness reflected the outage.
 func TestBusOutage(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	r := start(t, fileConfig(t, path), b)
@@ -210,33 +198,33 @@ func TestBusOutage(t *testing.T) {
 		}
 	}
 	write(0, 500)
-	eventually(t, "first events", func() bool { return n.count(t, bus.Events) == 500 })
-	n.stop()
+	testkit.Eventually(t, 90*time.Second, "first events", func() bool { return n.Count(t, bus.Events) == 500 })
+	n.Stop()
 	write(500, 1500)
 	if _, err := w.Rotate(true); err != nil {
 		t.Fatal(err)
 	}
 	write(1500, 2000)
-	eventually(t, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
-	in := r.comps[0].(*pipeline.FileInput)
-	eventually(t, "lag and checkpoint age to show the outage", func() bool { return in.LagBytes() > 0 && in.CheckpointAge() > 0 })
+	testkit.Eventually(t, 90*time.Second, "readiness to report the outage", func() bool { return b.Ready() != nil || r.comps[0].Ready() != nil })
+	in := r.comps[0].(*file.Input)
+	testkit.Eventually(t, 90*time.Second, "lag and checkpoint age to show the outage", func() bool { return in.LagBytes() > 0 && in.CheckpointAge() > 0 })
 	// Lines written during the outage count as lag at once, though reading has stopped.
 	lag := in.LagBytes()
 	write(2000, 2100)
-	eventually(t, "lag to grow with the log during the outage", func() bool { return in.LagBytes() > lag })
-	n.start()
-	eventually(t, "every event after the outage", func() bool { return n.count(t, bus.Events) >= 2100 })
-	eventually(t, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
-	eventually(t, "lag to drain", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
+	testkit.Eventually(t, 90*time.Second, "lag to grow with the log during the outage", func() bool { return in.LagBytes() > lag })
+	n.Start()
+	testkit.Eventually(t, 90*time.Second, "every event after the outage", func() bool { return n.Count(t, bus.Events) >= 2100 })
+	testkit.Eventually(t, 90*time.Second, "readiness to recover", func() bool { return b.Ready() == nil && r.comps[0].Ready() == nil })
+	testkit.Eventually(t, 90*time.Second, "lag to drain", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
 	r.stop(t)
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
 }
 
 // TestKill9 kills an ingest process mid-file and restarts it: the stream holds every event
 // exactly once.
 func TestKill9(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
+	n := testnats.Start(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	ckpt := filepath.Join(dir, "ckpt")
@@ -256,7 +244,7 @@ func TestKill9(t *testing.T) {
 		}
 	}
 	run := func() *exec.Cmd {
-		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.url(),
+		cmd := exec.Command(ingestBin, "--audit-log", path, "--checkpoint-dir", ckpt, "--nats-url", n.URL(),
 			"--cluster", "test", "--metrics-addr", "", "--audit-log-batch-size", "200", "--log-format", "json")
 		cmd.Stderr = t.Output()
 		if err := cmd.Start(); err != nil {
@@ -265,25 +253,25 @@ func TestKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	eventually(t, "ingest to publish part of the file", func() bool { return n.count(t, bus.Events) >= total/10 })
+	testkit.Eventually(t, 90*time.Second, "ingest to publish part of the file", func() bool { return n.Count(t, bus.Events) >= total/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	got := n.count(t, bus.Events)
+	got := n.Count(t, bus.Events)
 	if got >= total {
 		t.Fatalf("the whole file was published before the kill (%d); make it longer", got)
 	}
 	t.Logf("killed after %d of %d events", got, total)
 	cmd = run()
-	eventually(t, "every event after the restart", func() bool { return n.count(t, bus.Events) >= total })
+	testkit.Eventually(t, 90*time.Second, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= total })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
 }
 
 // An event larger than the bus accepts (the embedded server's 8 MiB max payload, under a
@@ -291,13 +279,11 @@ func TestKill9(t *testing.T) {
 // cut to its first 64 KiB, and the lines around it are published; nothing waits forever.
 func TestEventLargerThanTheBusIsDeadLettered(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
-	cfg := fileConfig(t, path)
-	cfg.MaxEventSize = 16 << 20
-	r := start(t, cfg, b)
+	r := start(t, fileConfig(t, path), b, func(o *file.Options) { o.MaxEventSize = 16 << 20 })
 	var want []string
 	for i := range 20 {
 		line, id := ev.Event(i)
@@ -315,12 +301,12 @@ func TestEventLargerThanTheBusIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the other events and a dead letter", func() bool {
-		return n.count(t, bus.Events) >= uint64(len(want)) && n.count(t, bus.DeadLetter) >= 1
+	testkit.Eventually(t, 90*time.Second, "the other events and a dead letter", func() bool {
+		return n.Count(t, bus.Events) >= uint64(len(want)) && n.Count(t, bus.DeadLetter) >= 1
 	})
 	r.stop(t)
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
-	dl := n.messages(t, bus.DeadLetter)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+	dl := n.Messages(t, bus.DeadLetter)
 	if len(dl) != 1 || len(dl[0].Data) != 64<<10 || !strings.Contains(dl[0].Header.Get(bus.HeaderReason), "larger than the bus accepts") {
 		t.Fatalf("dead letters: %d, first %d bytes, reason %q", len(dl), len(dl[0].Data), dl[0].Header.Get(bus.HeaderReason))
 	}

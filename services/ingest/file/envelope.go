@@ -1,4 +1,4 @@
-package pipeline
+package file
 
 import (
 	"strconv"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/lib/reason"
 )
 
 // Lines that are no audit event may be a managed cloud's envelope (lib/envelope): one line
@@ -18,13 +18,13 @@ var envelopes = sync.Pool{New: func() any { return envelope.NewDecoder(0) }}
 
 // unwrap reads line as an envelope after Peek failed with peekErr: the events it holds
 // (nil, peekErr when it is none).
-func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
+func (in *Input) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
 	if !envelope.Candidate(peekErr) {
 		return nil, peekErr
 	}
 	d := envelopes.Get().(*envelope.Decoder)
 	defer envelopes.Put(d)
-	items, st, err := d.Split(line, in.cfg.MaxEventSize)
+	items, st, err := d.Split(line, in.opt.MaxEventSize)
 	if err != nil {
 		return nil, peekErr
 	}
@@ -39,19 +39,19 @@ func (in *FileInput) unwrap(line []byte, peekErr error) ([]envelope.Item, error)
 
 // addEnvelope adds the events of one envelope line (at src) to b: good ones to the events
 // stream, bad ones to the dead-letter stream, each named by src and its place in the line.
-func (in *FileInput) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
+func (in *Input) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
 	for i, it := range items {
 		b.srcs = append(b.srcs, src)
 		id := bus.EventID(in.cluster, it.Key())
 		if err := it.Err; err != nil {
-			reason := metrics.Reason(err)
-			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", reason, "err", bus.Short(err.Error(), 200))
+			label := reason.Of(err)
+			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", label, "err", bus.Short(err.Error(), 200))
 			if b.bad == nil {
 				b.bad = map[string]int{}
 			}
-			b.bad[reason]++
+			b.bad[label]++
 			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
-				src, err, it.Raw, map[string]string{bus.HeaderNode: in.cfg.NodeName}))
+				src, err, it.Raw, map[string]string{bus.HeaderNode: in.opt.Node}))
 			continue
 		}
 		b.events++

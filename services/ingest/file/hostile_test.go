@@ -1,23 +1,24 @@
-package pipeline_test
+package file_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
 // hugeAuditID returns event i of ev with an auditID of n bytes, as the apiserver writes it
@@ -41,13 +42,13 @@ func hugeAuditID(t *testing.T, ev testlog.Events, i, n int) []byte {
 // input stays ready.
 func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startStockNATS(t)
-	b := n.open(t)
+	n := testnats.StartStock(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
-	cfg.MaxEventSize = 4 << 20 // above the bus's limit, so that the bus refuses line 20
-	r := start(t, cfg, b)
+	// above the bus's limit, so that the bus refuses line 20
+	r := start(t, cfg, b, func(o *file.Options) { o.MaxEventSize = 4 << 20 })
 	var want []string
 	for i := range 30 {
 		line, id := ev.Event(i)
@@ -65,7 +66,7 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := r.comps[0].(*pipeline.FileInput)
+	in := r.comps[0].(*file.Input)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the checkpoint to move past the whole file", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the checkpoint to move past the whole file", func() bool {
 		p, ok, err := store.Load()
 		return err == nil && ok && p.Offset == fi.Size()
 	})
@@ -85,8 +86,8 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 		t.Errorf("%v publish retries: the refusal was treated as an outage", got)
 	}
 	r.stop(t)
-	checkExactlyOnce(t, n.messages(t, bus.Events), want)
-	dl := n.messages(t, bus.DeadLetter)
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+	dl := n.Messages(t, bus.DeadLetter)
 	if len(dl) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dl))
 	}
@@ -148,46 +149,18 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name, label, value stri
 	return sum
 }
 
-// Issue 9: the constructor panicked with a nil metrics registry (a nil *prometheus.Registry
-// in the Registerer interface), where classify and report do without metrics.
-func TestNewWithoutRegistry(t *testing.T) {
-	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
-	path := filepath.Join(t.TempDir(), "audit.log")
-	w := testlog.NewWriter(t, path)
-	for i := range 10 {
-		line, _ := ev.Event(i)
-		if err := w.Line(line); err != nil {
-			t.Fatal(err)
-		}
-	}
-	comps, err := pipeline.New(fileConfig(t, path), daemon.Deps{Bus: b, Cluster: "test", Logger: logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.RunStages(ctx, comps, logger(t)) }()
-	eventually(t, "the events without metrics", func() bool { return n.count(t, bus.Events) == 10 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Issue 9, defect 3: a checkpoint save that fails (the directory gone, as on a full or
 // read-only disk) was logged once and then nothing: ready, checkpoint age and lag 0. Now it
 // is retried, counted, fails readiness and shows in the age and lag until a save succeeds.
 func TestCheckpointSaveFailureIsReported(t *testing.T) {
 	ev := testlog.Load(t)
-	n := startNATS(t)
-	b := n.open(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
 	r := start(t, cfg, b)
-	in := r.comps[0].(*pipeline.FileInput)
+	in := r.comps[0].(*file.Input)
 	write := func(from, to int) {
 		for i := from; i < to; i++ {
 			line, _ := ev.Event(i)
@@ -197,7 +170,7 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 		}
 	}
 	write(0, 100)
-	eventually(t, "the first checkpoint", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the first checkpoint", func() bool {
 		return metricValue(t, r.reg, "auditlens_ingest_checkpoint_last_saved_timestamp_seconds", "", "") > 0 && in.CheckpointAge() == 0
 	})
 	// The checkpoint directory becomes unusable: a file where it was.
@@ -208,8 +181,8 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(100, 200)
-	eventually(t, "the events after the failure", func() bool { return n.count(t, bus.Events) == 200 })
-	eventually(t, "readiness, age, lag and the error counter to show the failing saves", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the events after the failure", func() bool { return n.Count(t, bus.Events) == 200 })
+	testkit.Eventually(t, 90*time.Second, "readiness, age, lag and the error counter to show the failing saves", func() bool {
 		return in.Ready() != nil && in.CheckpointAge() > 0 && in.LagBytes() > 0 &&
 			metricValue(t, r.reg, "auditlens_ingest_checkpoint_save_errors_total", "", "") >= 2
 	})
@@ -222,7 +195,7 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 	if err := os.Mkdir(cfg.CheckpointDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "saving to recover without new lines", func() bool {
+	testkit.Eventually(t, 90*time.Second, "saving to recover without new lines", func() bool {
 		return in.Ready() == nil && in.CheckpointAge() == 0 && in.LagBytes() == 0
 	})
 	r.stop(t)

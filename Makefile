@@ -11,7 +11,7 @@ export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
 run: build chdb
-	$(BIN)/auditlens --data-dir .data --audit-log examples/audit.log --retention-days 0
+	$(BIN)/auditlens --data-root .data --audit-log examples/audit.log --retention-days 0
 
 ## build: every binary into .bin/
 build:
@@ -26,8 +26,8 @@ build:
 RACE_lib := ./bus/... ./daemon/... ./telemetry/... ./transport/...
 RACE_services/ingest := . ./file/... ./webhook/... ./tail/... ./checkpoint/... ./firehose/... ./pubsub/... ./kafka/...
 RACE_services/classify := . ./scan/... ./dedup/...
-RACE_services/report := . ./writer/... ./weekly/schedule/... ./weekly/mail/...
-RACE_services/auditlens := ./page/...
+RACE_services/report := . ./writer/... ./page/... ./weekly/schedule/... ./weekly/mail/...
+RACE_services/auditlens :=
 
 ## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
 test: fmt-check mod-check vet lint proto-check catalogue-check

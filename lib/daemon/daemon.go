@@ -265,11 +265,6 @@ func DataRoot() string {
 	return ".data"
 }
 
-// DefaultDataDir is DataRoot.
-//
-// Deprecated: use DataRoot.
-func DefaultDataDir() string { return DataRoot() }
-
 // CloseAtStop is a stage that holds c open until it is stopped, then closes it: listed after
 // the stages that use c, it closes only once they have drained.
 func CloseAtStop(c io.Closer) Component {

@@ -74,7 +74,12 @@ func Usage(fs *flag.FlagSet, synopsis string) {
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "%s\n\nFlags (each also read from its environment twin):\n", strings.TrimSpace(synopsis))
+		var old []string
 		fs.VisitAll(func(f *flag.Flag) {
+			if a, ok := f.Value.(*alias); ok {
+				old = append(old, fmt.Sprintf("--%s (%s): use --%s", a.from, EnvName(a.from), a.to))
+				return
+			}
 			typ, usage := flag.UnquoteUsage(f)
 			if typ != "" {
 				typ = " " + typ
@@ -85,6 +90,9 @@ func Usage(fs *flag.FlagSet, synopsis string) {
 			}
 			fmt.Fprintln(w, ")")
 		})
+		if len(old) > 0 {
+			fmt.Fprintf(w, "\nDeprecated names, still accepted:\n  %s\n", strings.Join(old, "\n  "))
+		}
 	}
 }
 
@@ -143,12 +151,7 @@ func Deprecated(fs *flag.FlagSet, old, new string) {
 	if target == nil {
 		panic("flagenv: deprecated alias --" + old + " of unknown flag --" + new)
 	}
-	typ, _ := flag.UnquoteUsage(target)
-	usage := "deprecated: use --" + new
-	if typ != "" {
-		usage = "`" + typ + "` " + usage
-	}
-	fs.Var(&alias{fs: fs, from: old, to: new}, old, usage)
+	fs.Var(&alias{fs: fs, from: old, to: new}, old, "deprecated: use --"+new)
 }
 
 // alias is the value of a deprecated flag name.

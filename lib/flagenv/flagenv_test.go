@@ -152,3 +152,17 @@ func TestDeprecatedAlias(t *testing.T) {
 		t.Fatalf("own --data-dir: %q %v", *root, err)
 	}
 }
+
+func TestUsageListsDeprecatedNamesApart(t *testing.T) {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.Duration("report-ack-wait", time.Second, "how long")
+	Deprecated(fs, "ack-wait", "report-ack-wait")
+	Usage(fs, "report [flags]")
+	fs.Usage()
+	want := "Flags (each also read from its environment twin):\n  --report-ack-wait duration\n  \thow long (env AUDITLENS_REPORT_ACK_WAIT, default \"1s\")\n\nDeprecated names, still accepted:\n  --ack-wait (AUDITLENS_ACK_WAIT): use --report-ack-wait\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Errorf("usage:\n%s\nwant it to end with:\n%s", out.String(), want)
+	}
+}

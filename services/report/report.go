@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/page"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
 	"github.com/auditlens/auditlens/services/report/writer"
 )
@@ -24,6 +25,8 @@ type Config struct {
 	Writer writer.Config
 	// Weekly is the weekly report's schedule; it runs when it has a schedule and recipients.
 	Weekly schedule.Config
+	// Page serves the weekly report at /report beside /metrics (--metrics-addr).
+	Page bool
 }
 
 // DefaultConfig is the one place the service's defaults are written: the flags show and start
@@ -33,6 +36,7 @@ func DefaultConfig(dataRoot string) Config {
 		Engine: engine.DefaultConfig(dataRoot),
 		Writer: writer.DefaultConfig(),
 		Weekly: schedule.DefaultConfig(),
+		Page:   true,
 	}
 }
 
@@ -43,6 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine.RegisterFlags(fs)
 	c.Writer.RegisterFlags(fs)
 	c.Weekly.RegisterFlags(fs)
+	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the weekly report as a page at /report on --metrics-addr (it names users and agents: keep that address private)")
 }
 
 // Validate checks c and never changes it.
@@ -90,6 +95,11 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			return nil, err
 		}
 		comps = append(comps, sch)
+	}
+	if cfg.Page && d.HTTP != nil {
+		// On embedded ClickHouse this shares the writer's session (chDB allows one per
+		// process): the page reads while the writer writes.
+		d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Log: log})
 	}
 	// Last to stop: the store outlives every component that uses it.
 	comps = append(comps, daemon.CloseAtStop(st))

@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	if err := buildNATSServer(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	bin = dir
 	code := m.Run()
 	_ = os.RemoveAll(dir)

@@ -29,8 +29,10 @@ type Config struct {
 	BatchSize int
 	// MaxWait is the longest a received finding waits for its batch to fill.
 	MaxWait time.Duration
-	// AckWait is how long the bus waits for an acknowledgement before redelivering; writes
-	// that keep failing for longer get redelivered duplicates, which count once.
+	// AckWait is the recovery time after a crash: how long the findings a stopped report
+	// held wait before the bus redelivers them. A running report keeps what it holds for as
+	// long as ClickHouse is down (bus.ConsumerOptions.AckWait); only messages still in the
+	// bus client's buffer behind a full writer may come again meanwhile, counted once.
 	AckWait time.Duration
 	// RetryMin and RetryMax bound the backoff while ClickHouse is unavailable.
 	RetryMin, RetryMax time.Duration
@@ -56,9 +58,9 @@ func DefaultConfig() Config {
 		Group:           "report",
 		BatchSize:       DefaultBatchSize,
 		MaxWait:         time.Second,
-		AckWait:         5 * time.Minute,
+		AckWait:         10 * time.Second,
 		RetryMin:        200 * time.Millisecond,
-		RetryMax:        30 * time.Second,
+		RetryMax:        5 * time.Second,
 		DrainTimeout:    30 * time.Second,
 		MaxFindingBytes: 1 << 20,
 	}
@@ -83,9 +85,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Group, "report-consumer-group", c.Group, "bus consumer `group` shared by report replicas")
 	fs.IntVar(&c.BatchSize, "report-batch-size", c.BatchSize, "findings per ClickHouse insert (a bus message is never split, so one insert may exceed it by one message)")
 	fs.DurationVar(&c.MaxWait, "report-batch-max-wait", c.MaxWait, "longest a finding waits for its batch to fill before it is written")
-	fs.DurationVar(&c.AckWait, "report-ack-wait", c.AckWait, "bus redelivers a finding not acknowledged within this time (while ClickHouse is down)")
+	fs.DurationVar(&c.AckWait, "report-ack-wait", c.AckWait, "after a crash, how long the findings it held wait before they are redelivered (a running report keeps what it holds while ClickHouse is down)")
 	fs.DurationVar(&c.RetryMin, "report-retry-min", c.RetryMin, "first wait before retrying a failed ClickHouse write")
-	fs.DurationVar(&c.RetryMax, "report-retry-max", c.RetryMax, "longest wait between retries of a failed ClickHouse write")
+	fs.DurationVar(&c.RetryMax, "report-retry-max", c.RetryMax, "longest wait between retries of a failed ClickHouse write (after ClickHouse comes back, findings are written within this)")
 	fs.DurationVar(&c.DrainTimeout, "report-drain-timeout", c.DrainTimeout, "at shutdown, how long the last batch may take to write")
 	fs.IntVar(&c.MaxFindingBytes, "report-max-finding-bytes", c.MaxFindingBytes, "larger messages go to the dead-letter stream")
 	for _, d := range deprecated {
@@ -159,8 +161,10 @@ type batch struct {
 // a batch of findings (up to --report-max-finding-bytes), so this is counted in messages, not findings.
 const inBuffer = 1024
 
-// reportMaxDeliver bounds redeliveries of one findings message: 10,000 x the 5-minute AckWait
-// is about 35 days of ClickHouse outage before a message is given up to the dead-letter stream.
+// reportMaxDeliver bounds redeliveries of one findings message. A running report keeps what it
+// holds, so a message comes again only after a crash of its holder, or when it waited in the
+// bus client's buffer behind a writer held up by a ClickHouse outage (once per AckWait, about
+// 28 hours of outage at 10 s): both far from this bound.
 const reportMaxDeliver = 10000
 
 // Run migrates the schema (retrying while ClickHouse is down), then consumes until ctx is
@@ -183,9 +187,9 @@ func (w *Writer) Run(ctx context.Context) error {
 		MaxUnacked: max(10*w.cfg.BatchSize, 20000),
 		AckWait:    w.cfg.AckWait,
 		// A message this writer cannot decode is dead-lettered at once; one it cannot store
-		// is held and redelivered every AckWait while ClickHouse is down. The bus's default
-		// bound (50 deliveries, about 4 hours at 5 minutes) would dead-letter good findings
-		// during a long outage, so report's bound covers weeks of it instead.
+		// is held while ClickHouse is down. The bus's default bound (50 deliveries) could
+		// dead-letter good findings that wait in the client's buffer during a long outage
+		// (see reportMaxDeliver), so report's bound is far above it.
 		MaxDeliver: reportMaxDeliver,
 	})
 	if err != nil {

@@ -117,7 +117,7 @@ func writeAuditLog(b *testing.B, path string, size int) int {
 // has written every finding classify published.
 func runAllInOne(b *testing.B, bin, lib, input string, lines int, dataDir string) memory {
 	addr := freeAddr(b)
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--audit-log", input, "--retention-days", "0",
+	cmd := exec.Command(bin, "--data-root", dataDir, "--audit-log", input, "--retention-days", "0",
 		"--metrics-addr", addr, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "CHDB_LIB_PATH="+lib)
 	logf, err := os.Create(filepath.Join(filepath.Dir(dataDir), "auditlens.log"))

@@ -21,7 +21,7 @@ var built struct {
 
 // Binary returns the path of a nats-server binary: $NATS_SERVER when set, otherwise one built
 // with `go build` from the module of the running test (its working directory) on the first
-// call, and reused by the later calls of the same test binary. RemoveBinary deletes it.
+// call, and reused by the later calls of the same test binary. Exit deletes it.
 func Binary() (string, error) {
 	if p := os.Getenv("NATS_SERVER"); p != "" {
 		return p, nil
@@ -45,10 +45,11 @@ func Binary() (string, error) {
 	return built.path, built.err
 }
 
-// RemoveBinary deletes the binary Binary built, if any; call it once the test binary's tests
-// are done (TestMain).
-func RemoveBinary() {
+// Exit deletes the binary Binary built, if any, and exits with code: the end of a TestMain
+// (goleak.VerifyTestMain(m, goleak.Cleanup(natscluster.Exit))).
+func Exit(code int) {
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
 	}
+	os.Exit(code)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { natscluster.RemoveBinary() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(natscluster.Exit))
 }
 
 // The harness's own promises: an R3 stream has a leader among the servers; SIGKILL of that

@@ -17,7 +17,7 @@ import (
 
 // admin is a plain JetStream client on the cluster, for the tests' own looks at streams and
 // consumers.
-func admin(t *testing.T, c *natscluster.Cluster) jetstream.JetStream {
+func admin(t testing.TB, c *natscluster.Cluster) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(c.URLs(), nats.Name("admin"), nats.MaxReconnects(-1))
 	if err != nil {

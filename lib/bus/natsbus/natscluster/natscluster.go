@@ -43,15 +43,16 @@ type Server struct {
 	ClusterPort int
 	MonitorPort int
 
-	bin    string
-	routes []string
+	bin     string
+	cluster string
+	routes  []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the running process has been reaped
 }
 
-// Start starts a cluster of n servers for t, waits until every server is healthy (the
+// Start starts a cluster of n servers for t (3: a quorum that survives the loss of one), waits until every server is healthy (the
 // JetStream meta group has a leader and each server is current), and stops them when t ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
@@ -72,6 +73,7 @@ func Start(t testing.TB, n int) *Cluster {
 			ClusterPort: ports[3*i+1],
 			MonitorPort: ports[3*i+2],
 			bin:         bin,
+			cluster:     c.Name,
 		})
 	}
 	for _, s := range c.Servers {
@@ -237,13 +239,16 @@ func (s *Server) Start() error {
 		return fmt.Errorf("open the log of nats-server %s: %w", s.Name, err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"-js", "-sd", filepath.Join(s.Dir, "store"), "-n", s.Name,
 		"-a", "127.0.0.1", "-p", strconv.Itoa(s.ClientPort), "-m", strconv.Itoa(s.MonitorPort),
-		"--cluster_name", "auditlens-test",
+		"--cluster_name", s.cluster,
 		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.ClusterPort),
-		"--routes", strings.Join(s.routes, ","),
-	)
+	}
+	if len(s.routes) > 0 {
+		args = append(args, "--routes", strings.Join(s.routes, ","))
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

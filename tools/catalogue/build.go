@@ -14,6 +14,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // moduleSpec is one line of modules.txt.
@@ -38,7 +41,7 @@ func readModules(path string) ([]moduleSpec, error) {
 			return nil, fmt.Errorf("%s:%d: want MODULE DIR VERSION [VERSION ...]", path, n+1)
 		}
 		for _, v := range f[2:] {
-			if minorOf(v) < 0 {
+			if _, ok := moduleRelease(v); !ok {
 				return nil, fmt.Errorf("%s:%d: version %q: want v0.MINOR.PATCH[-pre]", path, n+1, v)
 			}
 		}
@@ -49,14 +52,14 @@ func readModules(path string) ([]moduleSpec, error) {
 
 var modVersionRE = regexp.MustCompile(`^v0\.([0-9]+)\.[0-9]+(-[0-9A-Za-z.]+)?$`)
 
-// minorOf is the Kubernetes minor of a staging module version (v0.25.9 is 1.25), or -1.
-func minorOf(v string) int {
+// moduleRelease is the Kubernetes release of a staging module version (v0.25.9 is 1.25).
+func moduleRelease(v string) (kubeversion.Version, bool) {
 	m := modVersionRE.FindStringSubmatch(v)
 	if m == nil {
-		return -1
+		return kubeversion.Version{}, false
 	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	r, err := kubeversion.Parse("1." + m[1])
+	return r, err == nil
 }
 
 func isPrerelease(v string) bool { return strings.Contains(v, "-") }
@@ -106,10 +109,10 @@ type seen struct {
 	// from is the module version the values come from (the newest that has the kind).
 	from   string
 	module string
-	// lastMinor is the minor of the newest version with the kind; nextMinor that of the
-	// version after it in the list (-1: the kind is in the newest version).
-	lastMinor, nextMinor int
-	inNewest             bool
+	// last is the release of the newest version with the kind; next that of the version
+	// after it in the list (unset: the kind is in the newest version).
+	last, next kubeversion.Version
+	inNewest   bool
 }
 
 // union reads every module version, oldest first: the newest version that has a kind gives
@@ -127,9 +130,10 @@ func union(mods []moduleSpec, dirs map[string]string) (map[gvk]*seen, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s@%s: %w", m.Path, v, err)
 			}
-			next := -1
+			last, _ := moduleRelease(v)
+			var next kubeversion.Version
 			if i+1 < len(m.Versions) {
-				next = minorOf(m.Versions[i+1])
+				next, _ = moduleRelease(m.Versions[i+1])
 			}
 			for _, k := range kinds {
 				key := gvk{k.Group, k.Version, k.Kind}
@@ -139,20 +143,20 @@ func union(mods []moduleSpec, dirs map[string]string) (map[gvk]*seen, error) {
 					all[key] = s
 				}
 				s.info, s.from, s.module = k, m.Path+"@"+v, m.Path
-				s.lastMinor, s.nextMinor, s.inNewest = minorOf(v), next, i == len(m.Versions)-1
+				s.last, s.next, s.inNewest = last, next, i == len(m.Versions)-1
 			}
 		}
 	}
 	return all, nil
 }
 
-// newestRelease is the minor of the newest released (not pre-release) version read.
-func newestRelease(mods []moduleSpec) int {
-	n := 0
+// newestRelease is the release of the newest released (not pre-release) version read.
+func newestRelease(mods []moduleSpec) kubeversion.Version {
+	var n kubeversion.Version
 	for _, m := range mods {
 		for _, v := range m.Versions {
-			if !isPrerelease(v) && minorOf(v) > n {
-				n = minorOf(v)
+			if r, _ := moduleRelease(v); !isPrerelease(v) && n.Less(r) {
+				n = r
 			}
 		}
 	}
@@ -177,7 +181,7 @@ var subresourceKinds = map[string]string{
 // Row is one line of the generated catalogue.
 type Row struct {
 	Group, Version, Resource, Kind     string
-	DeprecatedIn, RemovedIn            string
+	DeprecatedIn, RemovedIn            kubeversion.Version
 	Replacement, Subresource, Note     string
 	Source                             string
 	fromOverlay, tagged, removedByGone bool
@@ -188,54 +192,14 @@ type Row struct {
 
 type catalogueData struct {
 	APIs, BodyKinds, Served []Row
-	Newest                  int
+	Newest                  kubeversion.Version
 	Unresolved              []string
 }
 
-func cmpRelease(a, b string) int {
-	am, an := splitRelease(a)
-	bm, bn := splitRelease(b)
-	if am != bm {
-		return am - bm
-	}
-	return an - bn
-}
-
-func splitRelease(v string) (int, int) {
-	x, y, _ := strings.Cut(v, ".")
-	a, _ := strconv.Atoi(x)
-	b, _ := strconv.Atoi(y)
-	return a, b
-}
-
-// versionRank orders versions the way the apiserver prefers them: GA, beta, alpha, and the
-// higher number first within each.
-func versionRank(v string) [3]int {
-	m := regexp.MustCompile(`^v([0-9]+)(?:(alpha|beta)([0-9]+))?$`).FindStringSubmatch(v)
-	if m == nil {
-		return [3]int{}
-	}
-	major, _ := strconv.Atoi(m[1])
-	stab := map[string]int{"": 3, "beta": 2, "alpha": 1}[m[2]]
-	n, _ := strconv.Atoi(m[3])
-	return [3]int{stab, major, n}
-}
-
-func better(a, b string) bool {
-	ra, rb := versionRank(a), versionRank(b)
-	for i := range ra {
-		if ra[i] != rb[i] {
-			return ra[i] > rb[i]
-		}
-	}
-	return false
-}
-
 // build turns the union into catalogue rows.
-func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
+func build(all map[gvk]*seen, newest kubeversion.Version, ov *overlay) (*catalogueData, error) {
 	out := &catalogueData{Newest: newest}
-	release := fmt.Sprintf("1.%d", newest)
-	removed := map[gvk]string{}
+	removed := map[gvk]kubeversion.Version{}
 	served := map[gvk]bool{}
 	for key, s := range all {
 		k := s.info
@@ -243,12 +207,12 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 			continue
 		}
 		r := effectiveRemoved(s)
-		if r != "" {
+		if !r.IsZero() {
 			removed[key] = r
 		}
 		// Served: in the newest version read (a pre-release included, so a successor that
 		// ships in it counts) and not removed by the newest release.
-		if s.inNewest && (r == "" || cmpRelease(r, release) > 0) {
+		if s.inNewest && (r.IsZero() || newest.Less(r)) {
 			served[key] = true
 		}
 	}
@@ -258,9 +222,9 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		var best gvk
 		found := false
 		for key := range served {
-			if key.Group == group && key.Kind == kind && key != not && removed[key] == "" &&
-				versionRank(key.Version)[0] >= versionRank(not.Version)[0] {
-				if !found || better(key.Version, best.Version) {
+			if key.Group == group && key.Kind == kind && key != not && removed[key].IsZero() &&
+				kubeapi.Stability(key.Version) >= kubeapi.Stability(not.Version) {
+				if !found || kubeapi.MoreStable(key.Version, best.Version) {
 					best, found = key, true
 				}
 			}
@@ -292,7 +256,7 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		} else {
 			return "", nil, false
 		}
-		if served[next] && removed[next] == "" {
+		if served[next] && removed[next].IsZero() {
 			r := gv(next.Group, next.Version)
 			if next.Kind != from.Kind || (depth > 0 && next.Kind != s.info.Kind) {
 				r += " " + next.Kind
@@ -331,12 +295,12 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		}
 		rem := removed[key]
 		dep := k.Deprecated
-		if rem == "" && (dep == "" || cmpRelease(dep, release) > 0) {
+		if rem.IsZero() && (dep.IsZero() || newest.Less(dep)) {
 			continue
 		}
 		depNote := ""
-		if rem != "" && dep != "" && cmpRelease(dep, rem) > 0 {
-			depNote, dep = "tagged deprecated "+dep+" (after it stopped being served)", ""
+		if !rem.IsZero() && !dep.IsZero() && rem.Less(dep) {
+			depNote, dep = "tagged deprecated "+dep.String()+" (after it stopped being served)", kubeversion.Version{}
 		}
 		row := Row{Group: k.Group, Version: k.Version, Resource: k.Resource, Kind: k.Kind, DeprecatedIn: dep, RemovedIn: rem,
 			Subresource: sub, tagged: k.Tagged}
@@ -345,11 +309,11 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		case !k.Tagged:
 			src = append(src, "no lifecycle tags")
 		case rem != k.Removed:
-			src = append(src, "tagged removed "+orNone(k.Removed))
+			src = append(src, "tagged removed "+orNone(k.Removed.String()))
 		}
-		if rem != "" && rem != k.Removed {
+		if !rem.IsZero() && rem != k.Removed {
 			row.removedByGone = true
-			src = append(src, fmt.Sprintf("removed_in: types left %s in v0.%d", s.module, s.nextMinor))
+			src = append(src, fmt.Sprintf("removed_in: types left %s in v0.%d", s.module, s.next.Minor))
 		}
 		if depNote != "" {
 			src = append(src, depNote)
@@ -357,7 +321,7 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		if repl, chain, ok := resolve(key, 0); ok {
 			row.Replacement, row.replacementKnown = repl, true
 			src = append(src, "replacement: "+strings.Join(chain, " -> "))
-		} else if rem != "" && cmpRelease(rem, release) > 0 {
+		} else if !rem.IsZero() && newest.Less(rem) {
 			// A removal still to come whose successor is not served yet.
 			row.Replacement, row.replacementKnown = fmt.Sprintf("the next %s %s version (none is served yet)", k.Group, k.Kind), true
 			src = append(src, "replacement: no successor served yet")
@@ -373,7 +337,7 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 		return nil, err
 	}
 	for _, r := range append(append([]Row(nil), out.APIs...), out.BodyKinds...) {
-		if !r.replacementKnown && r.RemovedIn != "" {
+		if !r.replacementKnown && !r.RemovedIn.IsZero() {
 			out.Unresolved = append(out.Unresolved, gv(r.Group, r.Version)+" "+r.Kind)
 		}
 	}
@@ -387,12 +351,11 @@ func build(all map[gvk]*seen, newest int, ov *overlay) (*catalogueData, error) {
 // were deleted before its tagged removal was not served from then on). Only alphas: GA types
 // may move to another module (the CRD types moved to k8s.io/apiextensions-api in 1.38), and
 // every beta removal is tagged.
-func effectiveRemoved(s *seen) string {
+func effectiveRemoved(s *seen) kubeversion.Version {
 	r := s.info.Removed
-	if strings.Contains(s.info.Version, "alpha") && s.nextMinor >= 0 && s.nextMinor == s.lastMinor+1 {
-		gone := fmt.Sprintf("1.%d", s.nextMinor)
-		if r == "" || cmpRelease(gone, r) < 0 {
-			return gone
+	if strings.Contains(s.info.Version, "alpha") && !s.next.IsZero() && s.next == s.last.Next() {
+		if r.IsZero() || s.next.Less(r) {
+			return s.next
 		}
 	}
 	return r
@@ -408,15 +371,9 @@ func orNone(s string) string {
 func sortRows(rows []Row) {
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
-		ra, rb := a.RemovedIn, b.RemovedIn
-		if ra == "" {
-			ra = "99.0"
-		}
-		if rb == "" {
-			rb = "99.0"
-		}
-		if c := cmpRelease(ra, rb); c != 0 {
-			return c < 0
+		// By removal, those without one last.
+		if ra, rb := a.RemovedIn, b.RemovedIn; ra != rb {
+			return !ra.IsZero() && (rb.IsZero() || ra.Less(rb))
 		}
 		if a.Group != b.Group {
 			return a.Group < b.Group
@@ -438,7 +395,7 @@ func (c *catalogueData) write(w io.Writer, mods []moduleSpec) error {
 		fmt.Fprintf(bw, "#   %s %s\n", m.Path, strings.Join(m.Versions, " "))
 	}
 	fmt.Fprintf(bw, "# plus tools/catalogue/overlay.yaml (what the data lacks, each line with its source).\n")
-	fmt.Fprintf(bw, "# Newest release read: 1.%d. `source` says where each value came from.\n", c.Newest)
+	fmt.Fprintf(bw, "# Newest release read: %s. `source` says where each value came from.\n", c.Newest)
 	fmt.Fprintf(bw, "schema_version: 1\n\n")
 	fmt.Fprintf(bw, "# Removed or deprecated API versions, keyed by group/version/resource.\napis:\n")
 	for _, r := range c.APIs {
@@ -462,11 +419,11 @@ func (r Row) yaml(body bool) string {
 	} else {
 		parts = append(parts, "resource: "+q(r.Resource), "kind: "+q(r.Kind))
 	}
-	if r.DeprecatedIn != "" {
-		parts = append(parts, "deprecated_in: "+q(r.DeprecatedIn))
+	if !r.DeprecatedIn.IsZero() {
+		parts = append(parts, "deprecated_in: "+q(r.DeprecatedIn.String()))
 	}
-	if r.RemovedIn != "" {
-		parts = append(parts, "removed_in: "+q(r.RemovedIn))
+	if !r.RemovedIn.IsZero() {
+		parts = append(parts, "removed_in: "+q(r.RemovedIn.String()))
 	}
 	if r.Replacement != "" {
 		parts = append(parts, "replacement: "+q(r.Replacement))

@@ -5,20 +5,9 @@ import (
 	"os"
 	"strings"
 	"testing"
-)
 
-func TestResourceOf(t *testing.T) {
-	for kind, want := range map[string]string{
-		"Deployment": "deployments", "NetworkPolicy": "networkpolicies", "IngressClass": "ingressclasses",
-		"IPAddress": "ipaddresses", "Endpoints": "endpoints", "ComponentStatus": "componentstatuses",
-		"CSIStorageCapacity": "csistoragecapacities", "ServiceCIDR": "servicecidrs", "Gateway": "gateways",
-		"ResourceClaimParameters": "resourceclaimparameters", "Mesh": "meshes", "Box": "boxes",
-	} {
-		if got := resourceOf(kind); got != want {
-			t.Errorf("resourceOf(%s) = %s, want %s", kind, got, want)
-		}
-	}
-}
+	"github.com/auditlens/auditlens/lib/kubeversion"
+)
 
 // TestBuild runs the generator over two fabricated module versions in testdata: the newest
 // value wins, an alpha whose types left is not served from the next release, tags name
@@ -34,16 +23,17 @@ func TestBuild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		next := -1
+		last, _ := moduleRelease(v)
+		var next kubeversion.Version
 		if i == 0 {
-			next = 31
+			next = kubeversion.MustParse("1.31")
 		}
 		for _, k := range kinds {
 			key := gvk{k.Group, k.Version, k.Kind}
-			all[key] = &seen{info: k, from: "example.com/api@" + v, module: "example.com/api", lastMinor: minorOf(v), nextMinor: next, inNewest: i == 1}
+			all[key] = &seen{info: k, from: "example.com/api@" + v, module: "example.com/api", last: last, next: next, inNewest: i == 1}
 		}
 	}
-	c, err := build(all, 31, &overlay{})
+	c, err := build(all, kubeversion.MustParse("1.31"), &overlay{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +63,8 @@ func TestBuild(t *testing.T) {
 }
 
 func TestOverlayCannotOverrideTaggedData(t *testing.T) {
-	c := &catalogueData{Newest: 31, APIs: []Row{{Group: "g", Version: "v1beta1", Resource: "xs", Kind: "X", RemovedIn: "1.30", tagged: true}}}
-	o := &overlay{APIs: []overlayAPI{{Group: "g", Version: "v1beta1", Resource: "xs", Kind: "X", RemovedIn: "1.29", Source: "s"}}}
+	c := &catalogueData{Newest: kubeversion.MustParse("1.31"), APIs: []Row{{Group: "g", Version: "v1beta1", Resource: "xs", Kind: "X", RemovedIn: kubeversion.MustParse("1.30"), tagged: true}}}
+	o := &overlay{APIs: []overlayAPI{{Group: "g", Version: "v1beta1", Resource: "xs", Kind: "X", RemovedIn: kubeversion.MustParse("1.29"), Source: "s"}}}
 	if err := o.apply(c); err == nil || !strings.Contains(err.Error(), "drop the overlay line") {
 		t.Fatalf("apply: %v", err)
 	}

@@ -13,13 +13,16 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // kindInfo is what one module version says about one kind of one group/version package.
 type kindInfo struct {
 	Group, Version, Kind string
-	// Introduced, Deprecated, Removed are "1.N" or "".
-	Introduced, Deprecated, Removed string
+	// Introduced, Deprecated, Removed are unset when not tagged.
+	Introduced, Deprecated, Removed kubeversion.Version
 	// Replacement is the tagged replacement, or zero.
 	Replacement gvk
 	// Tagged: the package has lifecycle data for this kind.
@@ -135,7 +138,7 @@ func readPackage(fsys fs.FS, dir, version string) ([]kindInfo, error) {
 		if isType && tt.genclient && !tt.noVerbs {
 			k.Resource = tt.resourceName
 			if k.Resource == "" {
-				k.Resource = resourceOf(n)
+				k.Resource = kubeapi.Resource(n)
 			}
 		}
 		if !isType && !k.Tagged {
@@ -264,23 +267,23 @@ func parseLifecycle(fsys fs.FS, name, group, version string, into map[string]*ki
 }
 
 // releaseOf reads `return MAJOR, MINOR`.
-func releaseOf(ret *ast.ReturnStmt) (string, error) {
+func releaseOf(ret *ast.ReturnStmt) (kubeversion.Version, error) {
 	if len(ret.Results) != 2 {
-		return "", errors.New("want return MAJOR, MINOR")
+		return kubeversion.Version{}, errors.New("want return MAJOR, MINOR")
 	}
 	var n [2]int
 	for i, r := range ret.Results {
 		lit, ok := r.(*ast.BasicLit)
 		if !ok || lit.Kind != token.INT {
-			return "", errors.New("want integer literals")
+			return kubeversion.Version{}, errors.New("want integer literals")
 		}
 		v, err := strconv.Atoi(lit.Value)
 		if err != nil {
-			return "", err
+			return kubeversion.Version{}, err
 		}
 		n[i] = v
 	}
-	return fmt.Sprintf("%d.%d", n[0], n[1]), nil
+	return kubeversion.Parse(fmt.Sprintf("%d.%d", n[0], n[1]))
 }
 
 // gvkOf reads `return schema.GroupVersionKind{Group: "g", Version: "v", Kind: "K"}`.

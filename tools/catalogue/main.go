@@ -78,7 +78,7 @@ func run(modulesFile, overlayFile, out string, check bool) error {
 func countRemoved(rows []Row) int {
 	n := 0
 	for _, r := range rows {
-		if r.RemovedIn != "" {
+		if !r.RemovedIn.IsZero() {
 			n++
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // overlay is the hand-written part of the API catalogue: what the lifecycle data lacks, each
@@ -19,25 +21,25 @@ type overlay struct {
 // overlayRemoval is a release in which kube-apiserver stopped serving a tagged API earlier
 // than its tag says (seen in kube-apiserver's own storage registration).
 type overlayRemoval struct {
-	Group     string `yaml:"group"`
-	Version   string `yaml:"version"`
-	Kind      string `yaml:"kind"`
-	RemovedIn string `yaml:"removed_in"`
-	Source    string `yaml:"source"`
+	Group     string              `yaml:"group"`
+	Version   string              `yaml:"version"`
+	Kind      string              `yaml:"kind"`
+	RemovedIn kubeversion.Version `yaml:"removed_in"`
+	Source    string              `yaml:"source"`
 }
 
 type overlayAPI struct {
 	// NoReplacement says the API has none (Replacement empty on purpose).
-	NoReplacement bool   `yaml:"no_replacement"`
-	Group         string `yaml:"group"`
-	Version       string `yaml:"version"`
-	Resource      string `yaml:"resource"`
-	Kind          string `yaml:"kind"`
-	DeprecatedIn  string `yaml:"deprecated_in"`
-	RemovedIn     string `yaml:"removed_in"`
-	Replacement   string `yaml:"replacement"`
-	Note          string `yaml:"note"`
-	Source        string `yaml:"source"`
+	NoReplacement bool                `yaml:"no_replacement"`
+	Group         string              `yaml:"group"`
+	Version       string              `yaml:"version"`
+	Resource      string              `yaml:"resource"`
+	Kind          string              `yaml:"kind"`
+	DeprecatedIn  kubeversion.Version `yaml:"deprecated_in"`
+	RemovedIn     kubeversion.Version `yaml:"removed_in"`
+	Replacement   string              `yaml:"replacement"`
+	Note          string              `yaml:"note"`
+	Source        string              `yaml:"source"`
 }
 
 type overlayReplacement struct {
@@ -60,12 +62,12 @@ func readOverlay(path string) (*overlay, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for i, a := range o.APIs {
-		if a.Source == "" || a.Version == "" || a.Resource == "" || a.Kind == "" || (a.RemovedIn == "" && a.DeprecatedIn == "") {
+		if a.Source == "" || a.Version == "" || a.Resource == "" || a.Kind == "" || (a.RemovedIn.IsZero() && a.DeprecatedIn.IsZero()) {
 			return nil, fmt.Errorf("%s: apis[%d]: every line needs version, resource, kind, deprecated_in or removed_in, and its source", path, i)
 		}
 	}
 	for i, r := range o.Removals {
-		if r.Source == "" || r.Version == "" || r.Kind == "" || r.RemovedIn == "" {
+		if r.Source == "" || r.Version == "" || r.Kind == "" || r.RemovedIn.IsZero() {
 			return nil, fmt.Errorf("%s: removals[%d]: every line needs version, kind, removed_in and its source", path, i)
 		}
 	}
@@ -117,13 +119,13 @@ func (o *overlay) apply(c *catalogueData) error {
 			if !row.replacementKnown {
 				row.Replacement, row.replacementKnown = g.Replacement, g.replacementKnown
 			}
-			row.Source += "; generated was: " + g.Source + " removed_in " + orNone(g.RemovedIn)
+			row.Source += "; generated was: " + g.Source + " removed_in " + orNone(g.RemovedIn.String())
 			c.APIs[i], replaced = row, true
 		}
 		if !replaced {
 			c.APIs = append(c.APIs, row)
 		}
-		if a.RemovedIn != "" && cmpRelease(a.RemovedIn, fmt.Sprintf("1.%d", c.Newest)) <= 0 {
+		if !a.RemovedIn.IsZero() && !c.Newest.Less(a.RemovedIn) {
 			// Not served any more, whatever the types still in the module say.
 			c.Served = slices.DeleteFunc(c.Served, func(r Row) bool {
 				return r.Group == a.Group && r.Version == a.Version && r.Resource == a.Resource
@@ -137,14 +139,14 @@ func (o *overlay) apply(c *catalogueData) error {
 			if g.Group != r.Group || g.Version != r.Version || g.Kind != r.Kind {
 				continue
 			}
-			if g.RemovedIn != "" && cmpRelease(r.RemovedIn, g.RemovedIn) >= 0 {
+			if !g.RemovedIn.IsZero() && !r.RemovedIn.Less(g.RemovedIn) {
 				return fmt.Errorf("overlay: removal of %s %s in %s is not earlier than the data's %s: drop the overlay line",
 					gv(r.Group, r.Version), r.Kind, r.RemovedIn, g.RemovedIn)
 			}
-			g.Source += fmt.Sprintf("; removed_in: overlay %s (data: %s): %s", r.RemovedIn, orNone(g.RemovedIn), r.Source)
+			g.Source += fmt.Sprintf("; removed_in: overlay %s (data: %s): %s", r.RemovedIn, orNone(g.RemovedIn.String()), r.Source)
 			g.RemovedIn, found = r.RemovedIn, true
-			if g.DeprecatedIn != "" && cmpRelease(g.DeprecatedIn, g.RemovedIn) > 0 {
-				g.DeprecatedIn = ""
+			if !g.DeprecatedIn.IsZero() && g.RemovedIn.Less(g.DeprecatedIn) {
+				g.DeprecatedIn = kubeversion.Version{}
 			}
 		}
 		if !found {

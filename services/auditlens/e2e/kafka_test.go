@@ -32,7 +32,7 @@ func TestPipelineOverKafka(t *testing.T) {
 	kafka := []string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--cluster", "e2e", "--log-format", "json", "--metrics-addr", ""}
 	start(t, dir, "ingest", append([]string{"--audit-log", input, "--checkpoint-dir", filepath.Join(dir, "cp")}, kafka...)...)
 	classify := start(t, dir, "classify", kafka...)
-	start(t, dir, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--batch-size", "100", "--batch-max-wait", "100ms"}, kafka...)...)
+	start(t, dir, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-batch-size", "100", "--report-batch-max-wait", "100ms"}, kafka...)...)
 
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {

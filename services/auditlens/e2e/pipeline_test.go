@@ -228,8 +228,8 @@ func TestPipelineSurvivesKill9(t *testing.T) {
 	// Deliveries a killed consumer held are redelivered after the ack wait (JetStream does
 	// not know the consumer died); shortened here from the production defaults (30s, 5m).
 	classify := start(t, dir, "classify", append([]string{"--classify-ack-wait", "3s"}, remote...)...)
-	report := start(t, dir, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--batch-size", "200",
-		"--batch-max-wait", "100ms", "--ack-wait", "3s"}, remote...)...)
+	report := start(t, dir, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-batch-size", "200",
+		"--report-batch-max-wait", "100ms", "--report-ack-wait", "3s"}, remote...)...)
 
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {

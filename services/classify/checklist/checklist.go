@@ -9,14 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
@@ -42,21 +41,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override entries")
 }
 
-var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
-
 // Validate checks the flag values.
 func (c *Config) Validate() error {
 	if c.To == "" {
 		return errors.New("--to is required: the Kubernetes X.Y to upgrade to, e.g. --to 1.37")
 	}
-	for _, v := range [][2]string{{"--from", c.From}, {"--to", c.To}} {
-		if v[1] != "" && !versionRE.MatchString(strings.TrimPrefix(v[1], "v")) {
+	var parsed [2]kubeversion.Version
+	for i, v := range [][2]string{{"--from", c.From}, {"--to", c.To}} {
+		var err error
+		if parsed[i], err = kubeversion.Parse(v[1]); err != nil && v[1] != "" {
 			return fmt.Errorf("%s %q: want MAJOR.MINOR, e.g. 1.32", v[0], v[1])
 		}
 	}
-	c.From, c.To = strings.TrimPrefix(c.From, "v"), strings.TrimPrefix(c.To, "v")
-	if c.From != "" && compare(c.From, c.To) >= 0 {
-		return fmt.Errorf("--from %s is not before --to %s", c.From, c.To)
+	if from, to := parsed[0], parsed[1]; !from.IsZero() && !from.Less(to) {
+		return fmt.Errorf("--from %s is not before --to %s", from, to)
 	}
 	switch c.Format {
 	case "table", "json", "markdown":
@@ -99,17 +97,19 @@ func (e Entry) API() string {
 	return gv + " " + e.Kind
 }
 
-// Build lists the catalogue's changes in (from, to], removals first, by release.
-func Build(c *rules.Catalogue, from, to string) []Entry {
-	in := func(v string) bool {
-		return v != "" && (from == "" || compare(v, from) > 0) && compare(v, to) <= 0
+// Build lists the catalogue's changes in (from, to], removals first, by release (a zero from:
+// every release up to to).
+func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
+	in := func(s string) bool {
+		v := release(s)
+		return !v.IsZero() && from.Less(v) && !to.Less(v)
 	}
 	var out []Entry
 	add := func(e Entry) {
 		switch {
 		case in(e.RemovedIn):
 			e.Change, e.Release = "removed", e.RemovedIn
-		case in(e.DeprecatedIn) && (e.RemovedIn == "" || compare(e.RemovedIn, to) > 0):
+		case in(e.DeprecatedIn) && (e.RemovedIn == "" || to.Less(release(e.RemovedIn))):
 			e.Change, e.Release = "deprecated", e.DeprecatedIn
 		default:
 			return
@@ -148,7 +148,7 @@ func Build(c *rules.Catalogue, from, to string) []Entry {
 		if a.Change != b.Change {
 			return strings.Compare(b.Change, a.Change) // removed before deprecated
 		}
-		if d := compare(a.Release, b.Release); d != 0 {
+		if d := kubeversion.Compare(release(a.Release), release(b.Release)); d != 0 {
 			return d
 		}
 		return strings.Compare(a.API(), b.API())
@@ -183,14 +183,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify catalogue: %v\n", err)
 		return 1
 	}
-	entries := Build(cat, cfg.From, cfg.To)
+	// Checked by Validate; from is unset when empty.
+	from, _ := kubeversion.Parse(cfg.From)
+	to, _ := kubeversion.Parse(cfg.To)
+	entries := Build(cat, from, to)
 	switch cfg.Format {
 	case "json":
 		err = writeJSON(stdout, entries)
 	case "markdown":
-		err = writeMarkdown(stdout, entries, cfg.From, cfg.To)
+		err = writeMarkdown(stdout, entries, from, to)
 	default:
-		err = writeTable(stdout, entries, cfg.From, cfg.To)
+		err = writeTable(stdout, entries, from, to)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "classify catalogue: write output: %v\n", err)
@@ -210,18 +213,18 @@ func writeJSON(w io.Writer, entries []Entry) error {
 	return nil
 }
 
-func span(from, to string) string {
-	if from == "" {
-		return "up to " + to
+func span(from, to kubeversion.Version) string {
+	if from.IsZero() {
+		return "up to " + to.String()
 	}
-	return "after " + from + " up to " + to
+	return "after " + from.String() + " up to " + to.String()
 }
 
-func writeTable(w io.Writer, entries []Entry, from, to string) error {
+func writeTable(w io.Writer, entries []Entry, from, to kubeversion.Version) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "CHANGE\tRELEASE\tAPI OR FEATURE\tKIND\tREMOVAL\tREPLACEMENT\n")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, term(e.API()), term(dash(e.Kind)), removal(e), term(dash(e.Replacement)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, printable.String(e.API()), printable.String(dash(e.Kind)), removal(e), printable.String(dash(e.Replacement)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -230,10 +233,10 @@ func writeTable(w io.Writer, entries []Entry, from, to string) error {
 	return err
 }
 
-func writeMarkdown(w io.Writer, entries []Entry, from, to string) error {
-	title := "Kubernetes " + to
-	if from != "" {
-		title = "Kubernetes " + from + " to " + to
+func writeMarkdown(w io.Writer, entries []Entry, from, to kubeversion.Version) error {
+	title := "Kubernetes " + to.String()
+	if !from.IsZero() {
+		title = "Kubernetes " + from.String() + " to " + to.String()
 	}
 	fmt.Fprintf(w, "# Upgrade checklist: %s\n\n", title)
 	for _, change := range []string{"removed", "deprecated"} {
@@ -283,35 +286,16 @@ func dash(s string) string {
 	return s
 }
 
-// term makes catalogue text (which a --rules-file may carry) safe for a terminal: control
-// characters are written as Go escapes.
-func term(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
 // md escapes text for a Markdown table cell.
 func md(s string) string {
-	s = term(s)
+	s = printable.String(s)
 	r := strings.NewReplacer("|", `\|`, "`", "'", "<", "&lt;", ">", "&gt;")
 	return r.Replace(s)
 }
 
-func compare(a, b string) int {
-	am, an := split(a)
-	bm, bn := split(b)
-	if am != bm {
-		return am - bm
-	}
-	return an - bn
-}
-
-func split(v string) (int, int) {
-	x, y, _ := strings.Cut(v, ".")
-	a, _ := strconv.Atoi(x)
-	b, _ := strconv.Atoi(y)
-	return a, b
+// release is a catalogue version ("1.25", checked when the catalogue loaded); "" is the zero
+// Version.
+func release(s string) kubeversion.Version {
+	v, _ := kubeversion.Parse(s)
+	return v
 }

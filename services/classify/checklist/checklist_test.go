@@ -80,7 +80,7 @@ func TestCatalogueFlagErrors(t *testing.T) {
 }
 
 func TestTerminalAndMarkdownEscaping(t *testing.T) {
-	if got := term("a\x1b[31mred"); got != `a\x1b[31mred` {
+	if got := md("a\x1b[31mred"); got != `a\x1b[31mred` {
 		t.Errorf("term: %q", got)
 	}
 	if got := md("a|b<script>"); got != `a\|b&lt;script&gt;` {

@@ -14,16 +14,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"github.com/goccy/go-yaml"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/rules"
 	"github.com/auditlens/auditlens/services/classify/scan"
@@ -60,14 +60,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
 }
 
-var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
-
 // Validate checks the flag values.
 func (c *Config) Validate() error {
-	if c.TargetVersion != "" && !versionRE.MatchString(strings.TrimPrefix(c.TargetVersion, "v")) {
+	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.37", c.TargetVersion)
 	}
-	c.TargetVersion = strings.TrimPrefix(c.TargetVersion, "v")
 	if c.Format != "json" && c.Format != "table" {
 		return fmt.Errorf("--format %q: want json or table", c.Format)
 	}
@@ -112,7 +109,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	c := &Checker{Engine: rules.NewEngine(cat)}
 	w := bufio.NewWriter(stdout)
-	out := &output{cfg: cfg, w: w}
+	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
+	out := &output{cfg: cfg, target: target, w: w}
 	if cfg.Format == "table" {
 		out.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	}
@@ -123,12 +121,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			out.docs += docs
 			out.files++
 			if err != nil {
-				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", term(name), term(err.Error()))
+				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", printable.String(name), printable.String(err.Error()))
 				failed = true
 			}
 		})
 		if err != nil {
-			fmt.Fprintf(stderr, "classify manifests: %s\n", term(err.Error()))
+			fmt.Fprintf(stderr, "classify manifests: %s\n", printable.String(err.Error()))
 			failed = true
 		}
 	}
@@ -139,12 +137,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
 		return scan.ExitError
 	}
-	target := "something already removed in some release"
-	if cfg.TargetVersion != "" {
-		target = "blocking an upgrade to " + cfg.TargetVersion
+	blocking := "something already removed in some release"
+	if !target.IsZero() {
+		blocking = "blocking an upgrade to " + target.String()
 	}
 	fmt.Fprintf(stderr, "classify manifests: %d document%s in %d file%s, %d finding%s, %d %s\n",
-		out.docs, plural(out.docs), out.files, plural(out.files), out.findings, plural(out.findings), out.blocking, target)
+		out.docs, plural(out.docs), out.files, plural(out.files), out.findings, plural(out.findings), out.blocking, blocking)
 	switch {
 	case failed:
 		return scan.ExitError
@@ -158,6 +156,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 type output struct {
 	cfg                             Config
+	target                          kubeversion.Version // zero: any removal blocks
 	w                               io.Writer
 	tw                              *tabwriter.Writer
 	files, docs, findings, blocking int
@@ -165,7 +164,7 @@ type output struct {
 
 func (o *output) emit(source string, f *auditlensv1.Finding) {
 	o.findings++
-	if scan.Blocks(f.RemovedIn, o.cfg.TargetVersion) {
+	if scan.Blocks(f.RemovedIn, o.target) {
 		o.blocking++
 	}
 	if o.tw != nil {
@@ -177,8 +176,8 @@ func (o *output) emit(source string, f *auditlensv1.Finding) {
 			obj = f.Namespace + "/" + f.Name
 		}
 		api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
-		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
-			term(api), term(dash(obj)), term(f.Message))
+		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable.String(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
+			printable.String(api), printable.String(dash(obj)), printable.String(f.Message))
 		return
 	}
 	b, err := json.Marshal(Finding{JSONFinding: scan.ToJSON(f), Source: source})
@@ -428,13 +427,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// term makes text from a manifest safe for a terminal: control characters become escapes.
-func term(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
 }

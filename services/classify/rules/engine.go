@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/kubeapi"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -287,7 +288,7 @@ func (m *matcher) api() {
 		}
 		return
 	}
-	if !(hasRemoved && versionRE.MatchString(removed)) && deprecated != "true" {
+	if !(hasRemoved && isRelease(removed)) && deprecated != "true" {
 		return
 	}
 	// Known from the apiserver's annotation alone: the successor is the most stable version
@@ -296,7 +297,7 @@ func (m *matcher) api() {
 	mt := Match{Replacement: repl, ReplacementUnknown: repl == "", Evidence: ann([]Evidence{
 		{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
 	})}
-	if hasRemoved && versionRE.MatchString(removed) {
+	if hasRemoved && isRelease(removed) {
 		mt.RemovedIn = removed
 		m.add(RemovedAPI, mt)
 	} else {
@@ -309,7 +310,7 @@ func (m *matcher) api() {
 func (e *Engine) servedSuccessor(group, version, resource string) string {
 	best := ""
 	for _, sv := range e.served[[2]string{group, resource}] {
-		if sv.Version != version && (best == "" || betterVersion(sv.Version, best)) {
+		if sv.Version != version && (best == "" || kubeapi.MoreStable(sv.Version, best)) {
 			best = sv.Version
 		}
 	}
@@ -317,50 +318,6 @@ func (e *Engine) servedSuccessor(group, version, resource string) string {
 		return ""
 	}
 	return groupVersion(group, best)
-}
-
-// betterVersion reports whether Kubernetes API version a is more stable than b: GA before
-// beta before alpha, then the higher number.
-func betterVersion(a, b string) bool {
-	ra, rb := versionRank(a), versionRank(b)
-	for i := range ra {
-		if ra[i] != rb[i] {
-			return ra[i] > rb[i]
-		}
-	}
-	return false
-}
-
-func versionRank(v string) [3]int {
-	var r [3]int
-	rest, ok := strings.CutPrefix(v, "v")
-	if !ok {
-		return r
-	}
-	i := 0
-	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-		r[1] = r[1]*10 + int(rest[i]-'0')
-		i++
-	}
-	switch tail := rest[i:]; {
-	case tail == "":
-		r[0] = 3
-	case strings.HasPrefix(tail, "beta"):
-		r[0] = 2
-		r[2] = atoiDigits(tail[4:])
-	case strings.HasPrefix(tail, "alpha"):
-		r[0] = 1
-		r[2] = atoiDigits(tail[5:])
-	}
-	return r
-}
-
-func atoiDigits(s string) int {
-	n := 0
-	for i := 0; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
-		n = n*10 + int(s[i]-'0')
-	}
-	return n
 }
 
 // subresourceBody flags a subresource request whose logged body names a removed or
@@ -452,7 +409,7 @@ func containsFold(s, substr string) bool {
 
 // ResourceOf is the REST resource of a kind at group/version, for input that names kinds
 // (manifests): from the catalogue's rows and served resources, else the lower-case plural
-// the apiserver would use for a custom resource.
+// the apiserver would use for a custom resource (kubeapi.Resource).
 func (e *Engine) ResourceOf(group, version, kind string) string {
 	for i := range e.cat.APIs {
 		if a := &e.cat.APIs[i]; a.Group == group && a.Kind == kind && a.Version == version {
@@ -478,22 +435,5 @@ func (e *Engine) ResourceOf(group, version, kind string) string {
 	if res != "" {
 		return res
 	}
-	return strings.ToLower(plural(kind))
-}
-
-// plural is the English plural client-gen derives resource names with.
-func plural(s string) string {
-	if len(s) < 2 {
-		return s
-	}
-	last, prev := s[len(s)-1], s[len(s)-2]
-	switch {
-	case last == 's' || last == 'x' || last == 'z':
-		return s + "es"
-	case last == 'h' && (prev == 'c' || prev == 's'):
-		return s + "es"
-	case last == 'y' && !strings.ContainsRune("aeiouAEIOU", rune(prev)):
-		return s[:len(s)-1] + "ies"
-	}
-	return s + "s"
+	return kubeapi.Resource(kind)
 }

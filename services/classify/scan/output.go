@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -152,7 +153,7 @@ func groupVersion(g, v string) string {
 var severityOrder = map[string]int{"critical": 0, "warning": 1, "info": 2}
 
 // write prints the summary: rules by severity then count, their APIs, their callers.
-func (s *summary) write(w io.Writer, target string) {
+func (s *summary) write(w io.Writer, target kubeversion.Version) {
 	rules := slices.Collect(maps.Values(s.rules))
 	slices.SortFunc(rules, func(a, b *ruleSum) int {
 		if d := severityOrder[a.severity] - severityOrder[b.severity]; d != 0 {
@@ -184,8 +185,8 @@ func (s *summary) write(w io.Writer, target string) {
 				line += ", use " + a.replacement
 			}
 			if a.blocking {
-				if target != "" {
-					line += "  [blocks " + target + "]"
+				if !target.IsZero() {
+					line += "  [blocks " + target.String() + "]"
 				} else {
 					line += "  [removed]"
 				}

@@ -13,7 +13,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
@@ -68,14 +68,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxBadReports, "max-bad-reports", 20, "bad lines reported one by one; the rest are counted")
 }
 
-var versionRE = regexp.MustCompile(`^[1-9][0-9]*\.[0-9]+$`)
-
 // Validate checks the flag values.
 func (c *Config) Validate() error {
-	if c.TargetVersion != "" && !versionRE.MatchString(strings.TrimPrefix(c.TargetVersion, "v")) {
+	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.25", c.TargetVersion)
 	}
-	c.TargetVersion = strings.TrimPrefix(c.TargetVersion, "v")
 	if c.Format != "json" && c.Format != "table" {
 		return fmt.Errorf("--format %q: want json or table", c.Format)
 	}
@@ -121,8 +118,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
 		return ExitError
 	}
+	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
 	s := &scanner{
-		cfg: cfg, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
+		cfg: cfg, target: target, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		dec: auditevent.NewDecoder(cfg.MaxEventSize), seen: dedup.New(cfg.DedupWindow),
 		metadataOnly: map[string]*int{}, badReasons: map[string]int{},
 	}
@@ -136,6 +134,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 type scanner struct {
 	cfg    Config
+	target kubeversion.Version // zero: any removal blocks
 	engine *rules.Engine
 	dec    *auditevent.Decoder
 	seen   *dedup.Window
@@ -350,36 +349,19 @@ func (s *scanner) event(ev *auditevent.Event) error {
 	return nil
 }
 
-// Blocks reports whether removedIn is at or before target ("" target: any removal).
-func Blocks(removedIn, target string) bool {
+// Blocks reports whether removedIn is at or before target (unset target: any removal; a
+// removal release that does not parse blocks too).
+func Blocks(removedIn string, target kubeversion.Version) bool {
 	if removedIn == "" {
 		return false
 	}
-	if target == "" {
-		return true
-	}
-	return compareVersions(removedIn, target) <= 0
-}
-
-func compareVersions(a, b string) int {
-	am, an := splitVersion(a)
-	bm, bn := splitVersion(b)
-	if am != bm {
-		return am - bm
-	}
-	return an - bn
-}
-
-func splitVersion(v string) (int, int) {
-	major, minor, _ := strings.Cut(v, ".")
-	x, _ := strconv.Atoi(major)
-	y, _ := strconv.Atoi(minor)
-	return x, y
+	removed, err := kubeversion.Parse(removedIn)
+	return err != nil || target.IsZero() || !target.Less(removed)
 }
 
 func (s *scanner) emit(f *auditlensv1.Finding) {
 	s.findings++
-	blocking := Blocks(f.RemovedIn, s.cfg.TargetVersion)
+	blocking := Blocks(f.RemovedIn, s.target)
 	if blocking {
 		s.blocking++
 	}
@@ -397,8 +379,8 @@ func (s *scanner) emit(f *auditlensv1.Finding) {
 func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 	events := s.events.Load()
 	fmt.Fprintf(w, "\nclassify scan: %d event%s in %d input%s, %d finding%s", events, plural(int(events)), files, plural(files), s.findings, plural(s.findings))
-	if s.cfg.TargetVersion != "" {
-		fmt.Fprintf(w, ", %d blocking an upgrade to %s", s.blocking, s.cfg.TargetVersion)
+	if !s.target.IsZero() {
+		fmt.Fprintf(w, ", %d blocking an upgrade to %s", s.blocking, s.target)
 	} else {
 		fmt.Fprintf(w, ", %d on something already removed in some release", s.blocking)
 	}
@@ -413,7 +395,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 		}
 	}
 	s.writeSkipped(w)
-	s.sum.write(w, s.cfg.TargetVersion)
+	s.sum.write(w, s.target)
 	if len(s.metadataOnly) > 0 {
 		res := slices.Sorted(maps.Keys(s.metadataOnly))
 		n := 0

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 const corpus = "../../../lib/auditevent/testdata/real-world"
@@ -216,7 +218,8 @@ func TestBlocks(t *testing.T) {
 		removed, target string
 		want            bool
 	}{{"1.25", "1.25", true}, {"1.25", "1.24", false}, {"1.9", "1.16", true}, {"1.16", "1.9", false}, {"", "1.30", false}, {"1.40", "", true}} {
-		if got := Blocks(tc.removed, tc.target); got != tc.want {
+		target, _ := kubeversion.Parse(tc.target) // "": unset
+		if got := Blocks(tc.removed, target); got != tc.want {
 			t.Errorf("Blocks(%q, %q) = %v", tc.removed, tc.target, got)
 		}
 	}

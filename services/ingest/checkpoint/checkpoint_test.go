@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
 func TestSaveLoad(t *testing.T) {
@@ -19,13 +20,13 @@ func TestSaveLoad(t *testing.T) {
 	if _, ok, err := s.Load(); ok || err != nil {
 		t.Fatalf("fresh store: ok=%v err=%v", ok, err)
 	}
-	fp, n := checkpoint.Fingerprint([]byte(strings.Repeat("x", 5000)))
-	want := checkpoint.Position{
-		File:   checkpoint.File{Path: "/var/log/audit.log", Dev: 1, Ino: 2, Fingerprint: fp, FingerprintLen: n},
+	fp, n := tail.Fingerprint([]byte(strings.Repeat("x", 5000)))
+	want := tail.Position{
+		File:   tail.File{Path: "/var/log/audit.log", Dev: 1, Ino: 2, Fingerprint: fp, FingerprintLen: n},
 		Offset: 12345, SeenActive: time.Unix(100, 0).UTC(), Saved: time.Unix(200, 0).UTC(),
 	}
-	if n != checkpoint.FingerprintSize {
-		t.Errorf("fingerprint of %d bytes, want %d", n, checkpoint.FingerprintSize)
+	if n != tail.FingerprintSize {
+		t.Errorf("fingerprint of %d bytes, want %d", n, tail.FingerprintSize)
 	}
 	for i := 0; i < 3; i++ {
 		want.Offset += int64(i)
@@ -62,25 +63,5 @@ func TestCorruptCheckpointNamesTheFile(t *testing.T) {
 	_, _, err = s.Load()
 	if err == nil || !strings.Contains(err.Error(), s.Path()) {
 		t.Fatalf("error %v does not name %s", err, s.Path())
-	}
-}
-
-func TestSameContent(t *testing.T) {
-	head := []byte(`{"kind":"Event","auditID":"a"}`)
-	fp, n := checkpoint.Fingerprint(head)
-	f := checkpoint.File{Fingerprint: fp, FingerprintLen: n}
-	for _, tc := range []struct {
-		name string
-		head string
-		want bool
-	}{
-		{"same", string(head), true},
-		{"grown", string(head) + "\nmore", true},
-		{"shorter", string(head[:10]), false},
-		{"different", `{"kind":"Event","auditID":"b"}`, false},
-	} {
-		if got := f.SameContent([]byte(tc.head)); got != tc.want {
-			t.Errorf("%s: SameContent = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -49,26 +50,25 @@ type Config struct {
 	PublishTimeout time.Duration
 }
 
-// RegisterFlags adds the --firehose-* flags to fs.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "firehose-addr", "", "serve the Amazon Data Firehose HTTP endpoint (EKS audit logs via a CloudWatch Logs subscription) on `host:port` (empty: off)")
-	fs.StringVar(&c.TLSCert, "firehose-tls-cert", "", "TLS certificate `file` of the Firehose endpoint (empty: plain HTTP behind a TLS-terminating load balancer)")
-	fs.StringVar(&c.TLSKey, "firehose-tls-key", "", "TLS key `file` of the Firehose endpoint")
-	fs.StringVar(&c.AccessKeyFile, "firehose-access-key-file", "", "`file` holding the access key configured on the Firehose stream (required with --firehose-addr)")
+// DefaultConfig is the endpoint's defaults; off until Addr is set.
+func DefaultConfig() Config {
+	return Config{MaxBody: 64 << 20, PublishTimeout: 60 * time.Second}
 }
 
-func (c Config) withDefaults() Config {
-	if c.MaxBody <= 0 {
-		c.MaxBody = 64 << 20
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 60 * time.Second
-	}
-	return c
+// RegisterFlags adds the --firehose-* flags to fs, each defaulting to the current value of its
+// field.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "firehose-addr", c.Addr, "serve the Amazon Data Firehose HTTP endpoint (EKS audit logs via a CloudWatch Logs subscription) on `host:port` (empty: off)")
+	fs.StringVar(&c.TLSCert, "firehose-tls-cert", c.TLSCert, "TLS certificate `file` of the Firehose endpoint (empty: plain HTTP behind a TLS-terminating load balancer)")
+	fs.StringVar(&c.TLSKey, "firehose-tls-key", c.TLSKey, "TLS key `file` of the Firehose endpoint")
+	fs.StringVar(&c.AccessKeyFile, "firehose-access-key-file", c.AccessKeyFile, "`file` holding the access key configured on the Firehose stream (required with --firehose-addr)")
 }
+
+// On reports whether the endpoint is configured.
+func (c Config) On() bool { return c.Addr != "" }
 
 // Validate checks the flags when the endpoint is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if c.Addr == "" {
 		return nil
 	}
@@ -77,6 +77,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AccessKeyFile == "" {
 		return errors.New("--firehose-addr needs --firehose-access-key-file: Firehose sends the configured access key with every request")
+	}
+	if c.MaxBody <= 0 || c.PublishTimeout <= 0 {
+		return errors.New("the Firehose endpoint's body limit and publish timeout must be positive")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--firehose-tls-cert and --firehose-tls-key go together")
@@ -124,7 +127,6 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -262,7 +264,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
@@ -272,8 +274,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
 	}
 	s.answer(w, id, http.StatusOK, "")
 }
@@ -288,7 +290,7 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 		if bad == nil {
 			bad = map[string]int{}
 		}
-		bad[metrics.Reason(err)]++
+		bad[reason.Of(err)]++
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "firehose", fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)),
 			"firehose:"+id, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}

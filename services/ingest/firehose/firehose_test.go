@@ -126,7 +126,9 @@ func startEndpoint(t *testing.T, b firehose.Bus) *endpoint {
 	if err := os.WriteFile(key, []byte("s3cret-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := firehose.New(firehose.Config{Addr: "127.0.0.1:0", AccessKeyFile: key, PublishTimeout: 3 * time.Second}, b, firehose.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
+	cfg := firehose.DefaultConfig()
+	cfg.Addr, cfg.AccessKeyFile, cfg.PublishTimeout = "127.0.0.1:0", key, 3*time.Second
+	s, err := firehose.New(cfg, b, firehose.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

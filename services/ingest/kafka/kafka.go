@@ -18,8 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -41,23 +43,28 @@ type Config struct {
 	EventHubsConnectionStringFile string
 }
 
-// RegisterFlags adds the --kafka-source-* flags to fs.
+// DefaultConfig is the source's defaults; off until Brokers or
+// EventHubsConnectionStringFile is set.
+func DefaultConfig() Config { return Config{Group: "auditlens-ingest"} }
+
+// RegisterFlags adds the --kafka-source-* flags to fs, each defaulting to the current value of
+// its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Brokers, "kafka-source-brokers", "", "read audit events or cloud envelopes from Kafka at these comma-separated `host:port`s (empty: off unless --eventhubs-connection-string-file)")
-	fs.StringVar(&c.Topic, "kafka-source-topic", "", "Kafka `topic` to read (Event Hubs: the event hub's name)")
-	fs.StringVar(&c.Group, "kafka-source-group", "auditlens-ingest", "Kafka consumer `group` whose committed offsets say what is stored")
-	fs.BoolVar(&c.TLS, "kafka-source-tls", false, "connect to the Kafka source over TLS")
-	fs.StringVar(&c.TLSCA, "kafka-source-tls-ca", "", "CA `file` that signs the Kafka source's certificates (default: the system's)")
-	fs.StringVar(&c.SASLUser, "kafka-source-sasl-user", "", "SASL PLAIN `user` of the Kafka source")
-	fs.StringVar(&c.SASLPasswordFile, "kafka-source-sasl-password-file", "", "`file` holding the SASL PLAIN password of the Kafka source")
-	fs.StringVar(&c.EventHubsConnectionStringFile, "eventhubs-connection-string-file", "", "`file` holding an Azure Event Hubs connection string (Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=HUB]): read AKS audit logs from its Kafka endpoint with TLS and SASL PLAIN")
+	fs.StringVar(&c.Brokers, "kafka-source-brokers", c.Brokers, "read audit events or cloud envelopes from Kafka at these comma-separated `host:port`s (empty: off unless --eventhubs-connection-string-file)")
+	fs.StringVar(&c.Topic, "kafka-source-topic", c.Topic, "Kafka `topic` to read (Event Hubs: the event hub's name)")
+	fs.StringVar(&c.Group, "kafka-source-group", c.Group, "Kafka consumer `group` whose committed offsets say what is stored")
+	fs.BoolVar(&c.TLS, "kafka-source-tls", c.TLS, "connect to the Kafka source over TLS")
+	fs.StringVar(&c.TLSCA, "kafka-source-tls-ca", c.TLSCA, "CA `file` that signs the Kafka source's certificates (default: the system's)")
+	fs.StringVar(&c.SASLUser, "kafka-source-sasl-user", c.SASLUser, "SASL PLAIN `user` of the Kafka source")
+	fs.StringVar(&c.SASLPasswordFile, "kafka-source-sasl-password-file", c.SASLPasswordFile, "`file` holding the SASL PLAIN password of the Kafka source")
+	fs.StringVar(&c.EventHubsConnectionStringFile, "eventhubs-connection-string-file", c.EventHubsConnectionStringFile, "`file` holding an Azure Event Hubs connection string (Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=HUB]): read AKS audit logs from its Kafka endpoint with TLS and SASL PLAIN")
 }
 
 // On reports whether the source is configured.
-func (c *Config) On() bool { return c.Brokers != "" || c.EventHubsConnectionStringFile != "" }
+func (c Config) On() bool { return c.Brokers != "" || c.EventHubsConnectionStringFile != "" }
 
 // Validate checks the flags when the source is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if !c.On() {
 		return nil
 	}
@@ -172,6 +179,11 @@ type Source struct {
 	header map[string]string
 }
 
+// sessionTimeout is how long the group waits for a silent member (killed, partitioned away)
+// before its partitions, and what it had fetched but not committed, go to another member:
+// the Kafka source's recovery time after a crash. Event Hubs accepts 6s to 300s.
+const sessionTimeout = 10 * time.Second
+
 // New creates the Kafka client (it connects on first use).
 func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
@@ -191,6 +203,9 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 		kgo.SeedBrokers(conn.brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(conn.topic),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64 << 20),
+		// Recovery time after a crash: the records a dead ingest held (fetched, not yet
+		// committed) go to another member once its session times out (kgo's default, 45s).
+		kgo.SessionTimeout(sessionTimeout),
 	}
 	if conn.tls {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -256,21 +271,21 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 	events := 0
 	bad := map[string]int{}
 	for _, r := range recs {
-		m, n, reason := s.messages(r)
+		m, n, label := s.messages(r)
 		msgs = append(msgs, m...)
 		events += n
-		if reason != "" {
-			bad[reason]++
+		if label != "" {
+			bad[label]++
 		}
 	}
-	backoff := 100 * time.Millisecond
-	for {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka", "kafka-source", s.opt.Node, func(m *bus.Message) {
 			s.opt.Logger.Warn("Kafka event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
 			if m.Stream == bus.Events {
 				events--
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 		}))
 		if err == nil {
 			break
@@ -280,16 +295,13 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 		}
 		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
 		s.opt.Logger.Warn("publish failed; holding the Kafka offsets and retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+		if err := retry.Wait(ctx, attempt); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
 	}
 	return nil
 }
@@ -299,7 +311,7 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad string) {
 	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	dead := func(data []byte, err error) {
-		bad = metrics.Reason(err)
+		bad = reason.Of(err)
 		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(msgs)),
 			src, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))

@@ -31,6 +31,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/kafka"
 )
@@ -196,16 +197,6 @@ func (n *natsServer) ids(t *testing.T) (map[string]int, int) {
 	return out, total
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func checkOnce(t *testing.T, got map[string]int, total int, want []string) {
 	if total != len(want) {
 		t.Errorf("%d events on the bus, want %d", total, len(want))
@@ -237,7 +228,7 @@ func TestEventHubs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	waitFor(t, "every event", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event", func() bool { _, total := n.ids(t); return total >= len(want) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -287,7 +278,7 @@ func TestKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	waitFor(t, "part of the hub stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
+	testkit.Eventually(t, 2*time.Minute, "part of the hub stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +289,7 @@ func TestKill9(t *testing.T) {
 		t.Fatal("everything was stored before the kill; produce more")
 	}
 	cmd = run()
-	waitFor(t, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

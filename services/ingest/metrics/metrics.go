@@ -1,14 +1,8 @@
-// Package metrics holds the Prometheus metrics ingest exposes, shared by its file and
-// webhook inputs.
+// Package metrics holds the Prometheus metrics ingest exposes, shared by all its inputs.
 package metrics
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/auditlens/auditlens/lib/auditevent"
-	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
 // Input label values.
@@ -16,6 +10,11 @@ const (
 	File    = "file"
 	Webhook = "webhook"
 )
+
+// TooLargeForBus is the reason label of an event the bus refused for its size (NATS's
+// max_payload, Kafka's message.max.bytes), beside the labels of lib/reason (reason.Of) that
+// say why input was unusable.
+const TooLargeForBus = "too_large_for_bus"
 
 // Ingest are the counters of both inputs.
 type Ingest struct {
@@ -45,21 +44,4 @@ func New(reg prometheus.Registerer) *Ingest {
 		reg.MustRegister(m.Published, m.Bad, m.Retries, m.Requests)
 	}
 	return m
-}
-
-// Reason is the bad-line label of err.
-func Reason(err error) string {
-	switch {
-	case errors.Is(err, auditevent.ErrTooLarge), errors.Is(err, tail.ErrLineTooLong):
-		return "too_large"
-	case errors.Is(err, auditevent.ErrInvalidUTF8):
-		return "invalid_utf8"
-	case errors.Is(err, auditevent.ErrNotJSON):
-		return "not_json"
-	case errors.Is(err, auditevent.ErrNotAuditEvent):
-		return "not_audit_event"
-	case errors.Is(err, tail.ErrIncomplete):
-		return "incomplete_line"
-	}
-	return "other"
 }

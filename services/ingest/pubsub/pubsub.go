@@ -12,12 +12,14 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"google.golang.org/api/option"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -32,23 +34,30 @@ type Config struct {
 	MaxOutstanding int
 }
 
-// RegisterFlags adds the --pubsub-* flags to fs.
+// DefaultConfig is the source's defaults; off until Subscription is set.
+func DefaultConfig() Config { return Config{MaxOutstanding: 1000} }
+
+// RegisterFlags adds the --pubsub-* flags to fs, each defaulting to the current value of its
+// field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Subscription, "pubsub-subscription", "", "read GKE audit logs from this Pub/Sub `projects/P/subscriptions/S` (fed by a Cloud Logging sink; credentials: Application Default Credentials or workload identity; PUBSUB_EMULATOR_HOST honoured) (empty: off)")
-	fs.IntVar(&c.MaxOutstanding, "pubsub-max-outstanding", 1000, "Pub/Sub messages being stored on the bus at once")
+	fs.StringVar(&c.Subscription, "pubsub-subscription", c.Subscription, "read GKE audit logs from this Pub/Sub `projects/P/subscriptions/S` (fed by a Cloud Logging sink; credentials: Application Default Credentials or workload identity; PUBSUB_EMULATOR_HOST honoured) (empty: off)")
+	fs.IntVar(&c.MaxOutstanding, "pubsub-max-outstanding", c.MaxOutstanding, "Pub/Sub messages being stored on the bus at once")
 }
+
+// On reports whether the source is configured.
+func (c Config) On() bool { return c.Subscription != "" }
 
 var subscriptionRE = regexp.MustCompile(`^projects/([^/]+)/subscriptions/[^/]+$`)
 
 // Validate checks the flags when the source is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if c.Subscription == "" {
 		return nil
 	}
 	if !subscriptionRE.MatchString(c.Subscription) {
 		return fmt.Errorf("--pubsub-subscription %q: want projects/PROJECT/subscriptions/NAME", c.Subscription)
 	}
-	if c.MaxOutstanding < 0 {
+	if c.MaxOutstanding <= 0 {
 		return fmt.Errorf("--pubsub-max-outstanding %d: want a positive number", c.MaxOutstanding)
 	}
 	return nil
@@ -91,9 +100,6 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	if cfg.Subscription == "" {
 		return nil, errors.New("--pubsub-subscription is empty")
 	}
-	if cfg.MaxOutstanding <= 0 {
-		cfg.MaxOutstanding = 1000
-	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -108,6 +114,11 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	s := &Source{cfg: cfg, opt: opt, bus: b, client: client, header: map[string]string{bus.HeaderNode: opt.Node}}
 	s.sub = client.Subscriber(cfg.Subscription)
 	s.sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
+	// Recovery time after a crash: the client extends the ack deadline of what it holds by at
+	// most this much at a time, so Pub/Sub redelivers what a dead ingest held within about
+	// 10 s (the least Pub/Sub allows) rather than after the client's adaptive deadline (up
+	// to 10 minutes).
+	s.sub.ReceiveSettings.MaxDurationPerAckExtension = 10 * time.Second
 	s.decoders.New = func() any { return envelope.NewDecoder(0) }
 	return s, nil
 }
@@ -136,7 +147,7 @@ func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 			if dm.Stream == bus.Events {
 				events--
 			}
-			bad = "too_large_for_bus"
+			bad = metrics.TooLargeForBus
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
@@ -160,7 +171,7 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 	d := s.decoders.Get().(*envelope.Decoder)
 	defer s.decoders.Put(d)
 	dead := func(data []byte, err error) {
-		bad = metrics.Reason(err)
+		bad = reason.Of(err)
 		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", bus.Short(err.Error(), 512))
 		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "pubsub", fmt.Sprintf("%s/%d", m.ID, len(msgs)),
 			"pubsub:"+s.cfg.Subscription+":"+m.ID, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))

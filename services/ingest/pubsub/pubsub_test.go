@@ -27,6 +27,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/pubsub"
 )
 
@@ -153,16 +154,6 @@ func fakePubSub(t *testing.T) (*pstest.Server, []option.ClientOption) {
 	return srv, opts
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestSource: GKE entries published to the topic land on the bus as audit events, under
 // the cluster their entry names, each acknowledged; a message that is no audit log entry is
 // dead-lettered and acknowledged too.
@@ -179,14 +170,16 @@ func TestSource(t *testing.T) {
 		srv.Publish(topic, d, nil)
 	}
 	srv.Publish(topic, []byte("not a log entry"), nil)
-	s, err := pubsub.New(context.Background(), pubsub.Config{Subscription: subName}, b, pubsub.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, ClientOptions: opts})
+	cfg := pubsub.DefaultConfig()
+	cfg.Subscription = subName
+	s, err := pubsub.New(context.Background(), cfg, b, pubsub.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, ClientOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	waitFor(t, "every message acknowledged", func() bool {
+	testkit.Eventually(t, 2*time.Minute, "every message acknowledged", func() bool {
 		for _, m := range srv.Messages() {
 			if m.Acks == 0 {
 				return false
@@ -247,7 +240,7 @@ func TestKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	waitFor(t, "part of the subscription stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
+	testkit.Eventually(t, 2*time.Minute, "part of the subscription stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +251,7 @@ func TestKill9(t *testing.T) {
 		t.Fatal("everything was stored before the kill; publish more")
 	}
 	cmd = run()
-	waitFor(t, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

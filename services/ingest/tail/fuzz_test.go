@@ -26,7 +26,9 @@ func FuzzLines(f *testing.F) {
 			t.Fatal(err)
 		}
 		const maxLine = 64
-		fl := tail.New(tail.Config{Path: path, MaxLineSize: maxLine, ReadBuffer: 2 * maxLine}, nil)
+		cfg := tail.DefaultConfig()
+		cfg.Path, cfg.MaxLineSize, cfg.ReadBuffer = path, maxLine, 2*maxLine
+		fl := tail.New(cfg, nil)
 		defer fl.Close()
 		var got [][]byte
 		tooLong := 0

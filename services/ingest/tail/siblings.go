@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 )
 
 // RotationTimeFormat is the timestamp the apiserver's log rotation (lumberjack) puts in the
@@ -130,7 +128,7 @@ func devIno(fi fs.FileInfo) (uint64, uint64) {
 	return 0, 0
 }
 
-// readHead returns up to checkpoint.FingerprintSize leading bytes of the (decompressed) file.
+// readHead returns up to FingerprintSize leading bytes of the (decompressed) file.
 func readHead(path string, gz bool) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -145,7 +143,7 @@ func readHead(path string, gz bool) ([]byte, error) {
 		}
 		r = zr
 	}
-	buf := make([]byte, checkpoint.FingerprintSize)
+	buf := make([]byte, FingerprintSize)
 	n, err := io.ReadFull(r, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return nil, err
@@ -153,9 +151,9 @@ func readHead(path string, gz bool) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// preadHead reads up to checkpoint.FingerprintSize leading bytes of an open plain file.
+// preadHead reads up to FingerprintSize leading bytes of an open plain file.
 func preadHead(f *os.File) ([]byte, error) {
-	buf := make([]byte, checkpoint.FingerprintSize)
+	buf := make([]byte, FingerprintSize)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -165,7 +163,7 @@ func preadHead(f *os.File) ([]byte, error) {
 
 // matches reports whether sibling s holds the file id: the same inode with the same first
 // bytes, or (copy or compression) a different file with the same first bytes.
-func (s sibling) matches(id checkpoint.File, sameInodeOnly bool) bool {
+func (s sibling) matches(id File, sameInodeOnly bool) bool {
 	same := !s.gz && s.dev == id.Dev && s.ino == id.Ino
 	if sameInodeOnly && !same {
 		return false

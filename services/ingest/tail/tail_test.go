@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
-	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
@@ -23,12 +22,22 @@ type reader struct {
 	f      *tail.Follower
 	ids    []string
 	bad    []tail.Line
-	pos    checkpoint.Position
+	pos    tail.Position
 	ctx    context.Context
 	chunks []string
 }
 
-func newReader(t *testing.T, cfg tail.Config, start *checkpoint.Position) *reader {
+// config is the defaults for the log at path, changed by tune.
+func config(path string, tune ...func(*tail.Config)) tail.Config {
+	c := tail.DefaultConfig()
+	c.Path = path
+	for _, f := range tune {
+		f(&c)
+	}
+	return c
+}
+
+func newReader(t *testing.T, cfg tail.Config, start *tail.Position) *reader {
 	cfg.PollInterval = 5 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	f := tail.New(cfg, start)
@@ -174,7 +183,7 @@ func rotateWhileWriting(t *testing.T, ev testlog.Events, logrotate bool, rotate 
 		}
 		errc <- nil
 	}()
-	r := newReader(t, tail.Config{Path: path}, nil)
+	r := newReader(t, config(path), nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		if err := <-errc; err != nil {
@@ -199,7 +208,7 @@ func TestPartialLineWaitsForItsEnd(t *testing.T) {
 	if err := w.Write(line[:100]); err != nil {
 		t.Fatal(err)
 	}
-	r := newReader(t, tail.Config{Path: path}, nil)
+	r := newReader(t, config(path), nil)
 	r.until(3)
 	r.idle()
 	if len(r.ids) != 3 || len(r.bad) != 0 {
@@ -217,7 +226,7 @@ func TestTruncationWithoutCopyRestartsAtZero(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	write(t, w, ev, 0, 10)
-	r := newReader(t, tail.Config{Path: path}, nil)
+	r := newReader(t, config(path), nil)
 	r.until(10)
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
@@ -235,7 +244,7 @@ func TestDeletedWhileOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	write(t, w, ev, 0, 10)
-	r := newReader(t, tail.Config{Path: path}, nil)
+	r := newReader(t, config(path), nil)
 	r.until(10)
 	r.idle()
 	if err := os.Remove(path); err != nil {
@@ -260,9 +269,9 @@ func TestResumeAfterRotationWhileStopped(t *testing.T) {
 				w := testlog.NewWriter(t, path)
 				w.Logrotate = naming == "logrotate"
 				write(t, w, ev, 0, 50)
-				r := newReader(t, tail.Config{Path: path}, nil)
+				r := newReader(t, config(path), nil)
 				// Resume exactly after the 21st line, as if only those were acknowledged.
-				var pos checkpoint.Position
+				var pos tail.Position
 				for {
 					c, err := r.f.Next(context.Background(), 1, 1<<20, false)
 					if err != nil {
@@ -287,7 +296,7 @@ func TestResumeAfterRotationWhileStopped(t *testing.T) {
 					t.Fatal(err)
 				}
 				write(t, w, ev, 70, 80)
-				r2 := newReader(t, tail.Config{Path: path}, &pos)
+				r2 := newReader(t, config(path), &pos)
 				r2.until(59)
 				r2.idle()
 				r2.exactly(ev, 21, 80)
@@ -301,7 +310,7 @@ func TestResumeWhenCheckpointedFileIsGone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	write(t, w, ev, 0, 10)
-	r := newReader(t, tail.Config{Path: path}, nil)
+	r := newReader(t, config(path), nil)
 	r.until(10)
 	r.idle()
 	pos := r.pos
@@ -318,7 +327,7 @@ func TestResumeWhenCheckpointedFileIsGone(t *testing.T) {
 	if err := os.Remove(first); err != nil { // aged out by --audit-log-maxbackup
 		t.Fatal(err)
 	}
-	r2 := newReader(t, tail.Config{Path: path}, &pos)
+	r2 := newReader(t, config(path), &pos)
 	r2.until(20)
 	r2.idle()
 	r2.exactly(ev, 10, 30)
@@ -342,9 +351,9 @@ func TestStartAt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	begin := newReader(t, tail.Config{Path: path, StartAt: tail.StartBeginning}, nil)
+	begin := newReader(t, config(path, func(c *tail.Config) { c.StartAt = tail.StartBeginning }), nil)
 	begin.until(15)
-	end := newReader(t, tail.Config{Path: path, StartAt: tail.StartEnd}, nil)
+	end := newReader(t, config(path, func(c *tail.Config) { c.StartAt = tail.StartEnd }), nil)
 	end.idle()
 	if err := w.Write(append(line[50:], '\n')); err != nil {
 		t.Fatal(err)
@@ -378,7 +387,7 @@ func TestUnusableLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, w, ev, 6, 8)
-	r := newReader(t, tail.Config{Path: path, MaxLineSize: maxLine}, nil)
+	r := newReader(t, config(path, func(c *tail.Config) { c.MaxLineSize = maxLine }), nil)
 	r.until(8)
 	r.exactly(ev, 0, 8)
 	want := []error{tail.ErrLineTooLong, tail.ErrLineTooLong, tail.ErrIncomplete}
@@ -403,7 +412,7 @@ func TestOpenErrorNamesThePathOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(notDir, "audit.log") // a file stands where a directory should
-	r := newReader(t, tail.Config{Path: path, StartAt: tail.StartEnd}, nil)
+	r := newReader(t, config(path, func(c *tail.Config) { c.StartAt = tail.StartEnd }), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := r.f.Next(ctx, 10, 1<<20, false)

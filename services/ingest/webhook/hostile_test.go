@@ -244,7 +244,8 @@ func TestWebhookInflightBytesBound(t *testing.T) {
 
 func TestWebhookInflightBytesValidate(t *testing.T) {
 	p := newPKI(t)
-	c := webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, TokenFile: p.serverKey, MaxBody: 32 << 20, MaxInflightBytes: 1 << 20}
+	c := webhook.DefaultConfig()
+	c.Addr, c.TLSCert, c.TLSKey, c.TokenFile, c.MaxBody, c.MaxInflightBytes = "127.0.0.1:0", p.serverCert, p.serverKey, p.serverKey, 32<<20, 1<<20
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--webhook-max-inflight-bytes") {
 		t.Errorf("in-flight budget below one body: %v", err)
 	}

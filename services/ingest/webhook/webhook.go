@@ -29,6 +29,7 @@ import (
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -56,27 +57,42 @@ type Config struct {
 	ReloadInterval time.Duration
 }
 
-// RegisterFlags adds the --webhook-* flags to fs.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "webhook-addr", "", "serve the apiserver audit webhook on `host:port` (empty: off)")
-	fs.StringVar(&c.TLSCert, "webhook-tls-cert", "", "TLS certificate `file` of the webhook (required with --webhook-addr)")
-	fs.StringVar(&c.TLSKey, "webhook-tls-key", "", "TLS key `file` of the webhook")
-	fs.StringVar(&c.ClientCA, "webhook-client-ca", "", "CA `file`: accept apiserver client certificates signed by it (mTLS)")
-	fs.Var(&c.ClientAllow, "webhook-client-allow", "accept only client certificates with one of these `identities` (subject CN, DNS or URI SAN; comma-separated or repeated); empty: any certificate of --webhook-client-ca")
-	fs.StringVar(&c.TokenFile, "webhook-token-file", "", "`file` holding the bearer token the apiserver must send")
-	fs.Int64Var(&c.MaxBody, "webhook-max-body", DefaultMaxBody, "largest accepted request body in `bytes` (larger: 413)")
-	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", DefaultMaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); the webhook's memory is about 3 to 5 times this (see services/ingest/README.md)")
-	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", 10*time.Second, "how long a request waits for the bus before answering 503")
+// DefaultConfig is the webhook's defaults; off until Addr is set.
+func DefaultConfig() Config {
+	return Config{
+		MaxBody:          DefaultMaxBody,
+		MaxInflightBytes: DefaultMaxInflightBytes,
+		PublishTimeout:   10 * time.Second,
+		RetryAfter:       5 * time.Second,
+		ReloadInterval:   10 * time.Second,
+	}
 }
+
+// RegisterFlags adds the --webhook-* flags to fs, each defaulting to the current value of its
+// field.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "webhook-addr", c.Addr, "serve the apiserver audit webhook on `host:port` (empty: off)")
+	fs.StringVar(&c.TLSCert, "webhook-tls-cert", c.TLSCert, "TLS certificate `file` of the webhook (required with --webhook-addr)")
+	fs.StringVar(&c.TLSKey, "webhook-tls-key", c.TLSKey, "TLS key `file` of the webhook")
+	fs.StringVar(&c.ClientCA, "webhook-client-ca", c.ClientCA, "CA `file`: accept apiserver client certificates signed by it (mTLS)")
+	fs.Var(&c.ClientAllow, "webhook-client-allow", "accept only client certificates with one of these `identities` (subject CN, DNS or URI SAN; comma-separated or repeated); empty: any certificate of --webhook-client-ca")
+	fs.StringVar(&c.TokenFile, "webhook-token-file", c.TokenFile, "`file` holding the bearer token the apiserver must send")
+	fs.Int64Var(&c.MaxBody, "webhook-max-body", c.MaxBody, "largest accepted request body in `bytes` (larger: 413)")
+	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", c.MaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); the webhook's memory is about 3 to 5 times this (see services/ingest/README.md)")
+	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", c.PublishTimeout, "how long a request waits for the bus before answering 503")
+}
+
+// On reports whether the webhook is configured.
+func (c Config) On() bool { return c.Addr != "" }
 
 // MemoryPerInflightByte is about how many bytes of memory the process needs per byte of
 // request body in flight: the body, the messages made of it, and what the garbage collector
-// leaves between collections (measured by BenchmarkWebhookMemory in package pipeline).
+// leaves between collections (measured by BenchmarkWebhookMemory in package ingest).
 const MemoryPerInflightByte = 4
 
 // Memory is about the most memory request bodies take at once: MemoryPerInflightByte per
 // byte of MaxInflightBytes.
-func (c Config) Memory() int64 { return MemoryPerInflightByte * c.withDefaults().MaxInflightBytes }
+func (c Config) Memory() int64 { return MemoryPerInflightByte * c.MaxInflightBytes }
 
 // Defaults of the body limits.
 const (
@@ -84,27 +100,8 @@ const (
 	DefaultMaxInflightBytes = 64 << 20
 )
 
-func (c Config) withDefaults() Config {
-	if c.MaxBody <= 0 {
-		c.MaxBody = DefaultMaxBody
-	}
-	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = max(DefaultMaxInflightBytes, c.MaxBody)
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 10 * time.Second
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = 5 * time.Second
-	}
-	if c.ReloadInterval <= 0 {
-		c.ReloadInterval = 10 * time.Second
-	}
-	return c
-}
-
 // Validate checks the flags when the webhook is on.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if c.Addr == "" {
 		return nil
 	}
@@ -125,11 +122,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s %s: %w", flagName, f, err)
 		}
 	}
-	if c.MaxBody < 0 {
+	if c.MaxBody <= 0 {
 		return fmt.Errorf("--webhook-max-body %d: must be positive", c.MaxBody)
 	}
-	if c.MaxInflightBytes < 0 || c.MaxInflightBytes > 0 && c.MaxInflightBytes < c.MaxBody {
+	if c.MaxInflightBytes < c.MaxBody {
 		return fmt.Errorf("--webhook-max-inflight-bytes %d: must be at least --webhook-max-body (%d), or a request of the largest size could never be taken", c.MaxInflightBytes, c.MaxBody)
+	}
+	if c.PublishTimeout <= 0 {
+		return fmt.Errorf("--webhook-publish-timeout %s: must be positive", c.PublishTimeout)
 	}
 	if len(c.ClientAllow) > 0 && c.ClientCA == "" {
 		return errors.New("--webhook-client-allow needs --webhook-client-ca: it limits which of that CA's client certificates are accepted")
@@ -178,7 +178,6 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -402,7 +401,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad["too_large_for_bus"]++
+			bad[metrics.TooLargeForBus]++
 			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
 		})
 		if err != nil {
@@ -418,8 +417,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.opt.Logger.Info("publishing again")
 	}
 	s.opt.Metrics.Published.WithLabelValues(metrics.Webhook).Add(float64(events))
-	for reason, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(metrics.Webhook, reason).Add(float64(n))
+	for label, n := range bad {
+		s.opt.Metrics.Bad.WithLabelValues(metrics.Webhook, label).Add(float64(n))
 	}
 	if whole != nil {
 		s.answer(w, http.StatusBadRequest, "not an audit EventList: "+whole.Error())
@@ -501,10 +500,10 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 		if bad == nil {
 			bad = map[string]int{}
 		}
-		reason := metrics.Reason(err)
-		bad[reason]++
+		label := reason.Of(err)
+		bad[label]++
 		sum := sha256.Sum256(data)
-		log.Warn("bad webhook event sent to the dead-letter stream", "reason", reason, "err", bus.Short(err.Error(), 300))
+		log.Warn("bad webhook event sent to the dead-letter stream", "reason", label, "err", bus.Short(err.Error(), 300))
 		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook", hex.EncodeToString(sum[:16]), "webhook", err, data, map[string]string{bus.HeaderNode: node}))
 	}
 	event := func(it auditevent.Item) {

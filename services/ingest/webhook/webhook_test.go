@@ -143,8 +143,9 @@ func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fix
 		t.Fatal(err)
 	}
 	m := metrics.New(nil)
-	cfg := webhook.Config{Addr: "127.0.0.1:0", TLSCert: p.serverCert, TLSKey: p.serverKey, ClientCA: p.clientCA,
-		TokenFile: tokFile, MaxBody: maxBody, PublishTimeout: 3 * time.Second}
+	cfg := webhook.DefaultConfig()
+	cfg.Addr, cfg.TLSCert, cfg.TLSKey, cfg.ClientCA, cfg.TokenFile = "127.0.0.1:0", p.serverCert, p.serverKey, p.clientCA, tokFile
+	cfg.MaxBody, cfg.MaxInflightBytes, cfg.PublishTimeout = maxBody, max(webhook.DefaultMaxInflightBytes, maxBody), 3*time.Second
 	opt := webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m}
 	for _, f := range tune {
 		switch f := f.(type) {

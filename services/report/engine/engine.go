@@ -1,5 +1,5 @@
 // Package engine opens the auditlens store on the engine the flags choose: a ClickHouse
-// server when --clickhouse-dsn is set, else embedded ClickHouse (chDB) in --data-dir.
+// server when --clickhouse-dsn is set, else embedded ClickHouse (chDB) in --clickhouse-data-dir.
 package engine
 
 import (
@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/secret"
 	"github.com/auditlens/auditlens/services/report/chdb"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -28,21 +29,28 @@ type Config struct {
 // DefaultRetentionDays is how long raw findings are kept by default.
 const DefaultRetentionDays = 400
 
-// RegisterFlags adds --clickhouse-dsn, --data-dir and --retention-days to fs; defaultDataDir
-// is the root data directory (chDB keeps its data in its chdb subdirectory).
-func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultDataDir string) {
-	fs.StringVar(&c.DSN, "clickhouse-dsn", "", "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --data-dir)")
-	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(defaultDataDir, "chdb"), "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
-	fs.IntVar(&c.RetentionDays, "retention-days", DefaultRetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
+// DefaultConfig is embedded chDB in dataRoot/chdb, keeping raw findings DefaultRetentionDays.
+func DefaultConfig(dataRoot string) Config {
+	return Config{DataDir: filepath.Join(dataRoot, "chdb"), RetentionDays: DefaultRetentionDays}
 }
 
-// Validate checks the flags.
-func (c *Config) Validate() error {
+// RegisterFlags adds --clickhouse-dsn, --clickhouse-data-dir and --retention-days to fs, each
+// defaulting to the current value of its field, and the deprecated --data-dir (the name of
+// --clickhouse-data-dir before) unless fs already has a --data-dir of its own.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.DSN, "clickhouse-dsn", c.DSN, "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --clickhouse-data-dir)")
+	fs.StringVar(&c.DataDir, "clickhouse-data-dir", c.DataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
+	fs.IntVar(&c.RetentionDays, "retention-days", c.RetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
+	flagenv.Deprecated(fs, "data-dir", "clickhouse-data-dir")
+}
+
+// Validate checks c; it changes nothing.
+func (c Config) Validate() error {
 	if c.DSN != "" && !strings.HasPrefix(c.DSN, "clickhouse://") && !strings.HasPrefix(c.DSN, "tcp://") {
 		return fmt.Errorf("--clickhouse-dsn %q: want clickhouse://HOST:9000/DATABASE (the native protocol)", secret.URL(c.DSN))
 	}
 	if c.DSN == "" && c.DataDir == "" {
-		return errors.New("--data-dir is empty: give a directory for the embedded ClickHouse, or --clickhouse-dsn")
+		return errors.New("--clickhouse-data-dir is empty: give a directory for the embedded ClickHouse, or --clickhouse-dsn")
 	}
 	if c.RetentionDays < 0 {
 		return fmt.Errorf("--retention-days %d: want 0 (forever) or more", c.RetentionDays)

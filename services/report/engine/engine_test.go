@@ -14,7 +14,7 @@ func TestValidate(t *testing.T) {
 		{Config{DSN: "clickhouse://u:secret@h:9000/auditlens"}, ""},
 		{Config{DSN: "tcp://h:9000"}, ""},
 		{Config{DSN: "http://u:secret@h:8123/auditlens"}, "native protocol"},
-		{Config{}, "--data-dir is empty"},
+		{Config{}, "--clickhouse-data-dir is empty"},
 		{Config{DataDir: "d", RetentionDays: -1}, "--retention-days -1"},
 	} {
 		err := c.cfg.Validate()

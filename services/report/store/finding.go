@@ -3,10 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -71,21 +71,14 @@ func enumName(s, prefix string) string {
 	return s
 }
 
-// VersionKey orders Kubernetes releases in SQL: "1.22" is 1022, "v1.25.3" is 1025; an empty
-// or unreadable version is 0. VersionKeySQL is the same in SQL.
+// VersionKey orders Kubernetes releases in SQL: "1.22" is 1022, "v1.25.3" is 1025 (the
+// kubeversion Key); an empty or unreadable version is 0. VersionKeySQL is the same in SQL.
 func VersionKey(v string) uint32 {
-	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-	maj, rest, ok := strings.Cut(v, ".")
-	if !ok {
+	k, err := kubeversion.Parse(v)
+	if err != nil {
 		return 0
 	}
-	min, _, _ := strings.Cut(rest, ".")
-	a, err1 := strconv.ParseUint(maj, 10, 32)
-	b, err2 := strconv.ParseUint(min, 10, 32)
-	if err1 != nil || err2 != nil || b >= 1000 {
-		return 0
-	}
-	return uint32(a*1000 + b)
+	return uint32(k.Key())
 }
 
 // VersionKeySQL is the SQL expression of VersionKey for a string expression expr.

@@ -96,7 +96,7 @@ func (o *Options) validate() error {
 }
 
 // blockingExpr is true for a finding that blocks the upgrade to the target bound as its one
-// parameter (Version.Ordinal): what it uses is removed in a release at or before the target.
+// parameter (Version.Key): what it uses is removed in a release at or before the target.
 // removed_in_key is the store's numeric form of removed_in (MAJOR*1000+MINOR, 0 when empty or
 // malformed), so versions compare as numbers (1.9 < 1.16) and an unknown removal never blocks.
 const blockingExpr = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
@@ -140,7 +140,7 @@ func trend(ctx context.Context, db *sql.DB, o Options, r *Report) error {
 FROM ` + o.Table + `
 WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY rule_id, blocking, day`
-	rows, err := db.QueryContext(ctx, q, o.Target.Ordinal(), from.Unix(), o.Cluster, from.Unix(), r.WeekEnd.Unix())
+	rows, err := db.QueryContext(ctx, q, o.Target.Key(), from.Unix(), o.Cluster, from.Unix(), r.WeekEnd.Unix())
 	if err != nil {
 		return fmt.Errorf("query trend: %w", err)
 	}
@@ -234,7 +234,7 @@ func callerAgg(table string) string {
 
 func (r *Report) aggArgs(o Options) []any {
 	s := r.WeekStart.Unix()
-	return []any{s, s, s, s, o.Cluster, r.WeekStart.AddDate(0, 0, -7).Unix(), r.WeekEnd.Unix(), o.Target.Ordinal()}
+	return []any{s, s, s, s, o.Cluster, r.WeekStart.AddDate(0, 0, -7).Unix(), r.WeekEnd.Unix(), o.Target.Key()}
 }
 
 const keyCols = `rule_id, api_group, api_version, resource, removed_in`

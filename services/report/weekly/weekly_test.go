@@ -5,40 +5,6 @@ import (
 	"time"
 )
 
-func TestParseVersion(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want Version
-		bad  bool
-	}{
-		{"1.22", Version{1, 22}, false},
-		{"v1.9", Version{1, 9}, false},
-		{"1.29.3", Version{1, 29}, false},
-		{" 1.16 ", Version{1, 16}, false},
-		{"1", Version{}, true},
-		{"1.x", Version{}, true},
-		{"0.5", Version{}, true},
-		{"1.2.3.4", Version{}, true},
-		{"1.22-rc1", Version{}, true},
-		{"", Version{}, true},
-	} {
-		got, err := ParseVersion(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ParseVersion(%q) = %v, %v; want %v, bad=%v", tc.in, got, err, tc.want, tc.bad)
-		}
-	}
-}
-
-func TestVersionOrderIsNumeric(t *testing.T) {
-	v19, v116 := Version{1, 9}, Version{1, 16}
-	if !v19.Less(v116) || v116.Less(v19) || v19.Ordinal() >= v116.Ordinal() {
-		t.Fatal("1.9 must be before 1.16")
-	}
-	if !(Version{1, 99}).Less(Version{2, 0}) || (Version{2, 0}).Ordinal() <= (Version{1, 99}).Ordinal() {
-		t.Fatal("1.99 must be before 2.0")
-	}
-}
-
 func TestLastWeekEnding(t *testing.T) {
 	for _, tc := range []struct{ now, want string }{
 		{"2026-11-23T08:00:00Z", "2026-11-22"}, // Monday: yesterday
@@ -63,7 +29,7 @@ func TestLastWeekEnding(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	ok := func() Options {
-		return Options{Cluster: "c", Target: Version{1, 29}, WeekEnding: Date{time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}}
+		return Options{Cluster: "c", Target: Version{Major: 1, Minor: 29}, WeekEnding: Date{time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}}
 	}
 	o := ok()
 	if err := o.Validate(); err != nil || o.Table != DefaultTable || o.TrendWeeks != 8 || o.CallersPerBlocker != 25 || o.MaxChanges != 100 {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/auditlens/page"
-	classify "github.com/auditlens/auditlens/services/classify/pipeline"
-	ingest "github.com/auditlens/auditlens/services/ingest/pipeline"
-	"github.com/auditlens/auditlens/services/report/sink"
+	"github.com/auditlens/auditlens/services/classify"
+	"github.com/auditlens/auditlens/services/ingest"
+	"github.com/auditlens/auditlens/services/report"
 )
 
 const synopsis = `auditlens [flags]
@@ -41,9 +41,9 @@ func main() {
 		_ = os.Setenv(daemon.DataRootEnv, dir)
 	}
 	var (
-		ic ingest.Config
-		cc classify.Config
-		rc sink.Config
+		ic = ingest.DefaultConfig(daemon.DataRoot())
+		cc = classify.DefaultConfig()
+		rc = report.DefaultConfig(daemon.DataRoot())
 	)
 	os.Exit(daemon.Main(daemon.Spec{
 		Name:               "auditlens",
@@ -61,7 +61,7 @@ func main() {
 			merge(fs, map[string]func(*flag.FlagSet){
 				"ingest":   ic.RegisterFlags,
 				"classify": cc.RegisterFlags,
-				"report":   func(fs *flag.FlagSet) { rc.RegisterFlags(fs, daemon.DefaultDataDir()) },
+				"report":   rc.RegisterFlags,
 			}, []string{"ingest", "classify", "report"})
 		},
 		Validate: func() error {
@@ -81,7 +81,7 @@ func main() {
 			if err != nil {
 				return nil, fmt.Errorf("classify: %w", err)
 			}
-			out, err := sink.New(rc, d)
+			out, err := report.New(rc, d)
 			if err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
@@ -94,7 +94,7 @@ func main() {
 			d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: rc.Weekly.Target, Log: d.Logger})
 			// Upstream first, so a shutdown drains ingest, then classify, then report; the
 			// page's store handle closes last.
-			comps := append(append(in, cl), out...)
+			comps := append(append(in, cl...), out...)
 			return append(comps, daemon.CloseAtStop(st)), nil
 		},
 	}, args, os.Stderr))

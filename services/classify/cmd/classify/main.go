@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/auditlens/auditlens/lib/daemon"
-	"github.com/auditlens/auditlens/services/classify/pipeline"
+	"github.com/auditlens/auditlens/services/classify"
 )
 
 const synopsis = `classify [flags]
@@ -28,19 +28,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && subcommands[args[0]] != nil {
 		return subcommands[args[0]](args[1:], stdin, stdout, stderr)
 	}
-	var cfg pipeline.Config
+	cfg := classify.DefaultConfig()
 	return daemon.Main(daemon.Spec{
 		Name:               "classify",
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: ":9102",
 		Flags:              cfg.RegisterFlags,
-		Validate:           cfg.Validate,
+		// A closure, not the method value cfg.Validate: that would copy cfg before the flags
+		// are parsed into it.
+		Validate: func() error { return cfg.Validate() },
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
-			c, err := pipeline.New(cfg, d)
-			if err != nil {
-				return nil, err
-			}
-			return []daemon.Component{c}, nil
+			return classify.New(cfg, d)
 		},
 	}, args, stderr)
 }

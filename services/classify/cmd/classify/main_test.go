@@ -44,7 +44,7 @@ func TestNegativeFlagsNamed(t *testing.T) {
 	for _, flag := range []string{"--classify-workers", "--classify-batch-size", "--classify-max-event-size", "--classify-dedup-window", "--classify-max-unacked", "--classify-findings-message-bytes"} {
 		var out, errOut bytes.Buffer
 		code := run([]string{flag, "-1"}, nil, &out, &errOut)
-		if want := "classify: " + flag + " -1: want 0 (the default) or more\n"; code != 2 || errOut.String() != want {
+		if want := "classify: " + flag + " -1: want 1 or more\n"; code != 2 || errOut.String() != want {
 			t.Errorf("%s -1: exit %d, %q, want 2 and %q", flag, code, errOut.String(), want)
 		}
 	}

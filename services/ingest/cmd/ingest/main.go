@@ -8,7 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/auditlens/auditlens/lib/daemon"
-	"github.com/auditlens/auditlens/services/ingest/pipeline"
+	"github.com/auditlens/auditlens/services/ingest"
 )
 
 const synopsis = `ingest: follow kube-apiserver audit logs and the audit webhook into the auditlens bus.
@@ -18,22 +18,22 @@ Usage:
   ingest --webhook-addr :8443 --webhook-tls-cert tls.crt --webhook-tls-key tls.key --webhook-token-file token`
 
 func main() {
-	var cfg pipeline.Config
+	cfg := ingest.DefaultConfig(daemon.DataRoot())
 	os.Exit(daemon.Main(daemon.Spec{
 		Name:               "ingest",
 		Synopsis:           synopsis,
 		DefaultMetricsAddr: ":9101",
-		GCPercent:          pipeline.GCPercent,
+		GCPercent:          ingest.GCPercent,
 		MemoryLimit:        cfg.MemoryLimit,
 		Flags:              cfg.RegisterFlags,
-		Validate:           cfg.Validate,
+		Validate:           func() error { return cfg.Validate() }, // after the flags are parsed
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
-			if cfg.AuditLog == "" && os.Getenv("GOGC") == "" {
+			if !cfg.File.On() && os.Getenv("GOGC") == "" {
 				// GCPercent buys the file input speed; the webhook alone holds request bodies,
 				// whose memory Go's default target keeps closer to what is live.
 				debug.SetGCPercent(100)
 			}
-			return pipeline.New(cfg, d)
+			return ingest.New(cfg, d)
 		},
 	}, os.Args[1:], os.Stderr))
 }

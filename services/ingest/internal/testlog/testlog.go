@@ -9,6 +9,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -219,4 +220,13 @@ func (w *Writer) CopyTruncate() (string, error) {
 		return "", err
 	}
 	return rot, w.f.Truncate(0)
+}
+
+// Logger writes a test's logs to its output (nowhere when INGEST_TEST_QUIET is set).
+func Logger(t testing.TB) *slog.Logger {
+	var w = t.Output()
+	if os.Getenv("INGEST_TEST_QUIET") != "" {
+		w = io.Discard
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

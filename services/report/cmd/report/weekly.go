@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 
 	"github.com/auditlens/auditlens/lib/daemon"
@@ -11,12 +10,12 @@ import (
 )
 
 // weeklyMain runs `report weekly ...` (see package weekly/command) on the engine the
-// service's own flags choose (--clickhouse-dsn, or embedded ClickHouse in --data-dir).
+// service's own flags choose (--clickhouse-dsn, or embedded ClickHouse in --clickhouse-data-dir).
 func weeklyMain(args []string, stdout, stderr io.Writer) int {
-	var ec engine.Config
+	ec := engine.DefaultConfig(daemon.DataRoot())
 	return command.Main(args, stdout, stderr, command.Engine{
-		RegisterFlags: func(fs *flag.FlagSet) { ec.RegisterFlags(fs, daemon.DefaultDataDir()) },
-		Validate:      ec.Validate,
+		RegisterFlags: ec.RegisterFlags,
+		Validate:      func() error { return ec.Validate() },
 		Open:          func(ctx context.Context) (command.Store, error) { return ec.Open(ctx) },
 	})
 }

@@ -15,7 +15,7 @@ func TestWeeklyMainFlags(t *testing.T) {
 	if code := weeklyMain([]string{"--help"}, &out, &errb); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, want := range []string{"AUDITLENS_CLICKHOUSE_DSN", "AUDITLENS_DATA_DIR", "AUDITLENS_TARGET_VERSION", "AUDITLENS_SMTP_PASSWORD_FILE", "AUDITLENS_MAIL_TO"} {
+	for _, want := range []string{"AUDITLENS_CLICKHOUSE_DSN", "AUDITLENS_CLICKHOUSE_DATA_DIR", "AUDITLENS_TARGET_VERSION", "AUDITLENS_SMTP_PASSWORD_FILE", "AUDITLENS_MAIL_TO"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("--help lacks %s", want)
 		}

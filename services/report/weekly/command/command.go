@@ -31,7 +31,7 @@ type Store interface {
 }
 
 // Engine is how the command reaches the store; the report binary passes its engine flags
-// (--clickhouse-dsn, --data-dir, ...) so the command opens what the service writes.
+// (--clickhouse-dsn, --clickhouse-data-dir, ...) so the command opens what the service writes.
 type Engine struct {
 	// RegisterFlags adds the engine's flags.
 	RegisterFlags func(fs *flag.FlagSet)
@@ -65,18 +65,24 @@ type Config struct {
 	Mail              mail.Config
 }
 
-// RegisterFlags adds the command's flags to fs.
+// DefaultConfig is the command's configuration when no flag changes it.
+func DefaultConfig() Config {
+	return Config{Target: schedule.DefaultTarget, Format: "text", Cluster: "default", CallersPerBlocker: 25,
+		Timeout: 5 * time.Minute, Mail: mail.DefaultConfig()}
+}
+
+// RegisterFlags adds the command's flags to fs, each defaulting to the current value of its
+// field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	c.Target = schedule.DefaultTarget
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against")
-	fs.StringVar(&c.WeekEnding, "week-ending", "", "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
-	fs.StringVar(&c.Format, "format", "text", "output format: html, text, json or csv")
-	fs.StringVar(&c.Out, "out", "", "write the report to `file` (default: standard output; with --send and no --out: nothing)")
-	fs.BoolVar(&c.Send, "send", false, "mail the report to --mail-to (once per cluster, week and target version)")
-	fs.BoolVar(&c.Force, "force", false, "with --send, mail the week again even if it was sent")
-	fs.StringVar(&c.Cluster, "cluster", "default", "cluster whose findings are reported")
-	fs.IntVar(&c.CallersPerBlocker, "callers-per-blocker", 25, "callers listed under each blocker, the busiest first")
-	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.StringVar(&c.WeekEnding, "week-ending", c.WeekEnding, "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
+	fs.StringVar(&c.Format, "format", c.Format, "output format: html, text, json or csv")
+	fs.StringVar(&c.Out, "out", c.Out, "write the report to `file` (default: standard output; with --send and no --out: nothing)")
+	fs.BoolVar(&c.Send, "send", c.Send, "mail the report to --mail-to (once per cluster, week and target version)")
+	fs.BoolVar(&c.Force, "force", c.Force, "with --send, mail the week again even if it was sent")
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster whose findings are reported")
+	fs.IntVar(&c.CallersPerBlocker, "callers-per-blocker", c.CallersPerBlocker, "callers listed under each blocker, the busiest first")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after this long")
 	c.Mail.RegisterFlags(fs)
 }
 
@@ -127,7 +133,7 @@ func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 func Main(args []string, stdout, stderr io.Writer, eng Engine) int {
 	fs := flag.NewFlagSet("report weekly", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c Config
+	c := DefaultConfig()
 	c.RegisterFlags(fs)
 	if eng.RegisterFlags != nil {
 		eng.RegisterFlags(fs)

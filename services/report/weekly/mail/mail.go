@@ -57,17 +57,24 @@ type Config struct {
 	Timeout      time.Duration
 }
 
-// RegisterFlags adds the --smtp-* and --mail-* flags to fs.
+// DefaultConfig requires STARTTLS and gives one SMTP connection 30 seconds; the relay, the
+// sender and the recipients have no default.
+func DefaultConfig() Config {
+	return Config{StartTLS: TLSRequired, Timeout: 30 * time.Second}
+}
+
+// RegisterFlags adds the --smtp-* and --mail-* flags to fs, each defaulting to the current
+// value of its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "smtp-addr", "", "SMTP relay `host:port` (587 for STARTTLS submission)")
-	fs.StringVar(&c.User, "smtp-user", "", "SMTP user name (empty: no authentication)")
-	fs.StringVar(&c.Password, "smtp-password", "", "SMTP password; prefer the environment twin or --smtp-password-file")
-	fs.StringVar(&c.PasswordFile, "smtp-password-file", "", "`file` holding the SMTP password (read at each send, trailing newline dropped)")
-	fs.StringVar(&c.StartTLS, "smtp-starttls", TLSRequired, "STARTTLS policy: required, opportunistic or off (off: plain test servers only, no auth)")
-	fs.StringVar(&c.CAFile, "smtp-ca-file", "", "PEM `file` of extra CA certificates to trust for the SMTP server")
-	fs.StringVar(&c.From, "mail-from", "", "sender address of the weekly report, e.g. auditlens@example.com")
+	fs.StringVar(&c.Addr, "smtp-addr", c.Addr, "SMTP relay `host:port` (587 for STARTTLS submission)")
+	fs.StringVar(&c.User, "smtp-user", c.User, "SMTP user name (empty: no authentication)")
+	fs.StringVar(&c.Password, "smtp-password", c.Password, "SMTP password; prefer the environment twin or --smtp-password-file")
+	fs.StringVar(&c.PasswordFile, "smtp-password-file", c.PasswordFile, "`file` holding the SMTP password (read at each send, trailing newline dropped)")
+	fs.StringVar(&c.StartTLS, "smtp-starttls", c.StartTLS, "STARTTLS policy: required, opportunistic or off (off: plain test servers only, no auth)")
+	fs.StringVar(&c.CAFile, "smtp-ca-file", c.CAFile, "PEM `file` of extra CA certificates to trust for the SMTP server")
+	fs.StringVar(&c.From, "mail-from", c.From, "sender address of the weekly report, e.g. auditlens@example.com")
 	fs.Var(&c.To, "mail-to", "recipient addresses of the weekly report, comma-separated or repeated")
-	fs.DurationVar(&c.Timeout, "smtp-timeout", 30*time.Second, "timeout of one SMTP connection")
+	fs.DurationVar(&c.Timeout, "smtp-timeout", c.Timeout, "timeout of one SMTP connection")
 }
 
 // Validate checks c; it names the flag at fault.

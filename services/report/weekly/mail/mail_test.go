@@ -300,7 +300,7 @@ func TestValidate(t *testing.T) {
 
 func TestFlagsHaveEnvTwins(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	var c Config
+	c := DefaultConfig()
 	c.RegisterFlags(fs)
 	env := map[string]string{"AUDITLENS_SMTP_PASSWORD": "from-env", "AUDITLENS_MAIL_TO": "a@example.com, b@example.com"}
 	if err := flagenv.ParseWith(fs, []string{"--smtp-addr", "h:25"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {

@@ -117,13 +117,20 @@ type Config struct {
 	Mail  mail.Config
 }
 
-// RegisterFlags adds the schedule's flags and the mail flags to fs.
+// DefaultConfig sends on Monday 08:00 UTC against DefaultTarget, retrying a failed week after
+// 10 minutes, once recipients are given.
+func DefaultConfig() Config {
+	return Config{Cron: DefaultCron, TimeZone: "UTC", Target: DefaultTarget, Retry: 10 * time.Minute,
+		Mail: mail.DefaultConfig()}
+}
+
+// RegisterFlags adds the schedule's flags and the mail flags to fs, each defaulting to the
+// current value of its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Cron, "weekly-schedule", DefaultCron, "cron expression of the weekly report e-mail, in --weekly-time-zone (off: no e-mail; it runs only when --mail-to is set)")
-	fs.StringVar(&c.TimeZone, "weekly-time-zone", "UTC", "IANA time zone of --weekly-schedule and of the week's days, e.g. Europe/Berlin")
-	c.Target = DefaultTarget
+	fs.StringVar(&c.Cron, "weekly-schedule", c.Cron, "cron expression of the weekly report e-mail, in --weekly-time-zone (off: no e-mail; it runs only when --mail-to is set)")
+	fs.StringVar(&c.TimeZone, "weekly-time-zone", c.TimeZone, "IANA time zone of --weekly-schedule and of the week's days, e.g. Europe/Berlin")
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y the weekly report judges blockers against")
-	fs.DurationVar(&c.Retry, "weekly-retry", 10*time.Minute, "wait before retrying a weekly report that failed to send")
+	fs.DurationVar(&c.Retry, "weekly-retry", c.Retry, "wait before retrying a weekly report that failed to send")
 	c.Mail.RegisterFlags(fs)
 }
 
@@ -135,8 +142,8 @@ func (c *Config) Enabled() bool { return c.Cron != "" && c.Cron != "off" && len(
 
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// Validate checks c.
-func (c *Config) Validate() error {
+// Validate checks c (nothing when the schedule is not enabled); it changes nothing.
+func (c Config) Validate() error {
 	if !c.Enabled() {
 		return nil
 	}

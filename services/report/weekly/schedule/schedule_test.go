@@ -14,6 +14,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -35,17 +36,6 @@ func (l *logBuf) count(s string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), s)
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func seed(t *testing.T, st *store.Store, week weekly.Date) {
@@ -108,7 +98,7 @@ func TestSendsOncePerWeekAcrossRestarts(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()
-			poll(t, wantLog, func() bool { return logs.count(wantLog) >= wantN })
+			testkit.Eventually(t, 30*time.Second, wantLog, func() bool { return logs.count(wantLog) >= wantN })
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatal(err)
@@ -177,7 +167,7 @@ func TestDeliverOutcomes(t *testing.T) {
 		if out, err := d.Deliver(ctx, prev, false); err != nil || out != Interrupted {
 			t.Fatalf("interrupted week: %s %v", out, err)
 		}
-		poll(t, "2 messages", func() bool { return count(t, mp) >= 2 })
+		testkit.Eventually(t, 30*time.Second, "2 messages", func() bool { return count(t, mp) >= 2 })
 		if n := count(t, mp); n != 2 {
 			t.Fatalf("%d messages, want 2 (one sent, one forced)", n)
 		}
@@ -275,7 +265,7 @@ func TestFiresOnSchedule(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
-		poll(t, "two activations after the send", func() bool { return logs.count("outcome=already-sent") >= 2 })
+		testkit.Eventually(t, 30*time.Second, "two activations after the send", func() bool { return logs.count("outcome=already-sent") >= 2 })
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)

@@ -1,0 +1,289 @@
+package classify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/backoff"
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/reason"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/dedup"
+	"github.com/auditlens/auditlens/services/classify/rules"
+)
+
+// service is the running classify stage.
+type service struct {
+	cfg     Config
+	bus     bus.Bus
+	cluster string
+	log     *slog.Logger
+	engine  classifier
+	seen    *dedup.Window
+	met     *metrics
+	running atomic.Bool
+}
+
+var _ daemon.Component = (*service)(nil)
+
+// classifier is what the service needs of the rule engine (*rules.Engine); tests put a
+// faulty one in its place.
+type classifier interface {
+	Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
+	Finding(ev *auditevent.Event, m *rules.Match, cluster, node string) *auditlensv1.Finding
+}
+
+// newStage assembles the stage from a checked cfg, its deps and the engine.
+func newStage(cfg Config, d daemon.Deps, engine classifier) *service {
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var reg prometheus.Registerer = d.Registry
+	if d.Registry == nil {
+		reg = nil
+	}
+	return &service{
+		cfg: cfg, bus: d.Bus, cluster: d.Cluster, log: log.With("stage", "classify"),
+		engine: engine, seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg),
+	}
+}
+
+// Ready implements daemon.Component.
+func (s *service) Ready() error {
+	if !s.running.Load() {
+		return errors.New("classify: not consuming")
+	}
+	return s.bus.Ready()
+}
+
+// Run consumes events until ctx is done, then finishes the batches in hand and returns.
+func (s *service) Run(ctx context.Context) error {
+	// Panics and events too large for the bus are dead-lettered by this service itself, so
+	// what is redelivered is almost always an event whose findings could not be published
+	// (findings stream unavailable): the bound covers about a day of that, with redelivery's
+	// backoff, instead of the bus's default 50 deliveries.
+	cons, err := s.bus.Consumer(bus.Events, s.cfg.Group, bus.ConsumerOptions{MaxUnacked: s.cfg.MaxUnacked, AckWait: s.cfg.AckWait, MaxDeliver: classifyMaxDeliver})
+	if err != nil {
+		return fmt.Errorf("consume events: %w", err)
+	}
+	in := make(chan *bus.Delivery, s.cfg.BatchSize*s.cfg.Workers)
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.worker(in)
+		}()
+	}
+	s.running.Store(true)
+	s.log.Info("consuming", "stream", bus.Events, "group", s.cfg.Group, "workers", s.cfg.Workers)
+	err = cons.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+		select {
+		case in <- d:
+		case <-ctx.Done():
+			_ = d.Nak(0) // not taken: let another replica (or the next start) have it
+		}
+	})
+	s.running.Store(false)
+	close(in)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("consume events: %w", err)
+	}
+	return nil
+}
+
+// worker settles deliveries in batches: decode, classify, publish findings and dead letters
+// in one call, then ack (or nak all on a failed publish, so nothing is lost).
+func (s *service) worker(in <-chan *bus.Delivery) {
+	dec := auditevent.NewDecoder(s.cfg.MaxEventSize)
+	var matches []rules.Match
+	batch := make([]*bus.Delivery, 0, s.cfg.BatchSize)
+	for {
+		d, ok := <-in
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], d)
+		timer := time.NewTimer(s.cfg.BatchWait)
+	fill:
+		for len(batch) < s.cfg.BatchSize {
+			select {
+			case d, ok := <-in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, d)
+			case <-timer.C:
+				break fill
+			}
+		}
+		timer.Stop()
+		matches = s.settle(dec, batch, matches)
+	}
+}
+
+func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches []rules.Match) []rules.Match {
+	var out []bus.Message
+	var keys []string
+	// The findings, per cluster in order of appearance, packed into FindingBatch messages.
+	var clusters []*findingBatch
+	findingsOf := func(cluster string) *findingBatch {
+		for _, fb := range clusters {
+			if fb.cluster == cluster {
+				return fb
+			}
+		}
+		fb := newFindingBatch(cluster, s.cfg.FindingsMessageBytes)
+		clusters = append(clusters, fb)
+		return fb
+	}
+	inBatch := map[string]bool{}
+	now := time.Now()
+	perRule := map[string]int{}
+	bad := 0
+	for _, d := range batch {
+		if d.Delivered > 1 {
+			s.met.redelivered.Inc()
+		}
+		cluster := d.Cluster
+		if cluster == "" {
+			cluster = s.cluster
+		}
+		var found []found
+		var err error
+		found, matches, err = s.classify(dec, d, cluster, now, matches[:0])
+		if err != nil {
+			bad++
+			out = append(out, s.deadLetter(d, cluster, err))
+			continue
+		}
+		for _, f := range found {
+			if inBatch[f.key] || s.seen.Seen(f.key) {
+				s.met.duplicates.Inc()
+				continue
+			}
+			inBatch[f.key] = true
+			if err := findingsOf(cluster).add(f.key, f.finding); err != nil {
+				s.log.Error("marshal finding", "err", err)
+				continue
+			}
+			keys = append(keys, f.key)
+			perRule[f.finding.RuleId]++
+		}
+	}
+	for _, fb := range clusters {
+		out = append(out, fb.messages()...)
+	}
+	if len(out) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckWait)
+		err := s.bus.Publish(ctx, out...)
+		cancel()
+		if err != nil {
+			s.log.Warn("publish findings failed; events will be redelivered", "events", len(batch), "err", err)
+			for _, d := range batch {
+				_ = d.Nak(redelivery.Delay(d.Delivered))
+			}
+			return matches
+		}
+	}
+	s.seen.Add(keys...)
+	for id, n := range perRule {
+		s.met.findings.WithLabelValues(id).Add(float64(n))
+	}
+	s.met.events.WithLabelValues("ok").Add(float64(len(batch) - bad))
+	if bad > 0 {
+		s.met.events.WithLabelValues("bad").Add(float64(bad))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, d := range batch {
+		if err := d.Ack(ctx); err != nil {
+			s.log.Warn("ack", "position", d.Position, "err", err)
+		}
+	}
+	return matches
+}
+
+// found is one finding of an event with its de-duplication key.
+type found struct {
+	key     string
+	finding *auditlensv1.Finding
+}
+
+// errPanic marks an event whose classification panicked.
+var errPanic = reason.New("panic while classifying", reason.Panic)
+
+// classify decodes and classifies one delivery. An event that cannot be decoded, or whose
+// classification panics (a bug, or a rule meeting input it was not written for), is an error
+// for the dead-letter stream: one event never stops the others nor, redelivered for ever,
+// restarts the service.
+// It returns matches (its scratch space) for the next call.
+func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster string, now time.Time, matches []rules.Match) (out []found, _ []rules.Match, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("%w: %v", errPanic, p)
+			s.met.panics.Inc()
+			s.log.Error("classifying an event panicked; sent to the dead-letter stream", "id", d.ID, "position", d.Position,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	ev, err := dec.DecodeEvent(d.Data)
+	if err != nil {
+		s.met.parseErrors.WithLabelValues(reason.Of(err)).Inc()
+		s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
+		return nil, matches, err
+	}
+	if !ev.StageTimestamp.IsZero() {
+		lag := now.Sub(ev.StageTimestamp).Seconds()
+		s.met.lag.Observe(max(lag, 0))
+		s.met.lagLast.Set(lag)
+	}
+	matches = s.engine.Classify(ev, matches)
+	for i := range matches {
+		m := &matches[i]
+		out = append(out, found{dedup.Key(cluster, ev.AuditID, m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
+	}
+	return out, matches, nil
+}
+
+// deadLetter wraps an undecodable event for the dead-letter stream.
+func (s *service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Message {
+	id := d.ID
+	if id == "" {
+		sum := sha256.Sum256(d.Data)
+		id = hex.EncodeToString(sum[:16])
+	}
+	source := d.Position
+	if src := d.Header[bus.HeaderSource]; src != "" {
+		source = src + " (" + d.Position + ")"
+	}
+	var extra map[string]string
+	if n := d.Header[bus.HeaderNode]; n != "" {
+		extra = map[string]string{bus.HeaderNode: n}
+	}
+	return bus.NewDeadLetter(cluster, "classify", id, source, fmt.Errorf("classify: %w", err), d.Data, extra)
+}
+
+// classifyMaxDeliver bounds how often one event is handed to classify before it is given up
+// to the dead-letter stream.
+const classifyMaxDeliver = 1000
+
+// redelivery is how long an event whose findings could not be published waits before it is
+// delivered again: one second, doubling with each delivery up to a minute. Without jitter:
+// the events of a failed batch come back together, as one batch again, and what replicas
+// hold meanwhile is bounded by --classify-max-unacked however the retries line up.
+var redelivery = backoff.Backoff{Min: time.Second, Max: time.Minute, Jitter: -1}

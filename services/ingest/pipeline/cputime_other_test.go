@@ -1,8 +1,0 @@
-//go:build !unix
-
-package pipeline_test
-
-import "time"
-
-// cpuTime is not measured here; benchmarks then report 0 cpu-ns/event.
-func cpuTime() time.Duration { return 0 }

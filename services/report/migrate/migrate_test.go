@@ -1,0 +1,84 @@
+package migrate
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/auditlens/auditlens/services/report/chtest"
+)
+
+func TestUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"--help"}, 0, "applies the schema migrations"},
+		{[]string{"--help"}, 0, "AUDITLENS_CLICKHOUSE_DATA_DIR"},
+		{[]string{"--retention-days", "-1"}, 2, "--retention-days -1"},
+		{[]string{"--clickhouse-dsn", "http://localhost:8123"}, 2, "native protocol"},
+		{[]string{"--clickhouse-dsn", "", "--clickhouse-data-dir", ""}, 2, "--clickhouse-data-dir is empty"},
+		// --data-dir, the name of --clickhouse-data-dir before, still works and says it is deprecated.
+		{[]string{"--data-dir", ""}, 2, "--clickhouse-data-dir is empty"},
+		{[]string{"--data-dir", ""}, 2, "flag --data-dir is deprecated: use --clickhouse-data-dir"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--no-such-flag"}, 2, "no-such-flag"},
+	} {
+		var out bytes.Buffer
+		if code := Main(c.args, &out); code != c.code || !strings.Contains(out.String(), c.out) {
+			t.Errorf("report migrate %v: exit %d, want %d, output containing %q:\n%s", c.args, code, c.code, c.out, out.String())
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	srv := chtest.StartServer(t)
+	for i := range 2 {
+		var out bytes.Buffer
+		if code := Main([]string{"--clickhouse-dsn", srv.DSN("auditlens")}, &out); code != 0 {
+			t.Fatalf("migrate run %d: exit %d\n%s", i+1, code, out.String())
+		}
+		want := "applied [1 2 3]"
+		if i == 1 {
+			want = "applied []"
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("migrate run %d: %q, want %q", i+1, out.String(), want)
+		}
+	}
+}
+
+func TestMigrateEmbedded(t *testing.T) {
+	dir := chtest.EmbeddedDir(t)
+	var out bytes.Buffer
+	if code := Main([]string{"--clickhouse-data-dir", dir}, &out); code != 0 {
+		t.Fatalf("exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "embedded chdb") || !strings.Contains(out.String(), "ClickHouse 26.") {
+		t.Errorf("output: %s", out.String())
+	}
+}
+
+func TestMigrateServerDown(t *testing.T) {
+	var out bytes.Buffer
+	code := Main([]string{"--clickhouse-dsn", "clickhouse://127.0.0.1:1/auditlens?dial_timeout=200ms", "--timeout", "5s"}, &out)
+	if code != 1 || !strings.Contains(out.String(), "127.0.0.1:1") {
+		t.Errorf("exit %d, output %q: want 1 and the address", code, out.String())
+	}
+}
+
+// The DSN's password, in the user information or as a query parameter, stays out of what
+// migrate prints when the server cannot be reached.
+func TestMigrateErrorHidesPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"clickhouse://127.0.0.1:1/auditlens?username=report&password=s3cret&dial_timeout=200ms",
+		"clickhouse://report:s3@cret@127.0.0.1:1/auditlens?dial_timeout=200ms",
+	} {
+		var out bytes.Buffer
+		code := Main([]string{"--clickhouse-dsn", dsn, "--timeout", "5s"}, &out)
+		if code != 1 || strings.Contains(out.String(), "s3") || strings.Contains(out.String(), "cret") || !strings.Contains(out.String(), "127.0.0.1:1") {
+			t.Errorf("%s: exit %d, output %q: want 1, the address and no password", dsn, code, out.String())
+		}
+	}
+}

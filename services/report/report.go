@@ -1,0 +1,99 @@
+// Package report is the report service: it wires the findings writer (bus -> ClickHouse) and,
+// when configured, the weekly report's schedule onto one store.
+package report
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/weekly/schedule"
+	"github.com/auditlens/auditlens/services/report/writer"
+)
+
+// Config is everything the service needs; its zero value is not useful: start from
+// DefaultConfig.
+type Config struct {
+	// Engine is the store: a ClickHouse server, or embedded chDB.
+	Engine engine.Config
+	// Writer consumes findings and writes them in batches.
+	Writer writer.Config
+	// Weekly is the weekly report's schedule; it runs when it has a schedule and recipients.
+	Weekly schedule.Config
+}
+
+// DefaultConfig is the one place the service's defaults are written: the flags show and start
+// from these values. Embedded ClickHouse keeps its data in dataRoot/chdb.
+func DefaultConfig(dataRoot string) Config {
+	return Config{
+		Engine: engine.DefaultConfig(dataRoot),
+		Writer: writer.DefaultConfig(),
+		Weekly: schedule.DefaultConfig(),
+	}
+}
+
+// RegisterFlags registers the service's flags on fs, each defaulting to the current value of
+// its field: the engine's (--clickhouse-*, --retention-days), the writer's (--report-*) and
+// the weekly schedule's (--weekly-*, --target-version, --smtp-*, --mail-*).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Engine.RegisterFlags(fs)
+	c.Writer.RegisterFlags(fs)
+	c.Weekly.RegisterFlags(fs)
+}
+
+// Validate checks c and never changes it.
+func (c Config) Validate() error {
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if err := c.Writer.Validate(); err != nil {
+		return err
+	}
+	return c.Weekly.Validate()
+}
+
+// New opens the store (a server is contacted only when the writer runs) and returns the
+// service's components, upstream first: the findings writer, the weekly schedule when
+// configured, and last the store's closer.
+func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := cfg.Engine.Open(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	var reg prometheus.Registerer // a nil *Registry must not become a non-nil interface
+	if d.Registry != nil {
+		reg = d.Registry
+	}
+	wc := cfg.Writer
+	wc.RetentionDays = cfg.Engine.RetentionDays
+	w, err := writer.New(wc, st, d.Bus, log, reg)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	comps := []daemon.Component{w}
+	if cfg.Weekly.Enabled() {
+		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		comps = append(comps, sch)
+	}
+	// Last to stop: the store outlives every component that uses it.
+	comps = append(comps, daemon.CloseAtStop(st))
+	log.Info("report configured", "engine", cfg.Engine.Describe(), "batch_size", cfg.Writer.BatchSize,
+		"batch_max_wait", cfg.Writer.MaxWait, "weekly_schedule", cfg.Weekly.Enabled())
+	return comps, nil
+}

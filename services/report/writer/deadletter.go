@@ -1,0 +1,124 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/reason"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+// add decodes the findings of d into b and keeps d there to be acknowledged after the write.
+// A message that holds no usable finding is dead-lettered and settled here; so is each bad
+// finding inside a batch, whose good findings are still written.
+func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
+	if len(d.Data) > w.cfg.MaxFindingBytes {
+		w.invalid(ctx, d, fmt.Errorf("%w: message of %d bytes exceeds %d", errTooLarge, len(d.Data), w.cfg.MaxFindingBytes))
+		return
+	}
+	data := d.Data
+	if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType {
+		// One Finding: what classify published before batches, still read during an upgrade.
+		if err := b.blk.AppendWire(data, d.Cluster); err != nil {
+			w.invalid(ctx, d, findingCause(err))
+			return
+		}
+		w.m.pending.Inc()
+		b.ds = append(b.ds, d)
+		return
+	}
+	n, err := b.blk.AppendBatch(data, d.Cluster, func(i int, f []byte, err error) error {
+		return w.deadLetterFinding(ctx, d, i, f, findingCause(err))
+	})
+	switch {
+	case errors.Is(err, errDeadLetterFailed):
+		// Keep the message on the bus rather than lose the finding that could not be parked.
+		_ = d.Nak(w.cfg.RetryMax)
+	case err != nil:
+		w.invalid(ctx, d, fmt.Errorf("undecodable finding batch: %w", err))
+	case n == 0:
+		// Every finding in it was dead-lettered.
+		if err := d.Ack(ctx); err != nil {
+			w.m.ackErrors.Inc()
+		}
+	default:
+		w.m.pending.Add(float64(n))
+		b.ds = append(b.ds, d)
+	}
+}
+
+// findingCause says why a finding was not usable: it has no identity, or it is undecodable.
+func findingCause(err error) error {
+	if errors.Is(err, store.ErrNoIdentity) {
+		return err
+	}
+	return fmt.Errorf("undecodable finding: %w", err)
+}
+
+// errTooLarge marks a message over --report-max-finding-bytes.
+var errTooLarge = reason.New("too large", reason.TooLarge)
+
+var errDeadLetterFailed = errors.New("dead-letter publish failed")
+
+// invalid counts, logs and dead-letters a message that holds no usable finding, then
+// terminates it (or, when the dead letter cannot be published, leaves it for redelivery).
+func (w *Writer) invalid(ctx context.Context, d *bus.Delivery, cause error) {
+	w.m.invalid.Inc()
+	w.log.Warn("skipping invalid finding", "position", d.Position, "reason", cause)
+	id := d.ID
+	if id == "" {
+		id = d.Position
+	}
+	err := w.deadLetter(ctx, d.Cluster, id, "report:"+d.Position, d.Data, cause)
+	switch {
+	case errors.Is(err, bus.ErrTooLarge):
+		w.log.Warn("dead letter refused for its size; dropping the message", "position", d.Position)
+	case err != nil:
+		// Keep it on the bus rather than lose it.
+		w.log.Warn("dead-letter publish failed; redelivering the message later", "position", d.Position, "err", err)
+		_ = d.Nak(w.cfg.RetryMax)
+		return
+	}
+	_ = d.Term(cause.Error())
+}
+
+// deadLetterFinding counts, logs and dead-letters finding i of the batch in d.
+func (w *Writer) deadLetterFinding(ctx context.Context, d *bus.Delivery, i int, f []byte, cause error) error {
+	w.m.invalid.Inc()
+	pos := d.Position + "#" + strconv.Itoa(i)
+	w.log.Warn("skipping invalid finding", "position", pos, "reason", cause)
+	id := d.ID
+	if id == "" {
+		id = d.Position
+	}
+	err := w.deadLetter(ctx, d.Cluster, id+"#"+strconv.Itoa(i), "report:"+pos, f, cause)
+	switch {
+	case errors.Is(err, bus.ErrTooLarge):
+		w.log.Warn("dead letter refused for its size; dropping the finding", "position", pos)
+	case err != nil:
+		w.log.Warn("dead-letter publish failed; redelivering the message later", "position", pos, "err", err)
+		return fmt.Errorf("%w: %w", errDeadLetterFailed, err)
+	}
+	return nil
+}
+
+// deadLetter publishes data to the dead-letter stream as "report/<id>" (bus.NewDeadLetter
+// keeps its first bus.DeadLetterMaxData bytes) and counts it.
+func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, data []byte, cause error) error {
+	if bus.ValidateCluster(cluster) != nil {
+		cluster = "unknown"
+	}
+	msg := bus.NewDeadLetter(cluster, "report", id, source, cause, data, nil)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.bus.Publish(pctx, msg); err != nil {
+		return err
+	}
+	w.m.deadLettered.Inc()
+	return nil
+}

@@ -1,0 +1,39 @@
+package writer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	written, invalid, deadLettered, writeErrors, unwritten, ackErrors prometheus.Counter
+	batches                                                           prometheus.Counter
+	batchSize, writeSeconds                                           prometheus.Histogram
+	pending                                                           prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_written_total",
+			Help: "Findings written to ClickHouse (redeliveries included; they count once in queries)."}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_invalid_total",
+			Help: "Messages, or findings in a batch message, that were not a usable finding (undecodable, too large, without identity)."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_dead_lettered_total",
+			Help: "Invalid messages and findings copied to the dead-letter stream."}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_write_errors_total",
+			Help: "Failed ClickHouse writes (each retried until it succeeds)."}),
+		unwritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_unwritten_at_shutdown_total",
+			Help: "Findings left unacknowledged at shutdown because the last write failed; the bus redelivers them."}),
+		ackErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_ack_errors_total",
+			Help: "Acknowledgements the bus refused after a write (the finding is redelivered and counted once)."}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_batches_total",
+			Help: "Batches written to ClickHouse."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "auditlens_report_batch_findings",
+			Help: "Findings per written batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "auditlens_report_write_seconds",
+			Help: "Duration of successful batch writes.", Buckets: prometheus.DefBuckets}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_pending_findings",
+			Help: "Findings received and not yet written."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending)
+	}
+	return m
+}

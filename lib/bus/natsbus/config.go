@@ -38,7 +38,9 @@ type Config struct {
 	Duplicates time.Duration
 	// MaxAge bounds how long messages are kept (default 7 days).
 	MaxAge time.Duration
-	// Replicas of each stream in a clustered deployment (default 1).
+	// Replicas of each stream in a clustered deployment (default 1; 1 to 5, and 1 with the
+	// embedded server). An existing stream is scaled to it; the durable consumers follow
+	// their stream.
 	Replicas int
 	// MaxInflight bounds asynchronous publishes awaiting an acknowledgement (default 4096).
 	MaxInflight int
@@ -101,7 +103,7 @@ func (c *Config) Validate() error {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("--nats-tls-cert and --nats-tls-key go together")
 	}
-	return nil
+	return c.validateReplicas()
 }
 
 func (c *Config) authOptions() ([]nats.Option, error) {

@@ -60,7 +60,7 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	kctx, stopKeepAlive := context.WithCancel(context.Background())
 	defer stopKeepAlive()
 	go held.keepAlive(kctx, progressInterval(c.opts.AckWait))
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	closed, err := consumeRepulling(ctx, cons, func(m jetstream.Msg) {
 		d := &bus.Delivery{Acker: held.track(m)}
 		d.Stream = c.stream
 		d.Data = m.Data()
@@ -90,23 +90,16 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 			d.Delivered = 1
 		}
 		h(ctx, d)
-	}, jetstream.PullMaxMessagesWithBytesLimit(batch, c.pullBytes()), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, func(err error) {
 		log.Debug("nats consume", "consumer", c.cfg.Durable, "err", err)
-	}))
-	if err != nil {
+	}, jetstream.PullMaxMessagesWithBytesLimit(batch, c.pullBytes()))
+	switch {
+	case err != nil:
 		return fmt.Errorf("consume %s: %w", c.cfg.Durable, err)
-	}
-	select {
-	case <-ctx.Done():
-		cc.Stop()
-		<-cc.Closed()
-		return nil
-	case <-cc.Closed():
-		if ctx.Err() != nil {
-			return nil //nolint:nilerr // closed because cancelled: a clean stop
-		}
+	case closed && ctx.Err() == nil:
 		return fmt.Errorf("consumer %s closed: %w", c.cfg.Durable, bus.ErrUnavailable)
 	}
+	return nil // cancelled: a clean stop
 }
 
 // pullBytes bounds the bytes of deliveries buffered for the consumer: far below what the

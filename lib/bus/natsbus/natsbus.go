@@ -121,12 +121,16 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 			// Fast-batch publishing (nats-server >= 2.14); older servers ignore or refuse it.
 			AllowBatchPublish: true,
 		}
+		before := b.streamReplicas(ctx, sc.Name)
 		st, err := b.createOrUpdateStream(ctx, sc)
 		if err != nil {
 			sc.AllowBatchPublish = false
 			if st, err = b.createOrUpdateStream(ctx, sc); err != nil {
-				return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+				return b.replicasError(fmt.Errorf("create or update stream %s: %w", sc.Name, err))
 			}
+		}
+		if after := st.CachedInfo().Config.Replicas; before != 0 && before != after {
+			b.cfg.Logger.Info("nats stream scaled", "stream", sc.Name, "replicas_before", before, "replicas", after)
 		}
 		b.batched[s] = st.CachedInfo().Config.AllowBatchPublish && !b.cfg.OneAtATime
 		if !st.CachedInfo().Config.AllowBatchPublish {

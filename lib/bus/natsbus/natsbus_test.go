@@ -13,6 +13,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/bustest"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus/natscluster"
 )
 
 func TestMain(m *testing.M) {
@@ -22,6 +23,8 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
 		goleak.IgnoreTopFunction("time.Sleep"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// Deletes the nats-server binary the cluster tests built.
+		goleak.Cleanup(natscluster.Exit),
 	)
 }
 

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"database/sql"
 	"fmt"
 	"net"
@@ -11,37 +13,83 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
 // Recovery time: after one part of the pipeline is killed with SIGKILL mid-stream and
 // restarted at once, ClickHouse must hold the exact count within recoveryBound of the
-// restart. The wait itself is bounded by recoveryWait, so that a loaded machine shows a slow
+// restart. The audit log grows while it runs (feed: the input over feedTime, as an apiserver
+// writes it), so that the part killed holds work in flight when it dies. The wait itself is bounded by recoveryWait, so that a loaded machine shows a slow
 // recovery as a number in the log, not as a hang; the defaults of every binary are used (no
 // shortened ack waits or retries): what is measured is what a user gets.
 const (
 	recoveryBound = 30 * time.Second
 	recoveryWait  = 90 * time.Second
+	feedTime      = 6 * time.Second
 )
+
+// fed is a feed in progress: done is closed when the last line is written, at end.
+type fed struct {
+	done chan struct{}
+	end  time.Time
+}
+
+// feed appends the lines of src to dst in 60 steps over feedTime.
+func feed(t *testing.T, src, dst string) *fed {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	const steps = 60
+	fd := &fed{done: make(chan struct{})}
+	go func() {
+		defer close(fd.done)
+		defer func() { fd.end = time.Now() }()
+		defer f.Close()
+		tick := time.NewTicker(feedTime / steps)
+		defer tick.Stop()
+		for i := range steps {
+			chunk := lines[i*len(lines)/steps : (i+1)*len(lines)/steps]
+			if _, err := f.Write(bytes.Join(chunk, nil)); err != nil {
+				t.Errorf("feed: %v", err)
+				return
+			}
+			<-tick.C
+		}
+	}()
+	t.Cleanup(func() { <-fd.done })
+	return fd
+}
 
 func TestRecoveryAfterKill(t *testing.T) {
 	ch := chtest.StartServer(t)
 	dir := t.TempDir()
-	input := filepath.Join(dir, "audit.log")
-	events := writeInput(t, input, 120)
-	want := expected(t, input).keys
+	all := filepath.Join(dir, "all.log")
+	events := writeInput(t, all, 120)
+	want := expected(t, all).keys
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	t.Logf("%d events, %d findings expected per run", events, len(want))
+	t.Logf("%d events, %d findings expected per run, written over %s", events, len(want), feedTime)
 
 	for _, victim := range []string{"ingest", "classify", "report", "nats", "clickhouse"} {
 		t.Run(victim, func(t *testing.T) {
 			cluster := "kill-" + victim
 			dir := t.TempDir()
+			input := filepath.Join(dir, "audit.log")
+			fed := feed(t, all, input)
 			natsAddr := freeAddr(t)
 			nats := start(t, dir, "nats-server", "-js", "-sd", filepath.Join(dir, "nats"), "-a", "127.0.0.1",
 				"-p", portOf(t, natsAddr), "--server_name", "recovery")
@@ -61,6 +109,14 @@ func TestRecoveryAfterKill(t *testing.T) {
 			}
 			count := func() int { return countStored(t, db, cluster) }
 			waitFirst(t, count, len(want))
+			// A consumer killed must hold deliveries it has not acknowledged: those are what
+			// its recovery time is about (without, any ack wait would pass).
+			switch victim {
+			case "classify":
+				waitHolding(t, natsAddr, "AUDIT_EVENTS", "classify")
+			case "report":
+				waitHolding(t, natsAddr, "AUDIT_FINDINGS", "report")
+			}
 
 			before := count()
 			var restarted time.Time
@@ -77,8 +133,8 @@ func TestRecoveryAfterKill(t *testing.T) {
 				p.start()
 			}
 			took := waitExact(t, db, cluster, want, restarted)
-			t.Logf("%s killed with %d of %d findings stored: exact count %s after its restart (bound %s)",
-				victim, before, len(want), took.Round(10*time.Millisecond), recoveryBound)
+			t.Logf("%s killed with %d of %d findings stored: exact count %s after its restart (bound %s)%s",
+				victim, before, len(want), took.Round(10*time.Millisecond), recoveryBound, afterFeed(fed, restarted, took))
 			if took > recoveryBound {
 				t.Errorf("%s: exact count %s after the restart, want within %s", victim, took.Round(time.Second), recoveryBound)
 			}
@@ -91,28 +147,75 @@ func TestRecoveryAfterKill(t *testing.T) {
 func TestAllInOneRecoveryAfterKill(t *testing.T) {
 	ch := chtest.StartServer(t)
 	dir := t.TempDir()
-	input := filepath.Join(dir, "audit.log")
-	events := writeInput(t, input, 120)
-	want := expected(t, input).keys
+	all := filepath.Join(dir, "all.log")
+	events := writeInput(t, all, 120)
+	want := expected(t, all).keys
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	const cluster = "kill-auditlens"
+	input := filepath.Join(dir, "audit.log")
+	fed := feed(t, all, input)
+	natsAddr := freeAddr(t)
 	p := start(t, dir, "auditlens", "--cluster", cluster, "--log-format", "json", "--metrics-addr", "",
-		"--data-root", filepath.Join(dir, "data"), "--audit-log", input, "--clickhouse-dsn", ch.DSN("auditlens"))
+		"--data-root", filepath.Join(dir, "data"), "--audit-log", input, "--clickhouse-dsn", ch.DSN("auditlens"),
+		"--nats-embedded-listen", natsAddr)
 	count := func() int { return countStored(t, db, cluster) }
 	waitFirst(t, count, len(want))
+	waitHolding(t, natsAddr, "AUDIT_FINDINGS", "report")
 	before := count()
 	p.kill()
 	restarted := time.Now()
 	p.start()
 	took := waitExact(t, db, cluster, want, restarted)
-	t.Logf("auditlens (%d events) killed with %d of %d findings stored: exact count %s after its restart (bound %s)",
-		events, before, len(want), took.Round(10*time.Millisecond), recoveryBound)
+	t.Logf("auditlens (%d events) killed with %d of %d findings stored: exact count %s after its restart (bound %s)%s",
+		events, before, len(want), took.Round(10*time.Millisecond), recoveryBound, afterFeed(fed, restarted, took))
 	if took > recoveryBound {
 		t.Errorf("exact count %s after the restart, want within %s", took.Round(time.Second), recoveryBound)
+	}
+}
+
+// afterFeed says how long after the end of the input's writing the count was exact, when
+// the writing ended after the restart.
+func afterFeed(f *fed, restarted time.Time, took time.Duration) string {
+	<-f.done
+	if !f.end.After(restarted) {
+		return ""
+	}
+	return fmt.Sprintf(", %s after the input's last line", restarted.Add(took).Sub(f.end).Round(10*time.Millisecond))
+}
+
+// waitHolding waits until the consumer group of stream on the NATS server at addr has
+// deliveries handed out and not acknowledged.
+func waitHolding(t *testing.T, addr, stream, group string) {
+	t.Helper()
+	nc, err := nats.Connect("nats://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c, err := js.Consumer(ctx, stream, group)
+		var info *jetstream.ConsumerInfo
+		if err == nil {
+			info, err = c.Info(ctx)
+		}
+		cancel()
+		if err == nil && info.NumAckPending > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held an unacknowledged delivery of %s within 30s (last error %v)", group, stream, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -326,6 +326,48 @@ func TestClickHouseDownLosesNothing(t *testing.T) {
 	}
 }
 
+// An outage many times the ack wait long (here 12 waits of 1s; minutes in production, where the
+// wait is 10s) redelivers nothing: the running writer keeps what it holds (the bus tells the
+// server it is still in progress), writes each finding once after ClickHouse is back, and
+// loses none.
+func TestLongOutageRedeliversNothing(t *testing.T) {
+	srv, st := chtest.ServerStore(t)
+	b := openBus(t)
+	c := testConfig()
+	c.AckWait = time.Second
+	w, stop := startWriter(t, c, st, b)
+	ctx := context.Background()
+	if err := b.Publish(ctx, messages("before", 500)...); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, "the first findings", func() bool { return distinct(t, st) == 500 })
+
+	srv.Stop()
+	down := time.Now()
+	if err := b.Publish(ctx, batches("during", 1500, 100)...); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, "failed writes while ClickHouse is down", func() bool { return testutil.ToFloat64(w.m.writeErrors) >= 3 })
+	time.Sleep(12*c.AckWait - time.Since(down)) // the outage itself
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, "every finding after the outage", func() bool { return distinct(t, st) == 2000 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(w.m.written); n != 2000 {
+		t.Errorf("%v findings written for 2000: redelivered during the outage", n)
+	}
+	var rows uint64
+	if err := st.DB().QueryRow("SELECT count() FROM auditlens.findings").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2000 {
+		t.Errorf("%d rows for 2000 findings", rows)
+	}
+}
+
 func TestShutdownDrainsTheBatch(t *testing.T) {
 	_, st := chtest.ServerStore(t)
 	b := openBus(t)

@@ -81,7 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxUnacked, "classify-max-unacked", c.MaxUnacked, "events delivered but not yet settled")
 	fs.DurationVar(&c.AckWait, "classify-ack-wait", c.AckWait, "after a crash, how long the events it held wait before they are redelivered (a running classify keeps what it holds)")
 	fs.IntVar(&c.FindingsMessageBytes, "classify-findings-message-bytes", c.FindingsMessageBytes,
-		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --max-finding-bytes")
+		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --report-max-finding-bytes")
 }
 
 // Validate checks c and never changes it. The rule files must be readable; they are loaded
@@ -110,7 +110,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.FindingsMessageBytes > 1<<20 {
-		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --max-finding-bytes default)", c.FindingsMessageBytes)
+		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --report-max-finding-bytes default)", c.FindingsMessageBytes)
 	}
 	if c.BatchSize > c.MaxUnacked {
 		return fmt.Errorf("--classify-batch-size %d is larger than --classify-max-unacked %d", c.BatchSize, c.MaxUnacked)

@@ -187,9 +187,12 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func stored(t *testing.T, db *sql.DB) map[string]bool {
+func stored(t *testing.T, db *sql.DB) map[string]bool { return storedIn(t, db, "e2e") }
+
+// storedIn is the set of "audit_id rule_id" stored for cluster (nil before the table exists).
+func storedIn(t *testing.T, db *sql.DB, cluster string) map[string]bool {
 	t.Helper()
-	rows, err := db.Query("SELECT DISTINCT audit_id, rule_id FROM auditlens.findings WHERE cluster = ?", "e2e")
+	rows, err := db.Query("SELECT DISTINCT audit_id, rule_id FROM auditlens.findings WHERE cluster = ?", cluster)
 	if err != nil {
 		return nil // table not created yet
 	}

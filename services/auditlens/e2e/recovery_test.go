@@ -71,17 +71,23 @@ func feed(t *testing.T, src, dst string) *fed {
 	return fd
 }
 
-func TestRecoveryAfterKill(t *testing.T) {
-	ch := chtest.StartServer(t)
-	dir := t.TempDir()
-	all := filepath.Join(dir, "all.log")
-	events := writeInput(t, all, 120)
-	want := expected(t, all).keys
+// recoverySetup starts ClickHouse and writes the input all.log (not yet fed to the pipeline)
+// with the findings classify scan finds in it.
+func recoverySetup(t *testing.T) (ch *chtest.Server, db *sql.DB, all string, events int, want map[string]bool) {
+	ch = chtest.StartServer(t)
+	all = filepath.Join(t.TempDir(), "all.log")
+	events = writeInput(t, all, 120)
+	want = expected(t, all).keys
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	return ch, db, all, events, want
+}
+
+func TestRecoveryAfterKill(t *testing.T) {
+	ch, db, all, events, want := recoverySetup(t)
 	t.Logf("%d events, %d findings expected per run, written over %s", events, len(want), feedTime)
 
 	for _, victim := range []string{"ingest", "classify", "report", "nats", "clickhouse"} {
@@ -145,17 +151,9 @@ func TestRecoveryAfterKill(t *testing.T) {
 // TestAllInOneRecoveryAfterKill is the same for the single-process binary on its embedded
 // NATS, writing to ClickHouse 18.16 (so that the count can be read while it is down).
 func TestAllInOneRecoveryAfterKill(t *testing.T) {
-	ch := chtest.StartServer(t)
-	dir := t.TempDir()
-	all := filepath.Join(dir, "all.log")
-	events := writeInput(t, all, 120)
-	want := expected(t, all).keys
-	db, err := sql.Open("clickhouse", ch.DSN("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	ch, db, all, events, want := recoverySetup(t)
 	const cluster = "kill-auditlens"
+	dir := t.TempDir()
 	input := filepath.Join(dir, "audit.log")
 	fed := feed(t, all, input)
 	natsAddr := freeAddr(t)
@@ -272,24 +270,6 @@ func countStored(t *testing.T, db *sql.DB, cluster string) int {
 		return 0 // table not created yet, or the server is down
 	}
 	return int(n)
-}
-
-func storedIn(t *testing.T, db *sql.DB, cluster string) map[string]bool {
-	t.Helper()
-	rows, err := db.Query("SELECT DISTINCT audit_id, rule_id FROM auditlens.findings WHERE cluster = ?", cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	got := map[string]bool{}
-	for rows.Next() {
-		var a, r string
-		if err := rows.Scan(&a, &r); err != nil {
-			t.Fatal(err)
-		}
-		got[a+" "+r] = true
-	}
-	return got
 }
 
 func portOf(t *testing.T, addr string) string {

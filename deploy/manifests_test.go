@@ -125,7 +125,7 @@ func kustomizations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"base", "monitoring", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
+	want := []string{"base", "monitoring", "overlays/aks", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
 	if !slices.Equal(dirs, want) {
 		t.Fatalf("kustomizations %v, want %v", dirs, want)
 	}
@@ -351,7 +351,10 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 			t.Errorf("namespace %s: no default-deny NetworkPolicy", ns)
 		}
 	}
-	allowedOut := map[int32]bool{53: true, 4222: true, 9092: true, 9000: true, 25: true, 465: true, 587: true}
+	allowedOut := map[int32]bool{53: true, 4222: true, 9092: true, 9000: true, 25: true, 465: true, 587: true,
+		9093: true,                      // AKS: Event Hubs' Kafka endpoint
+		443:  true, 80: true, 988: true, // GKE: the Pub/Sub API, the metadata server (Workload Identity)
+	}
 	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true}
 	for _, p := range r.policies {
 		for _, e := range p.Spec.Egress {
@@ -412,15 +415,25 @@ func checkConfig(t *testing.T, r *rendered) {
 			}
 		}
 	}
-	if r.dir == "overlays/webhook" {
-		checkWebhook(t, r)
+	switch r.dir {
+	case "overlays/webhook":
+		checkSecretFiles(t, r, "ingest-webhook", map[string]string{"--webhook-tls-cert": "auditlens-webhook-tls",
+			"--webhook-tls-key": "auditlens-webhook-tls", "--webhook-token-file": "auditlens-webhook"})
+	case "overlays/eks":
+		checkSecretFiles(t, r, "ingest-firehose", map[string]string{"--firehose-tls-cert": "auditlens-firehose-tls",
+			"--firehose-tls-key": "auditlens-firehose-tls", "--firehose-access-key-file": "auditlens-firehose"})
+	case "overlays/aks":
+		checkSecretFiles(t, r, "ingest-eventhubs", map[string]string{"--eventhubs-connection-string-file": "auditlens-eventhubs"})
+	case "overlays/gke":
+		checkSecretFiles(t, r, "ingest-pubsub", map[string]string{}) // Workload Identity: no key file
 	}
 }
 
-// The webhook receiver reads its TLS pair and token from the Secrets the README has you create.
-func checkWebhook(t *testing.T, r *rendered) {
+// The ingest Deployment name of an overlay reads each of its secret files (flag -> Secret) from
+// a mount of the Secret its kustomization tells you to create, and every file flag is listed.
+func checkSecretFiles(t *testing.T, r *rendered, name string, secrets map[string]string) {
 	for _, w := range r.workloads {
-		if w.name != "ingest-webhook" {
+		if w.name != name {
 			continue
 		}
 		mounts := map[string]string{} // mount path -> secret
@@ -432,18 +445,28 @@ func checkWebhook(t *testing.T, r *rendered) {
 					}
 				}
 			}
+			seen := 0
 			for _, a := range c.Args {
 				flag, path, _ := strings.Cut(a, "=")
-				want := map[string]string{"--webhook-tls-cert": "auditlens-webhook-tls", "--webhook-tls-key": "auditlens-webhook-tls",
-					"--webhook-token-file": "auditlens-webhook"}[flag]
-				if want != "" && mounts[filepath.Dir(path)] != want {
-					t.Errorf("%s=%s is not in a mount of Secret %s", flag, path, want)
+				want, ok := secrets[flag]
+				if !ok {
+					if strings.HasSuffix(flag, "-file") || strings.HasSuffix(flag, "-cert") || strings.HasSuffix(flag, "-key") {
+						t.Errorf("%s: %s names a file the test does not know", name, a)
+					}
+					continue
 				}
+				seen++
+				if mounts[filepath.Dir(path)] != want {
+					t.Errorf("%s: %s=%s is not in a mount of Secret %s", name, flag, path, want)
+				}
+			}
+			if seen != len(secrets) {
+				t.Errorf("%s: %d of the %d secret files given", name, seen, len(secrets))
 			}
 		}
 		return
 	}
-	t.Error("webhook overlay has no ingest-webhook Deployment")
+	t.Errorf("%s has no %s Deployment", r.dir, name)
 }
 
 func itoa(i int32) string {

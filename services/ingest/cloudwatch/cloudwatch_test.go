@@ -1,0 +1,271 @@
+package cloudwatch_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
+	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
+}
+
+const (
+	group   = "/aws/eks/demo/cluster"
+	cluster = "demo"
+)
+
+// load reads testdata/events.jsonl: genuine audit events (see testdata/README.md).
+func load(t testing.TB) testlog.Events {
+	b, err := os.ReadFile("testdata/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev testlog.Events
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		ev = append(ev, bytes.Clone(sc.Bytes()))
+	}
+	if len(ev) == 0 {
+		t.Fatal("no events in testdata/events.jsonl")
+	}
+	return ev
+}
+
+// awsEnv gives the SDK's default chain static test credentials and a region, and keeps it
+// away from this machine's shared config and the instance metadata service.
+func awsEnv(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTESTCLOUDWATCH")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// feed adds events n..m-1 to the fake log group, spread over three API servers' audit
+// streams, 10 ms apart from base; it returns their keys ("auditID/stage").
+func feed(f *fakeLogs, ev testlog.Events, n, m int, base time.Time) []string {
+	var want []string
+	for i := n; i < m; i++ {
+		line, key := ev.Event(i)
+		f.add(fmt.Sprintf("kube-apiserver-audit-%d", i%3), base.Add(time.Duration(i)*10*time.Millisecond).UnixMilli(), string(line))
+		want = append(want, key)
+	}
+	return want
+}
+
+type run struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, s *cloudwatch.Source) *run {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{t: t, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *run) stop() {
+	r.cancel()
+	if err := <-r.done; err != nil {
+		r.t.Errorf("Run: %v", err)
+	}
+	r.done <- nil // later stops return at once
+}
+
+func newSource(t *testing.T, url, dir string, b cloudwatch.Bus, m *metrics.Ingest) *cloudwatch.Source {
+	t.Helper()
+	cfg := cloudwatch.DefaultConfig()
+	cfg.LogGroup, cfg.Endpoint, cfg.Start, cfg.PollInterval = group, url, "1h", 20*time.Millisecond
+	s, err := cloudwatch.New(context.Background(), cfg, b, cloudwatch.Options{Cluster: "fallback", Node: "n1", CheckpointDir: dir, MaxEventSize: 1 << 20, Logger: testlog.Logger(t), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSource: events of the audit streams, read page by page, land on the bus under the
+// cluster the log group names, each once, with the envelope annotation; another stream of
+// the group is not read; a bad event is dead-lettered and counted; events arriving while the
+// reader runs, one of them late (older than the newest stored), are read too.
+func TestSource(t *testing.T) {
+	awsEnv(t)
+	ev := load(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
+	f, srv := newFakeLogs(t, group, 40)
+	base := time.Now().Add(-30 * time.Minute)
+	want := feed(f, ev, 0, 250, base)
+	f.add("authenticator-abc", base.UnixMilli(), `time="2026-11-30T10:00:00Z" level=info msg="access granted"`)
+	f.add("kube-apiserver-audit-1", base.Add(time.Second).UnixMilli(), `{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"cut-at-256kb","stage":"ResponseCompl`)
+	m := metrics.New(nil)
+	s := newSource(t, srv.URL, t.TempDir(), b, m)
+	r := start(t, s)
+	testkit.Eventually(t, time.Minute, "the first 250 events stored", func() bool { return n.Count(t, bus.Events) >= 250 })
+
+	// Arriving while it runs: new events, and one 30 s older than the newest stored (within
+	// the overlap), as CloudWatch accepts a late event from another API server.
+	newest := base.Add(249 * 10 * time.Millisecond)
+	want = append(want, feed(f, ev, 250, 300, base)...)
+	line, key := ev.Event(300)
+	f.add("kube-apiserver-audit-2", newest.Add(-30*time.Second).UnixMilli(), string(line))
+	want = append(want, key)
+	testkit.Eventually(t, time.Minute, "every event stored", func() bool { return n.Count(t, bus.Events) >= uint64(len(want)) })
+	r.stop()
+
+	msgs := n.Messages(t, bus.Events)
+	testnats.CheckExactlyOnce(t, msgs, want)
+	for _, msg := range msgs {
+		if !strings.HasSuffix(msg.Subject, "."+cluster) {
+			t.Fatalf("event on %s, want the cluster of the log group (%s)", msg.Subject, cluster)
+		}
+	}
+	if !bytes.Contains(msgs[0].Data, []byte(`"auditlens.io/envelope":"eks/filter-log-events"`)) {
+		t.Errorf("event without the envelope annotation: %.300s", msgs[0].Data)
+	}
+	dead := n.Messages(t, bus.DeadLetter)
+	if len(dead) != 1 || dead[0].Header.Get(bus.HeaderReasonLabel) == "" || !bytes.Contains(dead[0].Data, []byte("cut-at-256kb")) {
+		t.Fatalf("dead letters: %d, want the cut event (%v)", len(dead), dead)
+	}
+	label := dead[0].Header.Get(bus.HeaderReasonLabel)
+	if got := testutil.ToFloat64(m.Bad.WithLabelValues(cloudwatch.Input, label)); got != 1 {
+		t.Errorf("bad events counted %v under %s, want 1", got, label)
+	}
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(cloudwatch.Input)); got != float64(len(want)) {
+		t.Errorf("published counted %v, want %d", got, len(want))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unsigned != 0 || f.calls == 0 {
+		t.Errorf("%d of %d requests without the credentials of the default chain", f.unsigned, f.calls)
+	}
+}
+
+// TestRestart stops the reader in the middle of the log group and starts another on the same
+// checkpoint directory: every event is stored once, and the two together publish each event
+// once (the second skips what the first stored).
+func TestRestart(t *testing.T) {
+	awsEnv(t)
+	ev := load(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
+	f, srv := newFakeLogs(t, group, 10)
+	want := feed(f, ev, 0, 2000, time.Now().Add(-50*time.Minute))
+	dir := t.TempDir()
+	m1 := metrics.New(nil)
+	r := start(t, newSource(t, srv.URL, dir, b, m1))
+	testkit.Eventually(t, time.Minute, "part of the log group stored", func() bool { return n.Count(t, bus.Events) >= 300 })
+	r.stop()
+	first := testutil.ToFloat64(m1.Published.WithLabelValues(cloudwatch.Input))
+	if int(first) >= len(want) {
+		t.Fatal("everything was stored before the stop; feed more")
+	}
+	m2 := metrics.New(nil)
+	r = start(t, newSource(t, srv.URL, dir, b, m2))
+	testkit.Eventually(t, time.Minute, "every event after the restart", func() bool { return n.Count(t, bus.Events) >= uint64(len(want)) })
+	r.stop()
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+	second := testutil.ToFloat64(m2.Published.WithLabelValues(cloudwatch.Input))
+	t.Logf("published %v before the restart, %v after", first, second)
+	if first+second != float64(len(want)) {
+		t.Errorf("published %v + %v events, want %d: the restart published stored events again", first, second, len(want))
+	}
+}
+
+// position reads the saved position of the reader in dir.
+func position(t *testing.T, dir string) cloudwatch.Position {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "cloudwatch-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("position files %v, want one", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p cloudwatch.Position
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestBusDown: while the bus is down the reader retries and its position does not move;
+// when the bus is back, what arrived meanwhile is stored, each event once.
+func TestBusDown(t *testing.T) {
+	awsEnv(t)
+	ev := load(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
+	f, srv := newFakeLogs(t, group, 25)
+	base := time.Now().Add(-20 * time.Minute)
+	want := feed(f, ev, 0, 100, base)
+	dir := t.TempDir()
+	m := metrics.New(nil)
+	r := start(t, newSource(t, srv.URL, dir, b, m))
+	testkit.Eventually(t, time.Minute, "the first events stored", func() bool { return n.Count(t, bus.Events) >= 100 })
+	testkit.Eventually(t, time.Minute, "the position after them", func() bool { return len(position(t, dir).Seen) >= 100 })
+
+	n.Stop()
+	before := position(t, dir)
+	want = append(want, feed(f, ev, 100, 200, base)...)
+	testkit.Eventually(t, time.Minute, "publishes retried while the bus is down", func() bool {
+		return testutil.ToFloat64(m.Retries.WithLabelValues(cloudwatch.Input)) >= 3
+	})
+	if after := position(t, dir); after.From != before.From || len(after.Seen) != len(before.Seen) {
+		t.Fatalf("the position moved while the bus was down: from %d (%d seen) to %d (%d seen)", before.From, len(before.Seen), after.From, len(after.Seen))
+	}
+
+	n.Start()
+	testkit.Eventually(t, 2*time.Minute, "every event after the bus is back", func() bool { return n.Count(t, bus.Events) >= uint64(len(want)) })
+	testkit.Eventually(t, time.Minute, "the position after them", func() bool { return len(position(t, dir).Seen) >= len(want) })
+	r.stop()
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+}
+
+// TestConfig: the flags a user can get wrong are named.
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		change func(*cloudwatch.Config)
+		want   string
+	}{
+		{func(c *cloudwatch.Config) { c.Start = "yesterday" }, "--cloudwatch-start"},
+		{func(c *cloudwatch.Config) { c.PollInterval = 0 }, "--cloudwatch-poll-interval"},
+		{func(c *cloudwatch.Config) { c.Endpoint = "localhost:4566" }, "--cloudwatch-endpoint"},
+		{func(c *cloudwatch.Config) { c.Overlap = -time.Second }, "--cloudwatch-overlap"},
+	} {
+		c := cloudwatch.DefaultConfig()
+		c.LogGroup = group
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, tc.want)
+		}
+	}
+	c := cloudwatch.DefaultConfig()
+	c.LogGroup = group
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}

@@ -1,0 +1,95 @@
+package cloudwatch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Position is where reading resumes: the next scan asks for events from From (epoch
+// milliseconds) on, and skips those in Seen, the events at or after From that the bus has
+// already acknowledged (CloudWatch event id -> timestamp).
+type Position struct {
+	LogGroup     string           `json:"logGroup"`
+	StreamPrefix string           `json:"streamPrefix"`
+	From         int64            `json:"from"`
+	Seen         map[string]int64 `json:"seen"`
+}
+
+// prune forgets the seen events older than From: no scan asks for them again.
+func (p *Position) prune() {
+	for id, ts := range p.Seen {
+		if ts < p.From {
+			delete(p.Seen, id)
+		}
+	}
+}
+
+// store keeps one Position in a file of the checkpoint directory, named after the log group
+// and stream prefix.
+type store struct{ path string }
+
+func openStore(dir, group, prefix string) (*store, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create the checkpoint dir: %w", err)
+	}
+	sum := sha256.Sum256([]byte(group + "\x00" + prefix))
+	return &store{path: filepath.Join(dir, "cloudwatch-"+hex.EncodeToString(sum[:8])+".json")}, nil
+}
+
+// load returns the saved position; ok is false when there is none yet.
+func (s *store) load() (p Position, ok bool, err error) {
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("read the CloudWatch position: %w", err)
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, false, fmt.Errorf("decode the CloudWatch position %s: %w", s.path, err)
+	}
+	if p.Seen == nil {
+		p.Seen = map[string]int64{}
+	}
+	return p, true, nil
+}
+
+// save replaces the position atomically (temporary file, fsync, rename, fsync of the
+// directory): a crash leaves the old position or the new one.
+func (s *store) save(p *Position) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode the CloudWatch position: %w", err)
+	}
+	dir := filepath.Dir(s.path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write the CloudWatch position: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write the CloudWatch position: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync the CloudWatch position: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write the CloudWatch position: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return fmt.Errorf("replace the CloudWatch position: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,5 +1,5 @@
 // Package ingest is the ingest service: its inputs (audit log files, the audit webhook, the
-// managed clusters' Firehose, Pub/Sub and Kafka sources) publishing every audit event to the
+// managed clusters' Firehose, Pub/Sub and Kafka sources, the CloudWatch Logs reader) publishing every audit event to the
 // bus, built from one Config.
 package ingest
 
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
 	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
 	"github.com/auditlens/auditlens/services/ingest/kafka"
@@ -44,6 +45,8 @@ type Config struct {
 	Firehose firehose.Config
 	PubSub   pubsub.Config
 	Kafka    kafka.Config
+	// CloudWatch keeps its position in File.CheckpointDir (--checkpoint-dir).
+	CloudWatch cloudwatch.Config
 }
 
 // DefaultConfig is the one place ingest's defaults are written, the checkpoints under
@@ -58,6 +61,7 @@ func DefaultConfig(dataRoot string) Config {
 		Firehose:     firehose.DefaultConfig(),
 		PubSub:       pubsub.DefaultConfig(),
 		Kafka:        kafka.DefaultConfig(),
+		CloudWatch:   cloudwatch.DefaultConfig(),
 	}
 }
 
@@ -70,6 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Firehose.RegisterFlags(fs)
 	c.PubSub.RegisterFlags(fs)
 	c.Kafka.RegisterFlags(fs)
+	c.CloudWatch.RegisterFlags(fs)
 }
 
 // MemoryLimit is ingest's soft memory limit unless GOMEMLIMIT is set: the most its inputs hold
@@ -80,10 +85,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // after each collection, against this limit of 64 MiB; without it the heap grew to 5x what was
 // live (GCPercent) and the peak with the length of the input.
 //
-// The managed-cluster sources (Firehose, Pub/Sub, Kafka) are not measured yet: with any of
+// The managed-cluster sources (Firehose, Pub/Sub, Kafka, CloudWatch) are not measured yet: with any of
 // them on there is no default limit (0).
 func (c *Config) MemoryLimit() int64 {
-	if c.Firehose.On() || c.PubSub.On() || c.Kafka.On() {
+	if c.Firehose.On() || c.PubSub.On() || c.Kafka.On() || c.CloudWatch.On() {
 		return 0
 	}
 	n := int64(baseMemory)
@@ -96,11 +101,11 @@ func (c *Config) MemoryLimit() int64 {
 	return n
 }
 
-var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers or --eventhubs-connection-string-file")
+var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers, --eventhubs-connection-string-file or --cloudwatch-log-group")
 
 // Validate checks the flags, naming the one at fault; it changes nothing.
 func (c Config) Validate() error {
-	if !c.File.On() && !c.Webhook.On() && !c.Firehose.On() && !c.PubSub.On() && !c.Kafka.On() {
+	if !c.File.On() && !c.Webhook.On() && !c.Firehose.On() && !c.PubSub.On() && !c.Kafka.On() && !c.CloudWatch.On() {
 		return errNoInput
 	}
 	if err := c.File.Validate(); err != nil {
@@ -109,16 +114,19 @@ func (c Config) Validate() error {
 	if c.MaxEventSize <= 0 || c.File.BatchSize <= 0 || c.File.BatchBytes <= 0 || c.File.Publishers <= 0 {
 		return errors.New("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
 	}
-	for _, v := range []func() error{c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.Webhook.Validate} {
+	for _, v := range []func() error{c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.CloudWatch.Validate, c.Webhook.Validate} {
 		if err := v(); err != nil {
 			return err
 		}
+	}
+	if c.CloudWatch.On() && c.File.CheckpointDir == "" {
+		return errors.New("--cloudwatch-log-group needs --checkpoint-dir: its read position is kept there")
 	}
 	return nil
 }
 
 // New builds the inputs that are on: the file input, the webhook, the Firehose endpoint, the
-// Pub/Sub and Kafka sources.
+// Pub/Sub and Kafka sources, the CloudWatch Logs reader.
 func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -165,6 +173,13 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	if cfg.Kafka.On() {
 		s, err := kafka.New(cfg.Kafka, d.Bus, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, s)
+	}
+	if cfg.CloudWatch.On() {
+		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, d.Bus, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"--audit-log", dir}, "--audit-log " + dir + " is a directory"},
 		{[]string{"--audit-log", filepath.Join(dir, "a.log"), "--start-at", "middle"}, `--start-at "middle"`},
 		{[]string{"--webhook-addr", "127.0.0.1:0"}, "--webhook-tls-cert"},
+		{[]string{"--cloudwatch-log-group", "/aws/eks/demo/cluster", "--cloudwatch-start", "yesterday"}, `--cloudwatch-start "yesterday"`},
+		{[]string{"--cloudwatch-log-group", "/aws/eks/demo/cluster", "--checkpoint-dir", ""}, "--cloudwatch-log-group needs --checkpoint-dir"},
 		{[]string{"--webhook-addr", "127.0.0.1:0", "--webhook-tls-cert", "x", "--webhook-tls-key", "y"}, "client authentication"},
 		{[]string{"--webhook-addr", "nonsense", "--webhook-tls-cert", "x", "--webhook-tls-key", "y", "--webhook-token-file", "z"}, "--webhook-addr \"nonsense\""},
 	} {
@@ -85,6 +87,11 @@ func TestMemoryLimitCoversInputs(t *testing.T) {
 	managed.PubSub.Subscription = "projects/p/subscriptions/audit"
 	if got := managed.MemoryLimit(); got != 0 {
 		t.Errorf("with a Pub/Sub source, whose memory is not measured: limit %d MiB, want none (0)", got>>20)
+	}
+	cw := ingest.DefaultConfig(root)
+	cw.CloudWatch.LogGroup = "/aws/eks/demo/cluster"
+	if got := cw.MemoryLimit(); got != 0 {
+		t.Errorf("with the CloudWatch reader, whose memory is not measured: limit %d MiB, want none (0)", got>>20)
 	}
 }
 

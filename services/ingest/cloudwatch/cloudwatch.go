@@ -79,7 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Region, "cloudwatch-region", c.Region, "AWS `region` of the log group (empty: AWS_REGION or the shared config)")
 	fs.StringVar(&c.Endpoint, "cloudwatch-endpoint", c.Endpoint, "CloudWatch Logs endpoint `URL` instead of the region's (a VPC endpoint)")
 	fs.DurationVar(&c.PollInterval, "cloudwatch-poll-interval", c.PollInterval, "how often the log group is asked for new events")
-	fs.StringVar(&c.Start, "cloudwatch-start", c.Start, "without a saved position, read from `now` on or from a duration back (e.g. 1h)")
+	fs.StringVar(&c.Start, "cloudwatch-start", c.Start, "without a saved position, read from `when`: now, or a duration back such as 1h")
 	fs.DurationVar(&c.Overlap, "cloudwatch-overlap", c.Overlap, "every scan starts this long before the newest stored event, to catch events CloudWatch accepts late (already stored ones are skipped)")
 }
 

@@ -47,7 +47,7 @@ func DefaultConfig(dataRoot string) Config {
 // fs, each defaulting to the current value of its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Path, "audit-log", c.Path, "follow this audit log `file` (the apiserver's --audit-log-path) and its rotated siblings")
-	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "`dir` where the read position of --audit-log is kept")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "`dir` where the read positions of --audit-log and --cloudwatch-log-group are kept")
 	fs.StringVar(&c.StartAt, "start-at", c.StartAt, "without a checkpoint, start at the beginning (oldest rotated file) or the end of the audit log")
 	fs.IntVar(&c.BatchSize, "audit-log-batch-size", c.BatchSize, "most lines published in one batch")
 	fs.IntVar(&c.BatchBytes, "audit-log-batch-bytes", c.BatchBytes, "most `bytes` published in one batch")

@@ -16,6 +16,11 @@
 // the second guard: a page stored but not yet recorded in the position when the process died
 // is published again and dropped by the bus.
 //
+// The cost of this choice: every poll reads the last Overlap again (API calls, not bus
+// writes), and the position file holds one id per event of that window (about 80 bytes each,
+// rewritten after every page): a cluster logging 100 events/s keeps about 1 MB there with the
+// default overlap of 2 minutes.
+//
 // Protocol: the CloudWatch Logs JSON 1.1 API (POST, X-Amz-Target:
 // Logs_20140328.FilterLogEvents), through the AWS SDK for Go v2 with its default credential
 // chain (environment, shared config, EKS Pod Identity, IRSA web identity, instance role).

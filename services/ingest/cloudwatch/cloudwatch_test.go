@@ -245,6 +245,31 @@ func TestBusDown(t *testing.T) {
 	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
 }
 
+// TestThrottled: while CloudWatch refuses the calls (its rate limit), the reader keeps its
+// position and tries again at the next poll; nothing is lost.
+func TestThrottled(t *testing.T) {
+	awsEnv(t)
+	ev := load(t)
+	n := testnats.Start(t)
+	b := n.Open(t)
+	f, srv := newFakeLogs(t, group, 30)
+	base := time.Now().Add(-10 * time.Minute)
+	want := feed(f, ev, 0, 60, base)
+	r := start(t, newSource(t, srv.URL, t.TempDir(), b, metrics.New(nil)))
+	testkit.Eventually(t, time.Minute, "the first events stored", func() bool { return n.Count(t, bus.Events) >= 60 })
+	f.throttleNext(8) // more than the SDK's own 3 attempts of one call
+	want = append(want, feed(f, ev, 60, 120, base)...)
+	testkit.Eventually(t, 2*time.Minute, "every event after the throttling", func() bool { return n.Count(t, bus.Events) >= 120 })
+	r.stop()
+	f.mu.Lock()
+	left := f.throttle
+	f.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d throttled answers not asked for", left)
+	}
+	testnats.CheckExactlyOnce(t, n.Messages(t, bus.Events), want)
+}
+
 // TestConfig: the flags a user can get wrong are named.
 func TestConfig(t *testing.T) {
 	for _, tc := range []struct {

@@ -33,6 +33,15 @@ type fakeLogs struct {
 	calls  int
 	// unsigned counts requests without the expected credentials.
 	unsigned int
+	// throttle is how many of the next requests are answered ThrottlingException.
+	throttle int
+}
+
+// throttleNext makes the next n requests fail as CloudWatch does past its rate limit.
+func (f *fakeLogs) throttleNext(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.throttle = n
 }
 
 func newFakeLogs(t *testing.T, group string, pageSize int) (*fakeLogs, *httptest.Server) {
@@ -69,6 +78,11 @@ func (f *fakeLogs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential="+f.accessKey+"/") {
 		f.unsigned++
 		f.fail(w, http.StatusBadRequest, "UnrecognizedClientException", "The security token included in the request is invalid.")
+		return
+	}
+	if f.throttle > 0 {
+		f.throttle--
+		f.fail(w, http.StatusBadRequest, "ThrottlingException", "Rate exceeded")
 		return
 	}
 	var in struct {

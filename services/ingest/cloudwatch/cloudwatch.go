@@ -142,8 +142,6 @@ type Options struct {
 	MaxEventSize  int
 	Logger        *slog.Logger
 	Metrics       *metrics.Ingest
-	// Now is the clock (tests); nil: time.Now.
-	Now func() time.Time
 }
 
 // API is the CloudWatch Logs call the reader makes.
@@ -206,9 +204,6 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Now == nil {
-		opt.Now = time.Now
-	}
 	st, err := openStore(opt.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
 	if err != nil {
 		return nil, err
@@ -219,7 +214,7 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 	}
 	if !ok {
 		back, _ := cfg.startBack()
-		pos = Position{From: opt.Now().Add(-back).UnixMilli(), Seen: map[string]int64{}}
+		pos = Position{From: time.Now().Add(-back).UnixMilli(), Seen: map[string]int64{}}
 	}
 	pos.LogGroup, pos.StreamPrefix = cfg.LogGroup, cfg.StreamPrefix
 	cluster := opt.Cluster

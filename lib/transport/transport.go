@@ -45,6 +45,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultStore string) {
 	fs.Var((*flagenv.StringList)(&c.Kafka.Brokers), "kafka-brokers", "use Kafka instead of NATS: `host:port` list, comma-separated or repeated")
 	fs.BoolVar(&c.Kafka.CreateTopics, "kafka-create-topics", true, "create the Kafka topics when missing")
 	fs.IntVar(&c.Kafka.Partitions, "kafka-partitions", 6, "partitions of created Kafka topics")
+	fs.IntVar(&c.Kafka.ReplicationFactor, "kafka-replication-factor", 1, "replicas of each partition of created Kafka topics (3 on a production cluster; at most its brokers)")
 }
 
 // EmbeddedDedupWindow is the default de-duplication window of the embedded server's streams.

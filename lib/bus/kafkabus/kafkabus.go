@@ -42,6 +42,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--kafka-brokers %q: want host:port", b)
 		}
 	}
+	if c.Partitions < 0 || c.Partitions > 10000 {
+		return fmt.Errorf("--kafka-partitions %d: want 1 to 10000", c.Partitions)
+	}
+	if c.ReplicationFactor < 0 || c.ReplicationFactor > 16 {
+		return fmt.Errorf("--kafka-replication-factor %d: want 1 to 16", c.ReplicationFactor)
+	}
 	return nil
 }
 
@@ -139,6 +145,9 @@ func (b *Bus) createTopics(ctx context.Context) error {
 		cfgs = append(cfgs, kafka.TopicConfig{Topic: Topic(s), NumPartitions: b.cfg.Partitions, ReplicationFactor: b.cfg.ReplicationFactor})
 	}
 	if err := cc.CreateTopics(cfgs...); err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		if errors.Is(err, kafka.InvalidReplicationFactor) {
+			return fmt.Errorf("create topics: --kafka-replication-factor %d: more than the cluster's brokers: %w", b.cfg.ReplicationFactor, err)
+		}
 		return fmt.Errorf("create topics: %w", err)
 	}
 	return nil

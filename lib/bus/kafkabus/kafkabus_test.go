@@ -47,3 +47,43 @@ func TestBadBrokers(t *testing.T) {
 		}
 	}
 }
+
+// The conformance suite on a 3-broker cluster, topics created with 6 partitions of 3
+// replicas each (--kafka-partitions, --kafka-replication-factor).
+func TestConformanceOnThreeBrokers(t *testing.T) {
+	bustest.Run(t, func(t *testing.T) bus.Bus {
+		c, err := kfake.NewCluster(kfake.NumBrokers(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		b, err := kafkabus.Open(context.Background(), kafkabus.Config{Brokers: c.ListenAddrs(), CreateTopics: true, Partitions: 6, ReplicationFactor: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	})
+}
+
+// More replicas than brokers is refused at start-up, naming the flag.
+func TestReplicationFactorAboveTheBrokers(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := kafkabus.Open(context.Background(), kafkabus.Config{Brokers: c.ListenAddrs(), CreateTopics: true, Partitions: 6, ReplicationFactor: 4})
+	if err == nil {
+		_ = b.Close()
+		t.Fatal("4 replicas on 3 brokers accepted")
+	}
+	if !strings.Contains(err.Error(), "--kafka-replication-factor 4") {
+		t.Fatalf("error %q does not name the flag", err)
+	}
+	for _, cfg := range []kafkabus.Config{{Brokers: []string{"a:1"}, Partitions: -1}, {Brokers: []string{"a:1"}, ReplicationFactor: 17}} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}

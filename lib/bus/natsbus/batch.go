@@ -41,8 +41,15 @@ const (
 	opPing   = "4"
 )
 
-// errCodeTooLarge is JetStream's "message size exceeds maximum allowed" (JSStreamMessageExceedsMaximumErr).
-const errCodeTooLarge = 10054
+// JetStream error codes: "message size exceeds maximum allowed" (JSStreamMessageExceedsMaximumErr)
+// and "batch publish is disabled" (JSBatchPublishDisabledErr: the stream no longer allows it).
+const (
+	errCodeTooLarge      = 10054
+	errCodeBatchDisabled = 10205
+)
+
+// errBatchDisabled marks a batch refused because the stream does not allow batched publishing.
+var errBatchDisabled = errors.New("batch publish is disabled on the stream")
 
 // batcher publishes batches and routes the server's answers back to them.
 type batcher struct {
@@ -268,8 +275,11 @@ func (bt *batcher) failure(p *pending, subject string, sent int) error {
 		what = "batch ended early"
 	}
 	err := fmt.Errorf("publish to %s: %d of %d messages stored: %s", subject, p.count, sent, what)
-	if p.code == errCodeTooLarge {
+	switch p.code {
+	case errCodeTooLarge:
 		return fmt.Errorf("%w: %w", err, bus.ErrTooLarge)
+	case errCodeBatchDisabled:
+		return fmt.Errorf("%w: %w", err, errBatchDisabled)
 	}
 	return fmt.Errorf("%w: %w", err, bus.ErrUnavailable)
 }

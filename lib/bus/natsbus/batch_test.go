@@ -186,6 +186,52 @@ func TestStreamsOfAnEarlierBuildAreUpgraded(t *testing.T) {
 	}
 }
 
+// Another process turning batched publishing off on a stream (an older build, or one that met
+// a stream it could not update) does not stop this one: its next batch is refused ("batch
+// publish is disabled") and it publishes one message at a time from then on. Before, every
+// publish failed as "bus unavailable" and was retried for ever (seen with replicas starting
+// together on a cluster).
+func TestBatchingTurnedOffByAnotherProcess(t *testing.T) {
+	dir, addr := t.TempDir(), freePort(t)
+	srv, err := natsbus.StartServer(dir, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ctx := context.Background()
+	b, err := natsbus.Open(ctx, natsbus.Config{URL: "nats://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Publish(ctx, bustest.Messages(bus.Events, "batched", 10, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(ctx, natsbus.StreamName(bus.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowBatchPublish = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := b.Publish(pctx, bustest.Messages(bus.Events, "after", 50, 1)...); err != nil {
+		t.Fatalf("publish after batching was turned off: %v", err)
+	}
+	if n := streamMsgs(t, js, bus.Events); n != 60 {
+		t.Fatalf("stream holds %d, want 60", n)
+	}
+}
+
 // Large messages are pulled by bytes as well as by count: a consumer holding hundreds of
 // 256 KiB deliveries does not overrun what the server buffers for one client (64 MiB), and
 // gets every message once.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,7 +35,7 @@ type Bus struct {
 	// batches publishes to the streams in batched (fast-batch publishing on); the others
 	// get one asynchronous publish per message (servers before 2.14).
 	batches *batcher
-	batched map[bus.Stream]bool
+	batched map[bus.Stream]*atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -107,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 }
 
 func (b *Bus) ensureStreams(ctx context.Context) error {
-	b.batched = map[bus.Stream]bool{}
+	b.batched = map[bus.Stream]*atomic.Bool{}
 	for _, s := range bus.Streams {
 		sc := jetstream.StreamConfig{
 			Name:       StreamName(s),
@@ -123,6 +124,13 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		}
 		before := b.streamReplicas(ctx, sc.Name)
 		st, err := b.createOrUpdateStream(ctx, sc)
+		for attempt := 1; err != nil && attempt < 3 && ctx.Err() == nil; attempt++ {
+			// A cluster that is still electing its leaders refuses for a moment: ask again
+			// before concluding that the server does not offer batched publishing (turning it
+			// off on the stream would turn it off for every other process too).
+			time.Sleep(time.Duration(attempt) * time.Second)
+			st, err = b.createOrUpdateStream(ctx, sc)
+		}
 		if err != nil {
 			sc.AllowBatchPublish = false
 			if st, err = b.createOrUpdateStream(ctx, sc); err != nil {
@@ -132,7 +140,8 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		if after := st.CachedInfo().Config.Replicas; before != 0 && before != after {
 			b.cfg.Logger.Info("nats stream scaled", "stream", sc.Name, "replicas_before", before, "replicas", after)
 		}
-		b.batched[s] = st.CachedInfo().Config.AllowBatchPublish && !b.cfg.OneAtATime
+		b.batched[s] = new(atomic.Bool)
+		b.batched[s].Store(st.CachedInfo().Config.AllowBatchPublish && !b.cfg.OneAtATime)
 		if !st.CachedInfo().Config.AllowBatchPublish {
 			b.cfg.Logger.Info("the nats server does not offer batched publishing; publishing one message at a time", "stream", sc.Name)
 		}
@@ -204,8 +213,17 @@ func headerSize(m *bus.Message) int {
 
 // publish stores msgs, all of one stream.
 func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
-	if b.batched[msgs[0].Stream] {
-		return b.batches.publish(ctx, msgs)
+	if on := b.batched[msgs[0].Stream]; on != nil && on.Load() {
+		err := b.batches.publish(ctx, msgs)
+		if !errors.Is(err, errBatchDisabled) {
+			return err
+		}
+		// Another process (an older build, or one that met an older server) turned batched
+		// publishing off on the stream: publish one at a time from now on. What the batch
+		// stored is stored once again by id.
+		if on.CompareAndSwap(true, false) {
+			b.cfg.Logger.Warn("batched publishing was turned off on the stream; publishing one message at a time", "stream", StreamName(msgs[0].Stream))
+		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for i := range msgs {

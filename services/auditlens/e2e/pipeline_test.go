@@ -46,6 +46,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// natscluster (TestReplicasShareTheWork) runs the same binary.
+	_ = os.Setenv("NATS_SERVER", filepath.Join(dir, "nats-server"))
 	bin = dir
 	code := m.Run()
 	_ = os.RemoveAll(dir)

@@ -30,18 +30,14 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table("schema_migrations")+` (
-    version    UInt32,
-    name       String,
-    applied_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
+	vars := varsFor(s.database, ver, s.cluster)
+	if err := s.createMigrations(ctx, vars); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
 	applied, err := s.AppliedMigrations(ctx)
 	if err != nil {
 		return nil, err
 	}
-	vars := varsFor(s.database, ver)
 	var did []int
 	for _, m := range Migrations {
 		if applied[m.Version] {
@@ -66,6 +62,29 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 		return did, err
 	}
 	return did, nil
+}
+
+// migrationsTable records the applied migrations; on a cluster, like the other tables, it is a
+// Distributed table over a replicated table on each shard.
+var migrationsTable = Migration{Version: 0, Name: "schema_migrations", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "schema_migrations"}}{{.On}} (
+    version    UInt32,
+    name       String,
+    applied_at DateTime('UTC')
+) ENGINE = {{.Engine "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`},
+	Distributed: []Distributed{{Table: "schema_migrations", ShardingKey: "version"}}}
+
+func (s *Store) createMigrations(ctx context.Context, vars schemaVars) error {
+	stmts, err := migrationsTable.render(vars)
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AppliedMigrations returns the versions recorded in schema_migrations.
@@ -99,9 +118,12 @@ func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 	if cur == days {
 		return nil
 	}
-	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", s.Table("findings"), days)
+	// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
+	// replica of each and replication carries it to the others.
+	table := s.Table(localName("findings", s.cluster)) + onCluster(s.cluster)
+	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
 	if days == 0 {
-		q = "ALTER TABLE " + s.Table("findings") + " REMOVE TTL"
+		q = "ALTER TABLE " + table + " REMOVE TTL"
 	}
 	if _, err := s.db.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("set retention of findings to %d days: %w", days, err)
@@ -112,7 +134,7 @@ func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 // Retention returns the TTL of raw findings in days, 0 when they are kept forever.
 func (s *Store) Retention(ctx context.Context) (int, error) {
 	var engine string
-	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = 'findings'", s.database).Scan(&engine)
+	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = ?", s.database, localName("findings", s.cluster)).Scan(&engine)
 	if err != nil {
 		return 0, fmt.Errorf("read the findings table definition: %w", err)
 	}

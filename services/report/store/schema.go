@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"text/template"
 )
 
@@ -10,8 +12,21 @@ import (
 type Migration struct {
 	Version int
 	Name    string
-	// SQL holds the statements as text/template, rendered with schemaVars.
+	// SQL holds the statements as text/template, rendered with schemaVars. A table is
+	// created as {{.Local "name"}}{{.On}} with ENGINE = {{.Engine "name" "XMergeTree(...)"}},
+	// so that on a cluster it becomes the replicated table of each shard.
 	SQL []string
+	// Distributed are the tables users query, created on a cluster after SQL as Distributed
+	// tables over their local tables. On a single server they are the tables SQL creates.
+	Distributed []Distributed
+}
+
+// Distributed is a table that, on a cluster, spreads over the shards' local tables.
+type Distributed struct {
+	Table string
+	// ShardingKey sends each row to a shard; empty for tables written only by materialized
+	// views on the local tables (an insert into their Distributed table fails).
+	ShardingKey string
 }
 
 // schemaVars fill the statement templates for one engine.
@@ -20,18 +35,61 @@ type schemaVars struct {
 	// LC is the type of low-cardinality strings: LowCardinality(String) on modern servers,
 	// String on 18.16, where LowCardinality is experimental.
 	LC string
+	// Cluster is the ClickHouse cluster (remote_servers) the schema spans; empty on a
+	// single server.
+	Cluster string
 }
 
-func varsFor(database string, v Version) schemaVars {
+func varsFor(database string, v Version, cluster string) schemaVars {
 	lc := "String"
 	if v.Modern() {
 		lc = "LowCardinality(String)"
 	}
-	return schemaVars{DB: database, LC: lc}
+	return schemaVars{DB: database, LC: lc, Cluster: cluster}
+}
+
+// Local is the name of the table that stores name's rows: name on a single server,
+// name_local on a cluster (name is then its Distributed table).
+func (v schemaVars) Local(name string) string { return localName(name, v.Cluster) }
+
+// On is the ON CLUSTER clause of DDL on a cluster, else empty.
+func (v schemaVars) On() string { return onCluster(v.Cluster) }
+
+// Engine is engine (e.g. "ReplacingMergeTree(ingested_at)") on a single server, and its
+// Replicated form on a cluster, replicated per shard through ZooKeeper under
+// /clickhouse/tables/{shard}/DB/LOCAL with the server's {shard} and {replica} macros.
+func (v schemaVars) Engine(table, engine string) (string, error) {
+	if v.Cluster == "" {
+		return engine, nil
+	}
+	name, args, ok := strings.Cut(engine, "(")
+	if !ok || !strings.HasSuffix(args, ")") {
+		return "", fmt.Errorf("engine %q: want Name(args)", engine)
+	}
+	args = strings.TrimSuffix(args, ")")
+	zk := fmt.Sprintf("'/clickhouse/tables/{shard}/%s/%s', '{replica}'", v.DB, v.Local(table))
+	if args != "" {
+		zk += ", " + args
+	}
+	return "Replicated" + name + "(" + zk + ")", nil
+}
+
+func localName(name, cluster string) string {
+	if cluster == "" {
+		return name
+	}
+	return name + "_local"
+}
+
+func onCluster(cluster string) string {
+	if cluster == "" {
+		return ""
+	}
+	return " ON CLUSTER " + cluster
 }
 
 func (m Migration) render(vars schemaVars) ([]string, error) {
-	out := make([]string, 0, len(m.SQL))
+	out := make([]string, 0, len(m.SQL)+len(m.Distributed))
 	for _, s := range m.SQL {
 		t, err := template.New("").Option("missingkey=error").Parse(s)
 		if err != nil {
@@ -43,13 +101,28 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 		}
 		out = append(out, b.String())
 	}
+	if vars.Cluster != "" {
+		for _, d := range m.Distributed {
+			out = append(out, distributedDDL(vars.DB, vars.Cluster, d))
+		}
+	}
 	return out, nil
+}
+
+// distributedDDL creates d's Distributed table over its local table on every server of cluster.
+func distributedDDL(db, cluster string, d Distributed) string {
+	key := ""
+	if d.ShardingKey != "" {
+		key = ", " + d.ShardingKey
+	}
+	return fmt.Sprintf("\nCREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s%s)",
+		db, d.Table, onCluster(cluster), db, localName(d.Table, cluster), cluster, db, localName(d.Table, cluster), key)
 }
 
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
 var Migrations = []Migration{
 	{Version: 1, Name: "findings", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.findings (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "findings"}}{{.On}} (
     rule_id        {{.LC}},
     severity       {{.LC}},
     cluster        {{.LC}},
@@ -78,11 +151,14 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.findings (
     evidence_path  Array(String),
     evidence_value Array(String),
     ingested_at    DateTime('UTC')
-) ENGINE = ReplacingMergeTree(ingested_at)
+) ENGINE = {{.Engine "findings" "ReplacingMergeTree(ingested_at)"}}
 PARTITION BY toYYYYMM(event_time)
-ORDER BY (cluster, rule_id, audit_id)`}},
+ORDER BY (cluster, rule_id, audit_id)`},
+		// One finding identity (cluster, audit_id, rule_id) always goes to the same shard, so
+		// each shard's replacing merges and FINAL see every copy of it.
+		Distributed: []Distributed{{Table: "findings", ShardingKey: "cityHash64(cluster, audit_id)"}}},
 	{Version: 2, Name: "daily rollups", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_rules (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}} (
     day        Date,
     cluster    {{.LC}},
     rule_id    {{.LC}},
@@ -90,15 +166,15 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_rules (
     findings   AggregateFunction(uniq, String),
     first_seen AggregateFunction(min, DateTime('UTC')),
     last_seen  AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_rules" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, rule_id, severity, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv TO {{.DB}}.daily_rules AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv{{.On}} TO {{.DB}}.{{.Local "daily_rules"}} AS
 SELECT toDate(event_time) AS day, cluster, rule_id, severity,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
+FROM {{.DB}}.{{.Local "findings"}}
 GROUP BY day, cluster, rule_id, severity`, `
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_apis (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}} (
     day            Date,
     cluster        {{.LC}},
     rule_id        {{.LC}},
@@ -113,17 +189,17 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_apis (
     callers        AggregateFunction(uniq, String),
     first_seen     AggregateFunction(min, DateTime('UTC')),
     last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_apis" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv TO {{.DB}}.daily_apis AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv{{.On}} TO {{.DB}}.{{.Local "daily_apis"}} AS
 SELECT toDate(event_time) AS day, cluster, rule_id, api_group, api_version, resource,
        deprecated_in, removed_in, removed_in_key, replacement,
        uniqState(audit_id) AS findings, uniqState(username) AS callers,
        minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
+FROM {{.DB}}.{{.Local "findings"}}
 GROUP BY day, cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement`, `
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_callers (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}} (
     day            Date,
     cluster        {{.LC}},
     rule_id        {{.LC}},
@@ -135,22 +211,26 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_callers (
     findings       AggregateFunction(uniq, String),
     first_seen     AggregateFunction(min, DateTime('UTC')),
     last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_callers" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv TO {{.DB}}.daily_callers AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv{{.On}} TO {{.DB}}.{{.Local "daily_callers"}} AS
 SELECT toDate(event_time) AS day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
-GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`}},
+FROM {{.DB}}.{{.Local "findings"}}
+GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`},
+		// Filled by the views on each shard's findings_local; read through Distributed tables
+		// (uniq states of different shards merge into one count).
+		Distributed: []Distributed{{Table: "daily_rules"}, {Table: "daily_apis"}, {Table: "daily_callers"}}},
 	{Version: 3, Name: "weekly reports", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.weekly_reports (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "weekly_reports"}}{{.On}} (
     cluster        String,
     week_ending    Date,
     target_version String,
     recipients     Array(String),
     sent_at        DateTime('UTC'),
     status         String
-) ENGINE = ReplacingMergeTree(sent_at)
-ORDER BY (cluster, week_ending, target_version)`}},
+) ENGINE = {{.Engine "weekly_reports" "ReplacingMergeTree(sent_at)"}}
+ORDER BY (cluster, week_ending, target_version)`},
+		Distributed: []Distributed{{Table: "weekly_reports", ShardingKey: "cityHash64(cluster)"}}},
 }

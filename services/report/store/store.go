@@ -59,6 +59,9 @@ type Store struct {
 	database string
 	// createDB creates the database on engines where the default connection cannot.
 	createDB func(ctx context.Context) error
+	// cluster is the ClickHouse cluster the schema spans (see OpenCluster); empty on a
+	// single server and on chDB.
+	cluster string
 
 	mu      sync.Mutex
 	version Version
@@ -95,6 +98,9 @@ func (s *Store) Version(ctx context.Context) (Version, error) {
 // DB is a database/sql handle whose default database is the store's: use unqualified table
 // names and positional ? arguments; it behaves the same on both engines.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// Cluster is the ClickHouse cluster the store's schema spans, empty on a single server.
+func (s *Store) Cluster() string { return s.cluster }
 
 // Database is the name of the auditlens database.
 func (s *Store) Database() string { return s.database }

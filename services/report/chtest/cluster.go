@@ -298,6 +298,28 @@ func (s *Server) DB(t testing.TB) *sql.DB {
 	return st.DB()
 }
 
+// WaitReplicated waits until every replicated table of database on every server has an
+// empty replication queue (what a replica missed while it was down is fetched), failing t
+// after a minute.
+func (c *Cluster) WaitReplicated(t testing.TB, database string) {
+	t.Helper()
+	for _, s := range c.Servers() {
+		db := s.DB(t)
+		testDeadline := time.Now().Add(time.Minute)
+		for {
+			var queued, tables uint64
+			err := db.QueryRow("SELECT toUInt64(sum(queue_size)), count() FROM system.replicas WHERE database = ?", database).Scan(&queued, &tables)
+			if err == nil && queued == 0 && tables > 0 {
+				break
+			}
+			if time.Now().After(testDeadline) {
+				t.Fatalf("shard %s replica %s: replication queue not empty after a minute (%d entries, %v)", s.Cluster.Shard, s.Cluster.Replica, queued, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
 // ShardIdentities returns, per shard, the finding identities (cluster/audit_id/rule_id,
 // sorted) that its replicas hold in table (database.name of a local table), once every
 // replica of the shard holds the same ones; it fails t when they still differ after a

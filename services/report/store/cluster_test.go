@@ -80,6 +80,15 @@ func TestClusterSchema(t *testing.T) {
 	if err := st.DB().QueryRowContext(ctx, "SELECT count() FROM findings").Scan(&n); err != nil || n != findings {
 		t.Fatalf("rows through the Distributed table after a retried insert: %d, %v; want %d (stored once)", n, err, findings)
 	}
+	// The same findings with another ingested time are another block: stored again, and
+	// still counted once by identity.
+	if err := st.WriteBlockAt(ctx, &b, at.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var rows, ids uint64
+	if err := st.DB().QueryRowContext(ctx, "SELECT count(), uniqExact(cluster, audit_id, rule_id) FROM findings").Scan(&rows, &ids); err != nil || rows != 2*findings || ids != findings {
+		t.Fatalf("after a new block of the same findings: %d rows, %d findings, %v; want %d, %d", rows, ids, err, 2*findings, findings)
+	}
 	perShard := c.ShardIdentities(t, "auditlens.findings_local")
 	var sum int
 	for i, ids := range perShard {

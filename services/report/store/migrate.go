@@ -71,8 +71,8 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "schema_migrations"}}{{.On}} (
     version    UInt32,
     name       String,
     applied_at DateTime('UTC')
-) ENGINE = {{.Engine "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`},
-	Distributed: []Distributed{{Table: "schema_migrations", ShardingKey: "version"}}}
+) ENGINE = {{.Engine "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`,
+	`{{.Distributed "schema_migrations" "version"}}`}}
 
 func (s *Store) createMigrations(ctx context.Context, vars schemaVars) error {
 	stmts, err := migrationsTable.render(vars)

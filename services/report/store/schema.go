@@ -12,21 +12,12 @@ import (
 type Migration struct {
 	Version int
 	Name    string
-	// SQL holds the statements as text/template, rendered with schemaVars. A table is
-	// created as {{.Local "name"}}{{.On}} with ENGINE = {{.Engine "name" "XMergeTree(...)"}},
-	// so that on a cluster it becomes the replicated table of each shard.
+	// SQL holds the statements as text/template, rendered with schemaVars; a statement that
+	// renders empty is skipped. A table is created as {{.Local "name"}}{{.On}} with
+	// ENGINE = {{.Engine "name" "XMergeTree(...)"}}, followed by {{.Distributed "name" KEY}}:
+	// one table on a single server; on a cluster a replicated table on each shard and the
+	// Distributed table of the name users query over them.
 	SQL []string
-	// Distributed are the tables users query, created on a cluster after SQL as Distributed
-	// tables over their local tables. On a single server they are the tables SQL creates.
-	Distributed []Distributed
-}
-
-// Distributed is a table that, on a cluster, spreads over the shards' local tables.
-type Distributed struct {
-	Table string
-	// ShardingKey sends each row to a shard; empty for tables written only by materialized
-	// views on the local tables (an insert into their Distributed table fails).
-	ShardingKey string
 }
 
 // schemaVars fill the statement templates for one engine.
@@ -88,8 +79,19 @@ func onCluster(cluster string) string {
 	return " ON CLUSTER " + cluster
 }
 
+// Distributed is, on a cluster, the statement that creates table as a Distributed table
+// over its local tables, sending each inserted row to the shard that shardingKey picks; on
+// a single server it is empty (the table is the local one).
+func (v schemaVars) Distributed(table, shardingKey string) string {
+	if v.Cluster == "" {
+		return ""
+	}
+	return fmt.Sprintf("\nCREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s, %s)",
+		v.DB, table, v.On(), v.DB, v.Local(table), v.Cluster, v.DB, v.Local(table), shardingKey)
+}
+
 func (m Migration) render(vars schemaVars) ([]string, error) {
-	out := make([]string, 0, len(m.SQL)+len(m.Distributed))
+	out := make([]string, 0, len(m.SQL))
 	for _, s := range m.SQL {
 		t, err := template.New("").Option("missingkey=error").Parse(s)
 		if err != nil {
@@ -99,24 +101,11 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 		if err := t.Execute(&b, vars); err != nil {
 			return nil, err
 		}
-		out = append(out, b.String())
-	}
-	if vars.Cluster != "" {
-		for _, d := range m.Distributed {
-			out = append(out, distributedDDL(vars.DB, vars.Cluster, d))
+		if strings.TrimSpace(b.String()) != "" {
+			out = append(out, b.String())
 		}
 	}
 	return out, nil
-}
-
-// distributedDDL creates d's Distributed table over its local table on every server of cluster.
-func distributedDDL(db, cluster string, d Distributed) string {
-	key := ""
-	if d.ShardingKey != "" {
-		key = ", " + d.ShardingKey
-	}
-	return fmt.Sprintf("\nCREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s%s)",
-		db, d.Table, onCluster(cluster), db, localName(d.Table, cluster), cluster, db, localName(d.Table, cluster), key)
 }
 
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
@@ -153,10 +142,16 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "findings"}}{{.On}} (
     ingested_at    DateTime('UTC')
 ) ENGINE = {{.Engine "findings" "ReplacingMergeTree(ingested_at)"}}
 PARTITION BY toYYYYMM(event_time)
-ORDER BY (cluster, rule_id, audit_id)`},
+ORDER BY (cluster, rule_id, audit_id)`,
 		// One finding identity (cluster, audit_id, rule_id) always goes to the same shard, so
 		// each shard's replacing merges and FINAL see every copy of it.
-		Distributed: []Distributed{{Table: "findings", ShardingKey: "cityHash64(cluster, audit_id)"}}},
+		`{{.Distributed "findings" "cityHash64(cluster, audit_id)"}}`}},
+	// On a cluster the views read the inserts into the Distributed findings table (on the
+	// server that takes them) and write through the Distributed rollup tables: every attempt
+	// of a retried insert reaches them. Views on the shards' findings_local would be skipped
+	// for a block that the replicated table de-duplicates, so a crash between storing a
+	// block and its rollup rows would lose them; rollup states count a finding once however
+	// often it comes.
 	{Version: 2, Name: "daily rollups", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}} (
     day        Date,
@@ -168,11 +163,12 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}} (
     last_seen  AggregateFunction(max, DateTime('UTC'))
 ) ENGINE = {{.Engine "daily_rules" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, severity, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv{{.On}} TO {{.DB}}.{{.Local "daily_rules"}} AS
+ORDER BY (cluster, rule_id, severity, day)`,
+		`{{.Distributed "daily_rules" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv{{.On}} TO {{.DB}}.daily_rules AS
 SELECT toDate(event_time) AS day, cluster, rule_id, severity,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.{{.Local "findings"}}
+FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, severity`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}} (
     day            Date,
@@ -191,13 +187,14 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}} (
     last_seen      AggregateFunction(max, DateTime('UTC'))
 ) ENGINE = {{.Engine "daily_apis" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv{{.On}} TO {{.DB}}.{{.Local "daily_apis"}} AS
+ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day)`,
+		`{{.Distributed "daily_apis" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv{{.On}} TO {{.DB}}.daily_apis AS
 SELECT toDate(event_time) AS day, cluster, rule_id, api_group, api_version, resource,
        deprecated_in, removed_in, removed_in_key, replacement,
        uniqState(audit_id) AS findings, uniqState(username) AS callers,
        minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.{{.Local "findings"}}
+FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}} (
     day            Date,
@@ -213,15 +210,13 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}} (
     last_seen      AggregateFunction(max, DateTime('UTC'))
 ) ENGINE = {{.Engine "daily_callers" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv{{.On}} TO {{.DB}}.{{.Local "daily_callers"}} AS
+ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day)`,
+		`{{.Distributed "daily_callers" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv{{.On}} TO {{.DB}}.daily_callers AS
 SELECT toDate(event_time) AS day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.{{.Local "findings"}}
-GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`},
-		// Filled by the views on each shard's findings_local; read through Distributed tables
-		// (uniq states of different shards merge into one count).
-		Distributed: []Distributed{{Table: "daily_rules"}, {Table: "daily_apis"}, {Table: "daily_callers"}}},
+FROM {{.DB}}.findings
+GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`}},
 	{Version: 3, Name: "weekly reports", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "weekly_reports"}}{{.On}} (
     cluster        String,
@@ -231,6 +226,6 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "weekly_reports"}}{{.On}} (
     sent_at        DateTime('UTC'),
     status         String
 ) ENGINE = {{.Engine "weekly_reports" "ReplacingMergeTree(sent_at)"}}
-ORDER BY (cluster, week_ending, target_version)`},
-		Distributed: []Distributed{{Table: "weekly_reports", ShardingKey: "cityHash64(cluster)"}}},
+ORDER BY (cluster, week_ending, target_version)`,
+		`{{.Distributed "weekly_reports" "cityHash64(cluster)"}}`}},
 }

@@ -298,26 +298,63 @@ func (s *Server) DB(t testing.TB) *sql.DB {
 	return st.DB()
 }
 
-// WaitReplicated waits until every replicated table of database on every server has an
-// empty replication queue (what a replica missed while it was down is fetched), failing t
-// after a minute.
+// WaitReplicated waits until the replicas of each shard hold the same active parts of every
+// table of database, with nothing left in their replication queues (what a replica missed
+// while it was down is fetched), failing t after a minute.
 func (c *Cluster) WaitReplicated(t testing.TB, database string) {
 	t.Helper()
-	for _, s := range c.Servers() {
-		db := s.DB(t)
-		testDeadline := time.Now().Add(time.Minute)
+	for i, shard := range c.Shards {
+		dbs := make([]*sql.DB, len(shard))
+		for j, s := range shard {
+			dbs[j] = s.DB(t)
+		}
+		deadline := time.Now().Add(time.Minute)
 		for {
-			var queued, tables uint64
-			err := db.QueryRow("SELECT toUInt64(sum(queue_size)), count() FROM system.replicas WHERE database = ?", database).Scan(&queued, &tables)
-			if err == nil && queued == 0 && tables > 0 {
+			same, err := sameParts(dbs, database)
+			if err == nil && same {
 				break
 			}
-			if time.Now().After(testDeadline) {
-				t.Fatalf("shard %s replica %s: replication queue not empty after a minute (%d entries, %v)", s.Cluster.Shard, s.Cluster.Replica, queued, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("shard %d: replicas still differ after a minute (%v)", i+1, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// sameParts reports whether every db holds the same active parts of database's tables and
+// has an empty replication queue.
+func sameParts(dbs []*sql.DB, database string) (bool, error) {
+	var first []string
+	for k, db := range dbs {
+		var queued uint64
+		if err := db.QueryRow("SELECT toUInt64(sum(queue_size)) FROM system.replicas WHERE database = ?", database).Scan(&queued); err != nil {
+			return false, err
+		}
+		if queued > 0 {
+			return false, nil
+		}
+		rows, err := db.Query("SELECT concat(table, '/', name) AS p FROM system.parts WHERE database = ? AND active ORDER BY p", database)
+		if err != nil {
+			return false, err
+		}
+		var parts []string
+		for rows.Next() {
+			var p string
+			if err := rows.Scan(&p); err != nil {
+				_ = rows.Close()
+				return false, err
+			}
+			parts = append(parts, p)
+		}
+		_ = rows.Close()
+		if k == 0 {
+			first = parts
+		} else if !slices.Equal(parts, first) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ShardIdentities returns, per shard, the finding identities (cluster/audit_id/rule_id,

@@ -16,6 +16,7 @@ func TestDashboardQueriesOnCluster(t *testing.T) {
 	c := chtest.StartCluster(t, 2, 2)
 	st := c.Store(t, "auditlens")
 	seed(t, st)
+	c.WaitReplicated(t, "auditlens") // reads may go to either replica of a shard
 	out, byPanel := results(t, d, st.DB())
 	checkFacts(t, byPanel)
 	want, err := os.ReadFile(filepath.Join("testdata", "panels.golden"))

@@ -36,8 +36,7 @@ func TestClusterSchema(t *testing.T) {
 		"daily_rules": "Distributed", "daily_rules_local": "ReplicatedAggregatingMergeTree",
 		"daily_apis": "Distributed", "daily_apis_local": "ReplicatedAggregatingMergeTree",
 		"daily_callers": "Distributed", "daily_callers_local": "ReplicatedAggregatingMergeTree",
-		"weekly_reports": "Distributed", "weekly_reports_local": "ReplicatedReplacingMergeTree",
-		"schema_migrations": "Distributed", "schema_migrations_local": "ReplicatedReplacingMergeTree",
+		"weekly_reports": "ReplicatedReplacingMergeTree", "schema_migrations": "ReplicatedReplacingMergeTree",
 		"daily_rules_mv": "MaterializedView", "daily_apis_mv": "MaterializedView", "daily_callers_mv": "MaterializedView",
 	}
 	for _, srv := range c.Servers() {

@@ -17,9 +17,20 @@ type MigrateOptions struct {
 // Migrate brings the schema up to date: it applies the steps of Migrations not yet recorded in
 // schema_migrations, then sets the retention where the server supports TTL. It returns the
 // versions it applied. Running it again changes nothing.
+//
+// On a cluster every step is distributed DDL, which waits for every server of the cluster
+// (distributed_ddl_task_timeout, 180 s by default); once the schema is complete, Migrate
+// runs none, so a service starts while a replica is down.
 func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if o.RetentionDays < 0 {
 		return nil, fmt.Errorf("retention of %d days: want 0 (forever) or more", o.RetentionDays)
+	}
+	if s.cluster != "" && s.complete(ctx) {
+		ver, err := s.Version(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		return nil, s.setRetention(ctx, ver, o.RetentionDays)
 	}
 	if s.createDB != nil {
 		if err := s.createDB(ctx); err != nil {
@@ -64,15 +75,14 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	return did, nil
 }
 
-// migrationsTable records the applied migrations; on a cluster, like the other tables, it is a
-// Distributed table over a replicated table on each shard.
+// migrationsTable records the applied migrations; on a cluster it is replicated to every
+// server, and Migrate reads it on the server it recorded to.
 var migrationsTable = Migration{Version: 0, Name: "schema_migrations", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "schema_migrations"}}{{.On}} (
+CREATE TABLE IF NOT EXISTS {{.DB}}.schema_migrations{{.On}} (
     version    UInt32,
     name       String,
     applied_at DateTime('UTC')
-) ENGINE = {{.Engine "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`,
-	`{{.Distributed "schema_migrations" "version"}}`}}
+) ENGINE = {{.EngineEverywhere "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`}}
 
 func (s *Store) createMigrations(ctx context.Context, vars schemaVars) error {
 	stmts, err := migrationsTable.render(vars)
@@ -85,6 +95,21 @@ func (s *Store) createMigrations(ctx context.Context, vars schemaVars) error {
 		}
 	}
 	return nil
+}
+
+// complete reports whether every migration is recorded (false when that cannot be read,
+// e.g. before the database exists).
+func (s *Store) complete(ctx context.Context) bool {
+	applied, err := s.AppliedMigrations(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range Migrations {
+		if !applied[m.Version] {
+			return false
+		}
+	}
+	return true
 }
 
 // AppliedMigrations returns the versions recorded in schema_migrations.

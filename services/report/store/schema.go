@@ -65,6 +65,25 @@ func (v schemaVars) Engine(table, engine string) (string, error) {
 	return "Replicated" + name + "(" + zk + ")", nil
 }
 
+// EngineEverywhere is engine on a single server, and on a cluster its Replicated form with
+// one replica on every server of the cluster (under /clickhouse/tables/all/DB/TABLE): for
+// small tables that a server reads locally, so that it reads what it wrote itself.
+func (v schemaVars) EngineEverywhere(table, engine string) (string, error) {
+	if v.Cluster == "" {
+		return engine, nil
+	}
+	name, args, ok := strings.Cut(engine, "(")
+	if !ok || !strings.HasSuffix(args, ")") {
+		return "", fmt.Errorf("engine %q: want Name(args)", engine)
+	}
+	args = strings.TrimSuffix(args, ")")
+	zk := fmt.Sprintf("'/clickhouse/tables/all/%s/%s', '{shard}-{replica}'", v.DB, table)
+	if args != "" {
+		zk += ", " + args
+	}
+	return "Replicated" + name + "(" + zk + ")", nil
+}
+
 func localName(name, cluster string) string {
 	if cluster == "" {
 		return name
@@ -217,15 +236,16 @@ SELECT toDate(event_time) AS day, cluster, rule_id, removed_in_key, username, us
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`}},
+	// The ledger of sent weeks: a few rows a week, on every server of a cluster, so that
+	// the report that records "sending" reads it back from the server it wrote to.
 	{Version: 3, Name: "weekly reports", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "weekly_reports"}}{{.On}} (
+CREATE TABLE IF NOT EXISTS {{.DB}}.weekly_reports{{.On}} (
     cluster        String,
     week_ending    Date,
     target_version String,
     recipients     Array(String),
     sent_at        DateTime('UTC'),
     status         String
-) ENGINE = {{.Engine "weekly_reports" "ReplacingMergeTree(sent_at)"}}
-ORDER BY (cluster, week_ending, target_version)`,
-		`{{.Distributed "weekly_reports" "cityHash64(cluster)"}}`}},
+) ENGINE = {{.EngineEverywhere "weekly_reports" "ReplacingMergeTree(sent_at)"}}
+ORDER BY (cluster, week_ending, target_version)`}},
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -14,7 +15,8 @@ import (
 // TestBuildOnClusterMatchesOneServer writes the same findings to one server and, through
 // the Distributed table, to 2 shards x 2 replicas (each block twice, as a retried insert
 // sends it): weekly.Build gives the same report on both, for every cluster and target, and
-// the ledger of sent weeks works through its Distributed table.
+// the ledger of sent weeks (a replicated table on every server) reads back at once what it
+// recorded, and every server gets it.
 func TestBuildOnClusterMatchesOneServer(t *testing.T) {
 	c := chtest.StartCluster(t, 2, 2)
 	cl := c.Store(t, "auditlens")
@@ -32,6 +34,7 @@ func TestBuildOnClusterMatchesOneServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	c.WaitReplicated(t, "auditlens") // reads may go to either replica of a shard
 	now := func() time.Time { return time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC) }
 	for _, cluster := range []string{"prod", "staging"} {
 		for _, target := range []weekly.Version{{Major: 1, Minor: 25}, {Major: 1, Minor: 32}} {
@@ -64,5 +67,12 @@ func TestBuildOnClusterMatchesOneServer(t *testing.T) {
 	e, err := l.Latest(ctx, "prod", s.week, target)
 	if err != nil || e.Status != weekly.StatusSent {
 		t.Errorf("ledger on the cluster: %+v, %v; want sent (read right after the write)", e, err)
+	}
+	for _, srv := range c.Servers() {
+		db := srv.DB(t)
+		testkit.Eventually(t, time.Minute, "the ledger on shard "+srv.Cluster.Shard+" replica "+srv.Cluster.Replica, func() bool {
+			var n uint64
+			return db.QueryRow("SELECT count() FROM auditlens.weekly_reports").Scan(&n) == nil && n == 2
+		})
 	}
 }

@@ -51,6 +51,7 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 	if err != nil {
 		enginetest.Unavailable(t, "clickhouse-server", err)
 	}
+	began := time.Now()
 	zk := StartZooKeeper(t)
 	c := &Cluster{Name: ClusterName, ZooKeeper: zk}
 	ports := make([][]int, shards)
@@ -77,7 +78,7 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 			if err := s.writeConfig(); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(s.Stop)
+			t.Cleanup(s.Kill) // its data is the test's: no need for a clean shutdown
 			row = append(row, s)
 		}
 		c.Shards = append(c.Shards, row)
@@ -104,6 +105,7 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 			enginetest.Unavailable(t, "clickhouse-server", err)
 		}
 	}
+	t.Logf("zookeeper and %d x %d clickhouse-servers up in %s", shards, replicas, time.Since(began).Round(100*time.Millisecond))
 	return c
 }
 
@@ -162,9 +164,11 @@ func (c *Cluster) Store(t testing.TB, database string) *store.Store {
 		t.Fatalf("open cluster store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	began := time.Now()
 	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30}); err != nil {
 		t.Fatalf("migrate cluster store: %v", err)
 	}
+	t.Logf("schema migrated on the cluster in %s", time.Since(began).Round(100*time.Millisecond))
 	return st
 }
 

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,6 +76,12 @@ func TestClusterSchema(t *testing.T) {
 		}
 	}
 	const findings = 220
+	// Each shard registered one block of findings: the second write was de-duplicated.
+	// (Counting rows would not tell: a replacing merge may collapse duplicate rows.)
+	if got := blocks(t, c, "findings_local"); !slices.Equal(got, []uint64{1, 1}) {
+		t.Fatalf("blocks per shard after a retried insert: %v, want [1 1] (stored once)", got)
+	}
+	c.WaitReplicated(t, "auditlens")
 	var n uint64
 	if err := st.DB().QueryRowContext(ctx, "SELECT count() FROM findings").Scan(&n); err != nil || n != findings {
 		t.Fatalf("rows through the Distributed table after a retried insert: %d, %v; want %d (stored once)", n, err, findings)
@@ -84,9 +91,13 @@ func TestClusterSchema(t *testing.T) {
 	if err := st.WriteBlockAt(ctx, &b, at.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	var rows, ids uint64
-	if err := st.DB().QueryRowContext(ctx, "SELECT count(), uniqExact(cluster, audit_id, rule_id) FROM findings").Scan(&rows, &ids); err != nil || rows != 2*findings || ids != findings {
-		t.Fatalf("after a new block of the same findings: %d rows, %d findings, %v; want %d, %d", rows, ids, err, 2*findings, findings)
+	if got := blocks(t, c, "findings_local"); !slices.Equal(got, []uint64{2, 2}) {
+		t.Fatalf("blocks per shard after a new block: %v, want [2 2]", got)
+	}
+	c.WaitReplicated(t, "auditlens")
+	var ids uint64
+	if err := st.DB().QueryRowContext(ctx, "SELECT uniqExact(cluster, audit_id, rule_id) FROM findings").Scan(&ids); err != nil || ids != findings {
+		t.Fatalf("after a new block of the same findings: %d findings, %v; want %d", ids, err, findings)
 	}
 	perShard := c.ShardIdentities(t, "auditlens.findings_local")
 	var sum int
@@ -103,4 +114,21 @@ func TestClusterSchema(t *testing.T) {
 	if err := st.DB().QueryRowContext(ctx, "SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY rule_id)").Scan(&daily); err != nil || daily != findings {
 		t.Errorf("daily_rules through the Distributed table: %d, %v; want %d", daily, err, findings)
 	}
+}
+
+// blocks counts, per shard, the insert blocks that table's replicas registered in ZooKeeper
+// for de-duplication.
+func blocks(t *testing.T, c *chtest.Cluster, table string) []uint64 {
+	t.Helper()
+	db := c.Shards[0][0].DB(t)
+	var out []uint64
+	for _, shard := range c.Shards {
+		var n uint64
+		path := "/clickhouse/tables/" + shard[0].Cluster.Shard + "/auditlens/" + table + "/blocks"
+		if err := db.QueryRow("SELECT count() FROM system.zookeeper WHERE path = ?", path).Scan(&n); err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		out = append(out, n)
+	}
+	return out
 }

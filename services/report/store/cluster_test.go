@@ -27,6 +27,11 @@ func TestClusterSchema(t *testing.T) {
 	if err != nil || len(did) != 0 {
 		t.Fatalf("second migrate: applied %v, %v; want nothing", did, err)
 	}
+	// Writes are synchronous: an acknowledged insert is on the shards, not queued.
+	var syncInsert string
+	if err := st.DB().QueryRowContext(ctx, "SELECT value FROM system.settings WHERE name = 'insert_distributed_sync'").Scan(&syncInsert); err != nil || syncInsert != "1" {
+		t.Errorf("insert_distributed_sync on the store's connections: %q, %v; want 1", syncInsert, err)
+	}
 	applied, err := st.AppliedMigrations(ctx)
 	if err != nil || len(applied) != len(store.Migrations) {
 		t.Fatalf("applied migrations %v, %v; want %d", applied, err, len(store.Migrations))

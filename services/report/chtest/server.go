@@ -31,9 +31,11 @@ type Server struct {
 	Port int // native protocol port
 
 	bin string
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	out bytes.Buffer
+	// Cluster is the server's place in a cluster (StartCluster), nil for a lone server.
+	Cluster *Member
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	out     bytes.Buffer
 }
 
 // ServerBinary finds clickhouse-server: $CLICKHOUSE_SERVER, PATH, /usr/sbin, /usr/bin.
@@ -288,6 +290,28 @@ var configXML = template.Must(template.New("config").Parse(`<?xml version="1.0"?
   <mark_cache_size>268435456</mark_cache_size>
   <max_concurrent_queries>64</max_concurrent_queries>
   <mlock_executable>false</mlock_executable>
+{{- with .Cluster}}
+  <interserver_http_host>127.0.0.1</interserver_http_host>
+  <interserver_http_port>{{.InterserverPort}}</interserver_http_port>
+  <zookeeper>
+    <node><host>127.0.0.1</host><port>{{.ZooKeeperPort}}</port></node>
+    <session_timeout_ms>10000</session_timeout_ms>
+  </zookeeper>
+  <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
+  <macros><shard>{{.Shard}}</shard><replica>{{.Replica}}</replica></macros>
+  <remote_servers>
+    <{{.Name}}>
+{{- range .Shards}}
+      <shard>
+        <internal_replication>true</internal_replication>
+{{- range .}}
+        <replica><host>127.0.0.1</host><port>{{.}}</port></replica>
+{{- end}}
+      </shard>
+{{- end}}
+    </{{.Name}}>
+  </remote_servers>
+{{- end}}
 </yandex>
 `))
 

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/auditlens/auditlens/lib/flagenv"
@@ -24,6 +25,9 @@ type Config struct {
 	DataDir string
 	// RetentionDays of raw findings where the server supports TTL; 0 keeps them forever.
 	RetentionDays int
+	// Cluster names the ClickHouse cluster (remote_servers) the schema spans: replicated
+	// tables per shard under Distributed tables (store.OpenCluster). Empty: one server.
+	Cluster string
 }
 
 // DefaultRetentionDays is how long raw findings are kept by default.
@@ -34,13 +38,15 @@ func DefaultConfig(dataRoot string) Config {
 	return Config{DataDir: filepath.Join(dataRoot, "chdb"), RetentionDays: DefaultRetentionDays}
 }
 
-// RegisterFlags adds --clickhouse-dsn, --clickhouse-data-dir and --retention-days to fs, each
+// RegisterFlags adds --clickhouse-dsn, --clickhouse-data-dir, --retention-days and
+// --clickhouse-cluster to fs, each
 // defaulting to the current value of its field, and the deprecated --data-dir (the name of
 // --clickhouse-data-dir before) unless fs already has a --data-dir of its own.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "clickhouse-dsn", c.DSN, "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --clickhouse-data-dir)")
 	fs.StringVar(&c.DataDir, "clickhouse-data-dir", c.DataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
 	fs.IntVar(&c.RetentionDays, "retention-days", c.RetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
+	fs.StringVar(&c.Cluster, "clickhouse-cluster", c.Cluster, "ClickHouse cluster `name` (remote_servers, with shard/replica macros and ZooKeeper) to create the schema ON CLUSTER: replicated tables per shard, Distributed tables to write and read (empty: one server)")
 	flagenv.Deprecated(fs, "data-dir", "clickhouse-data-dir")
 }
 
@@ -52,17 +58,30 @@ func (c Config) Validate() error {
 	if c.DSN == "" && c.DataDir == "" {
 		return errors.New("--clickhouse-data-dir is empty: give a directory for the embedded ClickHouse, or --clickhouse-dsn")
 	}
+	if c.Cluster != "" {
+		if c.DSN == "" {
+			return fmt.Errorf("--clickhouse-cluster %q needs --clickhouse-dsn: the embedded ClickHouse is one server", c.Cluster)
+		}
+		if !clusterRE.MatchString(c.Cluster) {
+			return fmt.Errorf("--clickhouse-cluster %q: want the cluster's name in remote_servers (letters, digits, '_')", c.Cluster)
+		}
+	}
 	if c.RetentionDays < 0 {
 		return fmt.Errorf("--retention-days %d: want 0 (forever) or more", c.RetentionDays)
 	}
 	return nil
 }
 
+var clusterRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
 // Embedded reports whether the embedded engine is chosen.
 func (c *Config) Embedded() bool { return c.DSN == "" }
 
 // Open opens the store; a server is not contacted until first use.
 func (c *Config) Open(ctx context.Context) (*store.Store, error) {
+	if c.Cluster != "" {
+		return store.OpenCluster(c.DSN, c.Cluster)
+	}
 	return Open(ctx, c.DSN, c.DataDir)
 }
 
@@ -83,6 +102,9 @@ func Open(ctx context.Context, dsn, dataDir string) (*store.Store, error) {
 func (c *Config) Describe() string {
 	if c.DSN == "" {
 		return "embedded chdb in " + c.DataDir
+	}
+	if c.Cluster != "" {
+		return secret.URL(c.DSN) + " (cluster " + c.Cluster + ")"
 	}
 	return secret.URL(c.DSN)
 }

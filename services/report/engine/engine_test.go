@@ -52,3 +52,27 @@ func TestDescribeHidesPassword(t *testing.T) {
 		t.Errorf("Describe() = %q", d)
 	}
 }
+
+func TestValidateCluster(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string // "" means valid
+	}{
+		{Config{DSN: "clickhouse://h1:9000,h2:9000/auditlens", Cluster: "prod_ch"}, ""},
+		{Config{DataDir: "d", Cluster: "prod_ch"}, "needs --clickhouse-dsn"},
+		{Config{DSN: "clickhouse://h:9000/auditlens", Cluster: "prod ch; DROP"}, "--clickhouse-cluster"},
+		{Config{DSN: "clickhouse://h:9000/auditlens", Cluster: "a.b"}, "letters, digits"},
+	} {
+		err := c.cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.cfg, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: err %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	c := Config{DSN: "clickhouse://report:s3cret@ch:9000/auditlens", Cluster: "prod_ch"}
+	if d := c.Describe(); strings.Contains(d, "s3cret") || !strings.Contains(d, "cluster prod_ch") {
+		t.Errorf("Describe() = %q", d)
+	}
+}

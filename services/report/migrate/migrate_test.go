@@ -82,3 +82,40 @@ func TestMigrateErrorHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateCluster runs `report migrate --clickhouse-cluster` twice on 2 shards x 2
+// replicas: the first run creates the schema on every server, the second applies nothing.
+func TestMigrateCluster(t *testing.T) {
+	c := chtest.StartCluster(t, 2, 2)
+	for i := range 2 {
+		var out bytes.Buffer
+		if code := Main([]string{"--clickhouse-dsn", c.DSN("auditlens"), "--clickhouse-cluster", c.Name}, &out); code != 0 {
+			t.Fatalf("migrate run %d: exit %d\n%s", i+1, code, out.String())
+		}
+		want := "applied [1 2 3]"
+		if i == 1 {
+			want = "applied []"
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "cluster "+c.Name) {
+			t.Errorf("migrate run %d: %q, want %q", i+1, out.String(), want)
+		}
+	}
+	// With a replica down, distributed DDL would wait for it; a complete schema needs none.
+	c.Shards[1][1].Kill()
+	var out bytes.Buffer
+	if code := Main([]string{"--clickhouse-dsn", c.DSN("auditlens"), "--clickhouse-cluster", c.Name, "--timeout", "20s"}, &out); code != 0 || !strings.Contains(out.String(), "applied []") {
+		t.Errorf("migrate with a replica down: exit %d\n%s", code, out.String())
+	}
+	if err := c.Shards[1][1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range c.Servers() {
+		var local, dist string
+		err := srv.DB(t).QueryRow(`SELECT
+    anyIf(engine, name = 'findings_local'), anyIf(engine, name = 'findings')
+FROM system.tables WHERE database = 'auditlens'`).Scan(&local, &dist)
+		if err != nil || local != "ReplicatedReplacingMergeTree" || dist != "Distributed" {
+			t.Errorf("shard %s replica %s: findings_local %q, findings %q, %v", srv.Cluster.Shard, srv.Cluster.Replica, local, dist, err)
+		}
+	}
+}

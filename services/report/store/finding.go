@@ -39,10 +39,18 @@ func (s *Store) WriteFindings(ctx context.Context, fs []*auditlensv1.Finding) er
 // WriteBlock inserts the findings of b as one block; findings without event time take the
 // time of the insert. b is not changed and may be written again (a retry).
 func (s *Store) WriteBlock(ctx context.Context, b *Block) error {
+	return s.WriteBlockAt(ctx, b, time.Now())
+}
+
+// WriteBlockAt inserts the findings of b as one block with ingested_at (to the second) as
+// the time of the insert. Writing the same block with the same time again (a retry of a write
+// whose outcome is unknown) sends identical data, which a replicated table stores once
+// (block de-duplication), on every shard it reached the first time.
+func (s *Store) WriteBlockAt(ctx context.Context, b *Block, ingested time.Time) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	now := time.Now().UTC().Truncate(time.Second)
+	now := ingested.UTC().Truncate(time.Second)
 	if bi, ok := s.be.(blockInserter); ok {
 		if err := bi.insertBlock(ctx, s.Table("findings"), b, now); err != nil {
 			return fmt.Errorf("insert %d rows into findings: %w", b.Len(), err)

@@ -17,9 +17,20 @@ type MigrateOptions struct {
 // Migrate brings the schema up to date: it applies the steps of Migrations not yet recorded in
 // schema_migrations, then sets the retention where the server supports TTL. It returns the
 // versions it applied. Running it again changes nothing.
+//
+// On a cluster every step is distributed DDL, which waits for every server of the cluster
+// (distributed_ddl_task_timeout, 180 s by default); once the schema is complete, Migrate
+// runs none, so a service starts while a replica is down.
 func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if o.RetentionDays < 0 {
 		return nil, fmt.Errorf("retention of %d days: want 0 (forever) or more", o.RetentionDays)
+	}
+	if s.cluster != "" && s.complete(ctx) {
+		ver, err := s.Version(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		return nil, s.setRetention(ctx, ver, o.RetentionDays)
 	}
 	if s.createDB != nil {
 		if err := s.createDB(ctx); err != nil {
@@ -30,18 +41,14 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table("schema_migrations")+` (
-    version    UInt32,
-    name       String,
-    applied_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
+	vars := varsFor(s.database, ver, s.cluster)
+	if err := s.createMigrations(ctx, vars); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
 	applied, err := s.AppliedMigrations(ctx)
 	if err != nil {
 		return nil, err
 	}
-	vars := varsFor(s.database, ver)
 	var did []int
 	for _, m := range Migrations {
 		if applied[m.Version] {
@@ -66,6 +73,43 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 		return did, err
 	}
 	return did, nil
+}
+
+// migrationsTable records the applied migrations; on a cluster it is replicated to every
+// server, and Migrate reads it on the server it recorded to.
+var migrationsTable = Migration{Version: 0, Name: "schema_migrations", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.schema_migrations{{.On}} (
+    version    UInt32,
+    name       String,
+    applied_at DateTime('UTC')
+) ENGINE = {{.EngineEverywhere "schema_migrations" "ReplacingMergeTree(applied_at)"}} ORDER BY version`}}
+
+func (s *Store) createMigrations(ctx context.Context, vars schemaVars) error {
+	stmts, err := migrationsTable.render(vars)
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// complete reports whether every migration is recorded (false when that cannot be read,
+// e.g. before the database exists).
+func (s *Store) complete(ctx context.Context) bool {
+	applied, err := s.AppliedMigrations(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range Migrations {
+		if !applied[m.Version] {
+			return false
+		}
+	}
+	return true
 }
 
 // AppliedMigrations returns the versions recorded in schema_migrations.
@@ -99,9 +143,12 @@ func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 	if cur == days {
 		return nil
 	}
-	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", s.Table("findings"), days)
+	// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
+	// replica of each and replication carries it to the others.
+	table := s.Table(localName("findings", s.cluster)) + onCluster(s.cluster)
+	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
 	if days == 0 {
-		q = "ALTER TABLE " + s.Table("findings") + " REMOVE TTL"
+		q = "ALTER TABLE " + table + " REMOVE TTL"
 	}
 	if _, err := s.db.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("set retention of findings to %d days: %w", days, err)
@@ -112,7 +159,7 @@ func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 // Retention returns the TTL of raw findings in days, 0 when they are kept forever.
 func (s *Store) Retention(ctx context.Context) (int, error) {
 	var engine string
-	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = 'findings'", s.database).Scan(&engine)
+	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = ?", s.database, localName("findings", s.cluster)).Scan(&engine)
 	if err != nil {
 		return 0, fmt.Errorf("read the findings table definition: %w", err)
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"text/template"
 )
 
@@ -10,7 +12,11 @@ import (
 type Migration struct {
 	Version int
 	Name    string
-	// SQL holds the statements as text/template, rendered with schemaVars.
+	// SQL holds the statements as text/template, rendered with schemaVars; a statement that
+	// renders empty is skipped. A table is created as {{.Local "name"}}{{.On}} with
+	// ENGINE = {{.Engine "name" "XMergeTree(...)"}}, followed by {{.Distributed "name" KEY}}:
+	// one table on a single server; on a cluster a replicated table on each shard and the
+	// Distributed table of the name users query over them.
 	SQL []string
 }
 
@@ -20,14 +26,87 @@ type schemaVars struct {
 	// LC is the type of low-cardinality strings: LowCardinality(String) on modern servers,
 	// String on 18.16, where LowCardinality is experimental.
 	LC string
+	// Cluster is the ClickHouse cluster (remote_servers) the schema spans; empty on a
+	// single server.
+	Cluster string
 }
 
-func varsFor(database string, v Version) schemaVars {
+func varsFor(database string, v Version, cluster string) schemaVars {
 	lc := "String"
 	if v.Modern() {
 		lc = "LowCardinality(String)"
 	}
-	return schemaVars{DB: database, LC: lc}
+	return schemaVars{DB: database, LC: lc, Cluster: cluster}
+}
+
+// Local is the name of the table that stores name's rows: name on a single server,
+// name_local on a cluster (name is then its Distributed table).
+func (v schemaVars) Local(name string) string { return localName(name, v.Cluster) }
+
+// On is the ON CLUSTER clause of DDL on a cluster, else empty.
+func (v schemaVars) On() string { return onCluster(v.Cluster) }
+
+// Engine is engine (e.g. "ReplacingMergeTree(ingested_at)") on a single server, and its
+// Replicated form on a cluster, replicated per shard through ZooKeeper under
+// /clickhouse/tables/{shard}/DB/LOCAL with the server's {shard} and {replica} macros.
+func (v schemaVars) Engine(table, engine string) (string, error) {
+	if v.Cluster == "" {
+		return engine, nil
+	}
+	name, args, ok := strings.Cut(engine, "(")
+	if !ok || !strings.HasSuffix(args, ")") {
+		return "", fmt.Errorf("engine %q: want Name(args)", engine)
+	}
+	args = strings.TrimSuffix(args, ")")
+	zk := fmt.Sprintf("'/clickhouse/tables/{shard}/%s/%s', '{replica}'", v.DB, v.Local(table))
+	if args != "" {
+		zk += ", " + args
+	}
+	return "Replicated" + name + "(" + zk + ")", nil
+}
+
+// EngineEverywhere is engine on a single server, and on a cluster its Replicated form with
+// one replica on every server of the cluster (under /clickhouse/tables/all/DB/TABLE): for
+// small tables that a server reads locally, so that it reads what it wrote itself.
+func (v schemaVars) EngineEverywhere(table, engine string) (string, error) {
+	if v.Cluster == "" {
+		return engine, nil
+	}
+	name, args, ok := strings.Cut(engine, "(")
+	if !ok || !strings.HasSuffix(args, ")") {
+		return "", fmt.Errorf("engine %q: want Name(args)", engine)
+	}
+	args = strings.TrimSuffix(args, ")")
+	zk := fmt.Sprintf("'/clickhouse/tables/all/%s/%s', '{shard}-{replica}'", v.DB, table)
+	if args != "" {
+		zk += ", " + args
+	}
+	return "Replicated" + name + "(" + zk + ")", nil
+}
+
+func localName(name, cluster string) string {
+	if cluster == "" {
+		return name
+	}
+	return name + "_local"
+}
+
+func onCluster(cluster string) string {
+	if cluster == "" {
+		return ""
+	}
+	return " ON CLUSTER " + cluster
+}
+
+// Distributed is, on a cluster, the statement that creates table as a Distributed table
+// over its local tables, sending each inserted row to the shard that shardingKey picks; on
+// a single server it is empty (the table is the local one).
+func (v schemaVars) Distributed(table, shardingKey string) string {
+	if v.Cluster == "" {
+		return ""
+	}
+	return fmt.Sprintf("\nCREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s, %s)",
+		v.DB, table, v.On(), v.DB, v.Local(table), v.Cluster, v.DB, v.Local(table), shardingKey)
 }
 
 func (m Migration) render(vars schemaVars) ([]string, error) {
@@ -41,7 +120,9 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 		if err := t.Execute(&b, vars); err != nil {
 			return nil, err
 		}
-		out = append(out, b.String())
+		if strings.TrimSpace(b.String()) != "" {
+			out = append(out, b.String())
+		}
 	}
 	return out, nil
 }
@@ -49,7 +130,7 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
 var Migrations = []Migration{
 	{Version: 1, Name: "findings", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.findings (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "findings"}}{{.On}} (
     rule_id        {{.LC}},
     severity       {{.LC}},
     cluster        {{.LC}},
@@ -78,11 +159,20 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.findings (
     evidence_path  Array(String),
     evidence_value Array(String),
     ingested_at    DateTime('UTC')
-) ENGINE = ReplacingMergeTree(ingested_at)
+) ENGINE = {{.Engine "findings" "ReplacingMergeTree(ingested_at)"}}
 PARTITION BY toYYYYMM(event_time)
-ORDER BY (cluster, rule_id, audit_id)`}},
+ORDER BY (cluster, rule_id, audit_id)`,
+		// One finding identity (cluster, audit_id, rule_id) always goes to the same shard, so
+		// each shard's replacing merges and FINAL see every copy of it.
+		`{{.Distributed "findings" "cityHash64(cluster, audit_id)"}}`}},
+	// On a cluster the views read the inserts into the Distributed findings table (on the
+	// server that takes them) and write through the Distributed rollup tables: every attempt
+	// of a retried insert reaches them. Views on the shards' findings_local would be skipped
+	// for a block that the replicated table de-duplicates, so a crash between storing a
+	// block and its rollup rows would lose them; rollup states count a finding once however
+	// often it comes.
 	{Version: 2, Name: "daily rollups", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_rules (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}} (
     day        Date,
     cluster    {{.LC}},
     rule_id    {{.LC}},
@@ -90,15 +180,16 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_rules (
     findings   AggregateFunction(uniq, String),
     first_seen AggregateFunction(min, DateTime('UTC')),
     last_seen  AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_rules" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, severity, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv TO {{.DB}}.daily_rules AS
+ORDER BY (cluster, rule_id, severity, day)`,
+		`{{.Distributed "daily_rules" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_rules_mv{{.On}} TO {{.DB}}.daily_rules AS
 SELECT toDate(event_time) AS day, cluster, rule_id, severity,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, severity`, `
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_apis (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}} (
     day            Date,
     cluster        {{.LC}},
     rule_id        {{.LC}},
@@ -113,17 +204,18 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_apis (
     callers        AggregateFunction(uniq, String),
     first_seen     AggregateFunction(min, DateTime('UTC')),
     last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_apis" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv TO {{.DB}}.daily_apis AS
+ORDER BY (cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement, day)`,
+		`{{.Distributed "daily_apis" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_apis_mv{{.On}} TO {{.DB}}.daily_apis AS
 SELECT toDate(event_time) AS day, cluster, rule_id, api_group, api_version, resource,
        deprecated_in, removed_in, removed_in_key, replacement,
        uniqState(audit_id) AS findings, uniqState(username) AS callers,
        minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, api_group, api_version, resource, deprecated_in, removed_in, removed_in_key, replacement`, `
-CREATE TABLE IF NOT EXISTS {{.DB}}.daily_callers (
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}} (
     day            Date,
     cluster        {{.LC}},
     rule_id        {{.LC}},
@@ -135,22 +227,25 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.daily_callers (
     findings       AggregateFunction(uniq, String),
     first_seen     AggregateFunction(min, DateTime('UTC')),
     last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = AggregatingMergeTree()
+) ENGINE = {{.Engine "daily_callers" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day)`, `
-CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv TO {{.DB}}.daily_callers AS
+ORDER BY (cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip, day)`,
+		`{{.Distributed "daily_callers" "cityHash64(cluster, rule_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.daily_callers_mv{{.On}} TO {{.DB}}.daily_callers AS
 SELECT toDate(event_time) AS day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip,
        uniqState(audit_id) AS findings, minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM {{.DB}}.findings
 GROUP BY day, cluster, rule_id, removed_in_key, username, user_agent, namespace, source_ip`}},
+	// The ledger of sent weeks: a few rows a week, on every server of a cluster, so that
+	// the report that records "sending" reads it back from the server it wrote to.
 	{Version: 3, Name: "weekly reports", SQL: []string{`
-CREATE TABLE IF NOT EXISTS {{.DB}}.weekly_reports (
+CREATE TABLE IF NOT EXISTS {{.DB}}.weekly_reports{{.On}} (
     cluster        String,
     week_ending    Date,
     target_version String,
     recipients     Array(String),
     sent_at        DateTime('UTC'),
     status         String
-) ENGINE = ReplacingMergeTree(sent_at)
+) ENGINE = {{.EngineEverywhere "weekly_reports" "ReplacingMergeTree(sent_at)"}}
 ORDER BY (cluster, week_ending, target_version)`}},
 }

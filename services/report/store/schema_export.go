@@ -12,7 +12,7 @@ func SchemaSQL(database string, v Version, retentionDays int) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- auditlens schema for ClickHouse %s, generated from services/report/store (do not edit).\n", v)
 	fmt.Fprintf(&b, "CREATE DATABASE IF NOT EXISTS %s;\n", database)
-	vars := varsFor(database, v)
+	vars := varsFor(database, v, "")
 	for _, m := range Migrations {
 		stmts, err := m.render(vars)
 		if err != nil {

@@ -14,7 +14,25 @@ import (
 // OpenServer connects to a ClickHouse server over the native protocol, e.g.
 // "clickhouse://user:pass@host:9000/auditlens?dial_timeout=5s" (see clickhouse-go's DSN).
 // Nothing is dialled yet; Migrate creates the database (default auditlens) and the tables.
-func OpenServer(dsn string) (*Store, error) {
+func OpenServer(dsn string) (*Store, error) { return openServer(dsn, "") }
+
+// OpenCluster connects to the servers of a ClickHouse cluster (a <remote_servers> entry
+// named cluster on each of them, with <macros> shard and replica, ZooKeeper and
+// <distributed_ddl>), e.g. "clickhouse://h1:9000,h2:9000/auditlens" (the client fails over
+// between the hosts listed). Migrate then creates every table ON CLUSTER: a Replicated table
+// per shard (findings_local, ...) and a Distributed table of the name users query
+// (findings, ...) over it. Writes go through the Distributed tables synchronously
+// (insert_distributed_sync): a write that returns is on one replica of each shard it
+// touched, and a block written again after a failure is not stored twice (replicated
+// block de-duplication). Reads through them cover every shard.
+func OpenCluster(dsn, cluster string) (*Store, error) {
+	if err := ValidateIdent(cluster); err != nil || strings.Contains(cluster, ".") {
+		return nil, fmt.Errorf("clickhouse cluster %q: want a plain name (letters, digits, '_') as in remote_servers", cluster)
+	}
+	return openServer(dsn, cluster)
+}
+
+func openServer(dsn, cluster string) (*Store, error) {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse dsn: %w", err)
@@ -43,12 +61,22 @@ func OpenServer(dsn string) (*Store, error) {
 			return fmt.Errorf("connect to clickhouse %s: %w", strings.Join(opts.Addr, ","), err)
 		}
 		defer bconn.Close()
-		if err := bconn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
+		if err := bconn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database+onCluster(cluster)); err != nil {
 			return fmt.Errorf("clickhouse %s: create database %s: %w", strings.Join(opts.Addr, ","), database, err)
 		}
 		return nil
 	}
 	opts.Auth.Database = database
+	if cluster != "" {
+		// An insert into a Distributed table returns once every shard's part of it is
+		// written (not queued on the server that took it), so acknowledging after it is safe.
+		// Copy the settings: boot shares the map.
+		settings := clickhouse.Settings{"insert_distributed_sync": 1}
+		for k, v := range opts.Settings {
+			settings[k] = v
+		}
+		opts.Settings = settings
+	}
 	conn, err := clickhouse.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to clickhouse: %w", err)
@@ -60,6 +88,7 @@ func OpenServer(dsn string) (*Store, error) {
 		_ = conn.Close()
 		return nil, err
 	}
+	s.cluster = cluster
 	return s, nil
 }
 

@@ -19,6 +19,18 @@
 // distinct findings per group and within about 2% above that; take uniqExact over findings
 // where exact large counts matter.
 //
+// # On a cluster
+//
+// With OpenCluster every table is created ON CLUSTER: findings and the rollups as
+// Replicated tables per shard (findings_local, daily_rules_local, ...) under Distributed
+// tables of the names above, findings sharded by cityHash64(cluster, audit_id) so that
+// every copy of one identity lands on one shard; schema_migrations and weekly_reports are
+// small tables replicated to every server. Inserts go through the Distributed tables
+// synchronously; a retried block (same rows, same ingested time: WriteBlockAt) is stored
+// once by replicated de-duplication. The rollup views read the Distributed findings
+// table, so every attempt of an insert reaches them. Queries stay the same; replication
+// is asynchronous, so a read right after a write may miss it on a replica that is behind.
+//
 // # One schema, two generations of ClickHouse
 //
 // The schema is written for ClickHouse 18.16 and adds, on servers from 20.3 on,
@@ -59,6 +71,9 @@ type Store struct {
 	database string
 	// createDB creates the database on engines where the default connection cannot.
 	createDB func(ctx context.Context) error
+	// cluster is the ClickHouse cluster the schema spans (see OpenCluster); empty on a
+	// single server and on chDB.
+	cluster string
 
 	mu      sync.Mutex
 	version Version
@@ -95,6 +110,9 @@ func (s *Store) Version(ctx context.Context) (Version, error) {
 // DB is a database/sql handle whose default database is the store's: use unqualified table
 // names and positional ? arguments; it behaves the same on both engines.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// Cluster is the ClickHouse cluster the store's schema spans, empty on a single server.
+func (s *Store) Cluster() string { return s.cluster }
 
 // Database is the name of the auditlens database.
 func (s *Store) Database() string { return s.database }

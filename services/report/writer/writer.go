@@ -343,9 +343,12 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		return true
 	}
 	bo := w.retry()
+	// Every attempt sends the same rows: a write that failed after some shards (or a replica)
+	// stored their part is then stored once (replicated block de-duplication).
+	ingested := time.Now()
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		err := w.st.WriteBlock(ctx, b.blk)
+		err := w.st.WriteBlockAt(ctx, b.blk, ingested)
 		if err == nil {
 			w.m.writeSeconds.Observe(time.Since(start).Seconds())
 			break

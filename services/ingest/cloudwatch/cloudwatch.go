@@ -42,7 +42,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
-	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
@@ -323,32 +322,8 @@ func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) erro
 			bad[label]++
 		}
 	}
-	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for attempt := 1; ; attempt++ {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, func(m *bus.Message) {
-			s.opt.Logger.Warn("CloudWatch event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
-			if m.Stream == bus.Events {
-				events--
-			}
-			bad[metrics.TooLargeForBus]++
-		}))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
-		s.opt.Logger.Warn("publish failed; holding the CloudWatch position and retrying", "err", err)
-		if err := retry.Wait(ctx, attempt); err != nil {
-			return err
-		}
-	}
-	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for label, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
-	}
-	return nil
+	return s.opt.Metrics.PublishUntilStored(ctx, s.bus, s.opt.Logger, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, "the CloudWatch position",
+		metrics.Batch{Msgs: msgs, Events: events, Bad: bad})
 }
 
 // messages turns one log event into event messages (named cluster/auditID/stage) or a dead

@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
@@ -278,32 +277,8 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 			bad[label]++
 		}
 	}
-	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for attempt := 1; ; attempt++ {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "kafka", "kafka-source", s.opt.Node, func(m *bus.Message) {
-			s.opt.Logger.Warn("Kafka event larger than the bus accepts; sent to the dead-letter stream", "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
-			if m.Stream == bus.Events {
-				events--
-			}
-			bad[metrics.TooLargeForBus]++
-		}))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
-		s.opt.Logger.Warn("publish failed; holding the Kafka offsets and retrying", "err", err)
-		if err := retry.Wait(ctx, attempt); err != nil {
-			return err
-		}
-	}
-	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for label, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
-	}
-	return nil
+	return s.opt.Metrics.PublishUntilStored(ctx, s.bus, s.opt.Logger, Input, "kafka-source", s.opt.Node, "the Kafka offsets",
+		metrics.Batch{Msgs: msgs, Events: events, Bad: bad})
 }
 
 // messages turns one record into event messages (named cluster/auditID/stage) or dead

@@ -11,8 +11,8 @@ import (
 )
 
 // chunkBytes is about how much of an input one chunk holds: whole lines, so a chunk can be
-// larger by one line.
-const chunkBytes = 1 << 20
+// larger by one line. A variable for the tests.
+var chunkBytes = 1 << 20
 
 // chunk is a run of consecutive lines of one input, classified by one worker. What the
 // worker finds is kept in order in recs, and written by the scanner in input order.
@@ -45,14 +45,18 @@ type record struct {
 
 var chunks = sync.Pool{New: func() any { return &chunk{} }}
 
-func newChunk(name string) *chunk {
+func (s *scanner) newChunk(name string) *chunk {
+	n := s.chunks.Add(1)
+	for p := s.peakChunks.Load(); n > p && !s.peakChunks.CompareAndSwap(p, n); p = s.peakChunks.Load() {
+	}
 	c := chunks.Get().(*chunk)
 	c.name, c.data, c.lines, c.err, c.recs, c.json = name, c.data[:0], c.lines[:0], nil, c.recs[:0], c.json[:0]
 	c.done = make(chan struct{})
 	return c
 }
 
-func (c *chunk) free() {
+func (s *scanner) free(c *chunk) {
+	s.chunks.Add(-1)
 	clear(c.recs) // the findings
 	c.recs = c.recs[:0]
 	if cap(c.data) > 4*chunkBytes {
@@ -65,7 +69,8 @@ func (c *chunk) free() {
 // boundaries; n workers classify the chunks at once, and this goroutine takes their results
 // in input order, de-duplicates the findings (the stages of one request may fall in two
 // chunks) and writes them: the output is that of one worker reading as it goes. At most 2n
-// chunks wait for their turn, so memory does not grow with the input.
+// chunks wait for their turn (2n+2 are in memory at most: those, the one being written and
+// the one being read), so memory does not grow with the input.
 func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 	work := make(chan *chunk, n)
 	pending := make(chan *chunk, 2*n) // input order
@@ -100,7 +105,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 		for _, f := range files {
 			err := s.input(f, stdin, func(name string, n int, line []byte, tooLong bool) {
 				if c == nil {
-					c = newChunk(name)
+					c = s.newChunk(name)
 				}
 				if n == 0 { // a document read whole, the input's only line: the chunk takes it as it is
 					c.data = line
@@ -116,7 +121,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 			})
 			if err != nil {
 				if c == nil {
-					c = newChunk(f)
+					c = s.newChunk(f)
 				}
 				c.err = err
 			}
@@ -126,7 +131,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 	for c := range pending {
 		<-c.done
 		s.merge(c)
-		c.free()
+		s.free(c)
 	}
 	wg.Wait()
 }

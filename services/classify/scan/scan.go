@@ -102,6 +102,16 @@ func (c *Config) Validate() error {
 
 // Main runs `classify scan` with args (after "scan") and returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	s, files, code := newScanner(args, stdout, stderr)
+	if s == nil {
+		return code
+	}
+	return s.run(files, stdin)
+}
+
+// newScanner parses args and loads the catalogue: the scanner and its inputs, or nil and the
+// exit code.
+func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, int) {
 	fs := flag.NewFlagSet("classify scan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
@@ -109,23 +119,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	flagenv.Usage(fs, synopsis)
 	if err := flagenv.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return ExitClean
+			return nil, nil, ExitClean
 		}
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "classify scan: no input: give audit log files, or - for stdin (see --help)")
-		return ExitError
+		return nil, nil, ExitError
 	}
 	cat, err := rules.Load(cfg.RulesFiles...)
 	if err != nil {
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
 	s := &scanner{
@@ -143,7 +153,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "markdown":
 		s.rows = &markdownTable{w: s.stdout}
 	}
-	return s.run(fs.Args(), stdin)
+	return s, fs.Args(), 0
 }
 
 // scanner is one run of scan: its inputs are read and classified by workers (worker.go), in
@@ -161,15 +171,17 @@ type scanner struct {
 	rows   rowWriter    // the other formats
 	fitted *fittedTable // --format table: rows, to tell whether something was cut
 
-	workers    []*worker // their counts are added up in the summary
-	sum        summary
-	findings   int
-	blocking   int
-	events     atomic.Int64
-	bytesRead  atomic.Int64
-	badLines   int
-	badReasons map[string]int
-	failed     bool
+	workers []*worker // their counts are added up in the summary
+	// chunks and peakChunks count the chunks held in memory (--parallel above 1).
+	chunks, peakChunks atomic.Int64
+	sum                summary
+	findings           int
+	blocking           int
+	events             atomic.Int64
+	bytesRead          atomic.Int64
+	badLines           int
+	badReasons         map[string]int
+	failed             bool
 }
 
 func (s *scanner) run(files []string, stdin io.Reader) int {

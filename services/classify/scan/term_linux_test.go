@@ -46,10 +46,10 @@ func TestTableFitsARealTerminal(t *testing.T) {
 		t.Errorf("width of a 97-column terminal: %d", got)
 	}
 	var shown bytes.Buffer
-	read := make(chan error)
+	read := make(chan struct{})
 	go func() {
-		_, err := io.Copy(&shown, ctl) // ends with EIO once the terminal side is closed
-		read <- err
+		defer close(read)
+		_, _ = io.Copy(&shown, ctl) // ends with EIO once the terminal side is closed
 	}()
 	t.Setenv("COLUMNS", "200")
 	var errOut bytes.Buffer

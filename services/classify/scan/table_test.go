@@ -162,3 +162,26 @@ func TestGroupByCaller(t *testing.T) {
 		t.Errorf("--group-by user: exit %d, %s", code, errOut)
 	}
 }
+
+func TestHelpAndFlagErrors(t *testing.T) {
+	code, _, errOut := run(t, "", "--help")
+	if code != ExitClean {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, want := range []string{"--format", "wide", "markdown", "$COLUMNS", "--group-by", "AUDITLENS_GROUP_BY", "--parallel", "AUDITLENS_PARALLEL"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("--help lacks %q:\n%s", want, errOut)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--format", "xml", "x"}, `classify scan: --format "xml": want json, table, wide or markdown` + "\n"},
+		{[]string{"--parallel", "-1", "x"}, "classify scan: --parallel -1: want 0 or more (0: one per core)\n"},
+	} {
+		if code, _, errOut := run(t, "", c.args...); code != ExitError || errOut != c.want {
+			t.Errorf("%v: exit %d, %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -103,7 +103,7 @@ var took = regexp.MustCompile(`\((\d+h)?(\d+m)?[\d.]+(µs|ms|s)\)`)
 func sameAsSequential(t *testing.T, stdin string, args ...string) (out, errOut string) {
 	t.Helper()
 	code, out, errOut := run(t, stdin, append([]string{"--parallel", "1", "--progress", "never"}, args...)...)
-	for _, n := range []string{"2", "3", "8"} {
+	for _, n := range []string{"2", "5"} {
 		c, o, e := run(t, stdin, append([]string{"--parallel", n, "--progress", "never"}, args...)...)
 		if c != code {
 			t.Errorf("%v --parallel %s: exit %d, sequential %d", args, n, c, code)
@@ -159,9 +159,9 @@ func TestParallelOnTheRealWorldCorpus(t *testing.T) {
 // classified by different workers: the findings are still those of the sequential scan,
 // for a plain file, its gzip and stdin, and in every format.
 func TestParallelAcrossChunkBoundaries(t *testing.T) {
-	const chunk = 64 << 10
+	const chunk = 32 << 10
 	smallChunks(t, chunk)
-	lines, pairs := stagedLog(withFindings(t), 3000)
+	lines, pairs := stagedLog(withFindings(t), 2000)
 	log := string(bytes.Join(lines, []byte{'\n'})) + "\n"
 	path := write(t, "audit.log", log)
 
@@ -194,7 +194,8 @@ func TestParallelAcrossChunkBoundaries(t *testing.T) {
 	if split < 10 || len(found) < 100 {
 		t.Fatalf("%d requests with findings split across chunks, %d with findings: the test does not test", split, len(found))
 	}
-	if events, findings, _ := scanSummary(t, errOut); events != "6000" || strings.Count(out, "\n") > len(found)*2 {
+	t.Logf("%d of %d requests with findings have their two stages in two chunks", split, len(found))
+	if events, findings, _ := scanSummary(t, errOut); events != "4000" || strings.Count(out, "\n") > len(found)*2 {
 		t.Errorf("events %s, findings %s (%d lines) for %d requests with findings", events, findings, strings.Count(out, "\n"), len(found))
 	}
 

@@ -50,6 +50,8 @@ type markdownTable struct {
 
 func (t *markdownTable) row(f *auditlensv1.Finding) {
 	if !t.header {
+		fmt.Fprintln(t.w, "## Findings")
+		fmt.Fprintln(t.w)
 		fmt.Fprintln(t.w, "| Time | Severity | Rule | Removed in | API | Verb | Object | User | User agent |")
 		fmt.Fprintln(t.w, "|---|---|---|---|---|---|---|---|---|")
 		t.header = true

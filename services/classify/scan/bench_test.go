@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkScan measures `classify scan --target-version 1.25` over the genuine events of
@@ -40,7 +41,8 @@ func BenchmarkScan(b *testing.B) {
 // of 1-1.5 KB (the real-world corpus's events of that size, as in ingest's testdata, each
 // copy with its own audit id: about 360 MB), JSON lines discarded. maxrss-MB is the
 // process's peak after the sub-benchmark: the parallel scan reads the same file in chunks,
-// so it should not be far above the sequential one.
+// so it should not be far above the sequential one. cores is the CPU time used over the time
+// taken: on a machine shared with other work the parallel scan gets fewer than GOMAXPROCS.
 func BenchmarkScanParallel(b *testing.B) {
 	var ev [][]byte
 	for _, e := range realEvents(b) {
@@ -70,16 +72,29 @@ func BenchmarkScanParallel(b *testing.B) {
 		b.Run(fmt.Sprintf("parallel=%d", n), func(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
+			cpu0 := cpuTime()
 			for b.Loop() {
 				if code := Main([]string{"--target-version", "1.25", "--progress", "never", "--parallel", strconv.Itoa(n), path}, nil, io.Discard, io.Discard); code == ExitError {
 					b.Fatalf("exit %d", code)
 				}
 			}
+			cpu := cpuTime() - cpu0
 			b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(events*b.N), "cpu-ns/event")
+			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
 			var ru syscall.Rusage
 			if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 				b.ReportMetric(float64(ru.Maxrss)/1024, "maxrss-MB")
 			}
 		})
 	}
+}
+
+// cpuTime is the CPU time the process has used (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -43,26 +43,37 @@ type record struct {
 	err  error
 }
 
-var chunks = sync.Pool{New: func() any { return &chunk{} }}
-
+// newChunk returns a chunk of the input name: a free one (its buffers kept from the chunk it
+// was) or a new one.
 func (s *scanner) newChunk(name string) *chunk {
 	n := s.chunks.Add(1)
 	for p := s.peakChunks.Load(); n > p && !s.peakChunks.CompareAndSwap(p, n); p = s.peakChunks.Load() {
 	}
-	c := chunks.Get().(*chunk)
+	var c *chunk
+	select {
+	case c = <-s.freeChunks:
+	default:
+		c = &chunk{}
+	}
+	if cap(c.data) == 0 {
+		c.data = make([]byte, 0, chunkBytes+64<<10)
+	}
 	c.name, c.data, c.lines, c.err, c.recs, c.json = name, c.data[:0], c.lines[:0], nil, c.recs[:0], c.json[:0]
 	c.done = make(chan struct{})
 	return c
 }
 
+// free keeps c for a next chunk, up to as many as can be in memory at once.
 func (s *scanner) free(c *chunk) {
 	s.chunks.Add(-1)
 	clear(c.recs) // the findings
-	c.recs = c.recs[:0]
 	if cap(c.data) > 4*chunkBytes {
-		c.data = nil // a document or a long line: not kept for the next chunk
+		c.data = nil // a document or a long line: not kept
 	}
-	chunks.Put(c)
+	select {
+	case s.freeChunks <- c:
+	default:
+	}
 }
 
 // runParallel reads the inputs in this order in one goroutine, cut into chunks at line
@@ -74,6 +85,7 @@ func (s *scanner) free(c *chunk) {
 func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 	work := make(chan *chunk, n)
 	pending := make(chan *chunk, 2*n) // input order
+	s.freeChunks = make(chan *chunk, 2*n+2)
 	var wg sync.WaitGroup
 	for range n {
 		out := &chunkSink{s: s}

@@ -174,6 +174,7 @@ type scanner struct {
 	workers []*worker // their counts are added up in the summary
 	// chunks and peakChunks count the chunks held in memory (--parallel above 1).
 	chunks, peakChunks atomic.Int64
+	freeChunks         chan *chunk
 	sum                summary
 	findings           int
 	blocking           int

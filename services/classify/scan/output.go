@@ -1,11 +1,8 @@
 package scan
 
 import (
-	"bytes"
-	"encoding/json"
 	"time"
 
-	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -91,24 +88,12 @@ func ToJSON(f *auditlensv1.Finding) JSONFinding {
 }
 
 // jsonLines encodes findings as JSON lines (--format json).
-type jsonLines struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-	// out is buf with DEL and the C1 controls escaped too (lib/printable).
-	out []byte
-}
+type jsonLines struct{ out []byte }
 
-func newJSONLines() *jsonLines {
-	j := &jsonLines{}
-	j.enc = json.NewEncoder(&j.buf)
-	j.enc.SetEscapeHTML(false)
-	return j
-}
+func newJSONLines() *jsonLines { return &jsonLines{} }
 
 // encode returns the JSON line of f, valid until the next call.
 func (j *jsonLines) encode(f *auditlensv1.Finding) []byte {
-	j.buf.Reset()
-	_ = j.enc.Encode(ToJSON(f)) // a JSONFinding always encodes
-	j.out = printable.JSON(j.out[:0], j.buf.Bytes())
+	j.out = appendJSON(j.out[:0], f)
 	return j.out
 }

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -35,7 +35,9 @@ const hostile = "<script>document.title='pwned'</script>\"' %_\x1b[31m\\"
 // ingress list this week. Returns the findings.
 func seed(t *testing.T, st *store.Store) []*auditlensv1.Finding {
 	t.Helper()
-	at := func(d, h int) *timestamppb.Timestamp { return timestamppb.New(weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour)) }
+	at := func(d, h int) *timestamppb.Timestamp {
+		return timestamppb.New(weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour))
+	}
 	ing := func(cluster, id string, ts *timestamppb.Timestamp, user, ua, ip, ns string) *auditlensv1.Finding {
 		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: cluster, AuditId: id, EventTime: ts, Verb: "list",
 			RequestUri: "/apis/extensions/v1beta1/namespaces/" + ns + "/ingresses?limit=500", ApiGroup: "extensions", ApiVersion: "v1beta1",

@@ -131,8 +131,9 @@ type ClusterSummary struct {
 	ThisWeek, LastWeek uint64
 	// Blockers counts what blocks the target (rule, API and removal release) in both weeks.
 	Blockers uint64
-	// Newest is the time of the newest event.
-	Newest time.Time
+	// Newest is the time of the newest event; NewestBlocker that of the newest event that
+	// blocks the target (zero when none does).
+	Newest, NewestBlocker time.Time
 }
 
 // Clusters lists the clusters seen (at most MaxClusters, by name) with their counts for the
@@ -153,12 +154,13 @@ func (r Reader) Clusters(ctx context.Context, weekStart time.Time, target kubeve
   toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time >= toDateTime(?))) AS this_week,
   toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time >= toDateTime(?) AND event_time < toDateTime(?))) AS last_week,
   toUInt64(uniqExactIf(rule_id, api_group, api_version, resource, removed_in, event_time >= toDateTime(?) AND ` + blocking + `)) AS blockers,
-  toUInt32(max(event_time)) AS newest
+  toUInt32(max(event_time)) AS newest,
+  toUInt32(maxIf(event_time, ` + blocking + `)) AS newest_blocker
 FROM ` + t + `
 GROUP BY cluster
 ORDER BY cluster
 LIMIT ?`
-	rows, err := r.DB.QueryContext(ctx, q, weekStart.Unix(), prev.Unix(), weekStart.Unix(), prev.Unix(), target.Key(), MaxClusters)
+	rows, err := r.DB.QueryContext(ctx, q, weekStart.Unix(), prev.Unix(), weekStart.Unix(), prev.Unix(), target.Key(), target.Key(), MaxClusters)
 	if err != nil {
 		return nil, fmt.Errorf("query clusters: %w", err)
 	}
@@ -166,11 +168,14 @@ LIMIT ?`
 	var out []ClusterSummary
 	for rows.Next() {
 		var c ClusterSummary
-		var newest uint32
-		if err := rows.Scan(&c.Name, &c.ThisWeek, &c.LastWeek, &c.Blockers, &newest); err != nil {
+		var newest, newestBlocker uint32
+		if err := rows.Scan(&c.Name, &c.ThisWeek, &c.LastWeek, &c.Blockers, &newest, &newestBlocker); err != nil {
 			return nil, fmt.Errorf("read clusters: %w", err)
 		}
-		c.Newest = time.Unix(int64(newest), 0).UTC()
+		c.Newest = unix(newest)
+		if newestBlocker > 0 {
+			c.NewestBlocker = unix(newestBlocker)
+		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -94,19 +94,24 @@ func testQueries(t *testing.T, r console.Reader) {
 		}
 		newest := func(d, h int) time.Time { return weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour) }
 		want := []console.ClusterSummary{
-			{Name: "prod", ThisWeek: 0, LastWeek: 7, Blockers: 1, Newest: newest(4, 9)},
-			{Name: "staging", ThisWeek: 0, LastWeek: 1, Blockers: 1, Newest: newest(4, 9)},
+			{Name: "prod", ThisWeek: 0, LastWeek: 7, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(3, 9)},
+			{Name: "staging", ThisWeek: 0, LastWeek: 1, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(4, 9)},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("clusters:\n got %+v\nwant %+v", got, want)
 		}
-		// Judged against 1.25, PSP blocks too; this week is the week read above.
+		// Judged against 1.25, PSP blocks too; this week is the week read above. Judged
+		// against 1.21, nothing blocks.
 		got, err = r.Clusters(ctx, week.From, kubeversion.MustParse("1.25"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[0].ThisWeek != 7 || got[0].LastWeek != 1 || got[0].Blockers != 2 {
+		if len(got) != 2 || got[0].ThisWeek != 7 || got[0].LastWeek != 1 || got[0].Blockers != 2 || !got[0].NewestBlocker.Equal(newest(3, 9)) {
 			t.Errorf("clusters for 1.25 from the week's start: %+v", got)
+		}
+		got, err = r.Clusters(ctx, week.From, kubeversion.MustParse("1.21"))
+		if err != nil || len(got) != 2 || got[0].Blockers != 0 || !got[0].NewestBlocker.IsZero() {
+			t.Errorf("clusters for 1.21: %+v %v", got, err)
 		}
 	})
 	t.Run("releases", func(t *testing.T) {

@@ -13,9 +13,13 @@ import (
 // clusterRow is one cluster of the index.
 type clusterRow struct {
 	console.ClusterSummary
-	// Report is its report of the week the report page would choose, in HTML.
+	// Week is the week the report page chooses (defaultWeek); Report links to its report,
+	// Formats to it in each format.
+	Week    weekly.Date
 	Report  template.URL
 	Formats []render.Link
+	// BlockerWeek links to the report of the week of the newest use of a blocker.
+	BlockerWeek template.URL
 }
 
 // index is GET /: the clusters seen, with this week's and the last full week's findings,
@@ -47,7 +51,10 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range clusters {
 		s := scope{Cluster: c.Name, Target: target, Clusters: []console.ClusterSummary{c}, Week: defaultWeek(c, lastFull, thisWeek)}
-		row := clusterRow{ClusterSummary: c, Report: s.link("/report")}
+		row := clusterRow{ClusterSummary: c, Week: s.Week, Report: s.link("/report")}
+		if !c.NewestBlocker.IsZero() {
+			row.BlockerWeek = link("/report", "cluster", c.Name, "target-version", target.String(), "week-ending", weekEnding(c.NewestBlocker).String())
+		}
 		for _, format := range render.Formats {
 			row.Formats = append(row.Formats, render.Link{Label: format, URL: s.link("/report", "format", format)})
 		}
@@ -57,14 +64,16 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 }
 
 // defaultWeek is the week a cluster's report shows when none is asked for: the last full
-// week, else this week so far when the last full week has no findings, else the week of the
-// newest event.
+// week, else this week so far when the last full week has no findings; when neither has,
+// the week of the newest event that blocks the target, else of the newest event.
 func defaultWeek(c console.ClusterSummary, lastFull, thisWeek weekly.Date) weekly.Date {
 	switch {
 	case c.LastWeek > 0:
 		return lastFull
 	case c.ThisWeek > 0:
 		return thisWeek
+	case !c.NewestBlocker.IsZero():
+		return weekEnding(c.NewestBlocker)
 	case c.Newest.Unix() > 0:
 		return weekEnding(c.Newest)
 	}

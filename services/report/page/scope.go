@@ -101,7 +101,7 @@ func weekNote(week, lastFull, thisWeek weekly.Date, chosen bool) string {
 	case chosen:
 		return fmt.Sprintf("Showing the week ending %s.", week)
 	}
-	return fmt.Sprintf("Showing the week of the newest event (ending %s): this week and the last have no findings.", week)
+	return fmt.Sprintf("Showing the week ending %s, of the newest event (blocking the target if any does): this week and the last have no findings.", week)
 }
 
 func (s scope) seen(cluster string) bool {

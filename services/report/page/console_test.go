@@ -95,7 +95,7 @@ func TestConsolePages(t *testing.T) {
 			}
 			return body
 		}
-		index := get("/", `<tr class="cluster"><td><a class="report-link" href="/report?cluster=prod&amp;target-version=1.33&amp;week-ending=2026-12-06">`,
+		index := get("/", `<tr class="cluster"><td><a class="report-link" href="/report?cluster=prod&amp;target-version=1.33">`, "week ending 2026-12-06: ",
 			`<td class="n">61</td><td class="n">0</td><td class="n">1</td><td>2026-12-02 15:00:00Z</td>`,
 			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.33&amp;week-ending=2026-12-06">2026-12-02 15:00:00Z</a>`, `<option value="1.33" selected>`, `<option value="1.16">`)
 		if strings.Contains(index, "1.21") {

@@ -50,13 +50,14 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 		body.Targets = append(body.Targets, render.Option{Value: v.String(), Label: v.String(), Selected: v == target})
 	}
 	for _, c := range clusters {
-		s := scope{Cluster: c.Name, Target: target, Clusters: []console.ClusterSummary{c}, Week: defaultWeek(c, lastFull, thisWeek)}
-		row := clusterRow{ClusterSummary: c, Week: s.Week, Report: s.link("/report")}
+		// The report links name no week: the report page chooses the same one and says why.
+		q := []string{"cluster", c.Name, "target-version", target.String()}
+		row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek), Report: link("/report", q...)}
 		if !c.NewestBlocker.IsZero() {
-			row.BlockerWeek = link("/report", "cluster", c.Name, "target-version", target.String(), "week-ending", weekEnding(c.NewestBlocker).String())
+			row.BlockerWeek = link("/report", append(q, "week-ending", weekEnding(c.NewestBlocker).String())...)
 		}
 		for _, format := range render.Formats {
-			row.Formats = append(row.Formats, render.Link{Label: format, URL: s.link("/report", "format", format)})
+			row.Formats = append(row.Formats, render.Link{Label: format, URL: link("/report", append(q, "format", format)...)})
 		}
 		body.Clusters = append(body.Clusters, row)
 	}

@@ -166,3 +166,34 @@ func TestConsoleRejects(t *testing.T) {
 		t.Errorf("empty index: %.500s", body)
 	}
 }
+
+// TestReportOpensTheNewestWeek: with nothing this week or the last (the sample of `make run`),
+// a report without a week shows the week of the newest use of a blocker, else of the newest
+// event, and says so.
+func TestReportOpensTheNewestWeek(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	old := func(id string, at time.Time, removedIn string) *auditlensv1.Finding {
+		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "sample", AuditId: id, EventTime: timestamppb.New(at),
+			ApiGroup: "coordination.k8s.io", ApiVersion: "v1beta1", Resource: "leases", RemovedIn: removedIn}
+	}
+	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{
+		old("a", time.Date(2019, 1, 2, 15, 1, 16, 0, time.UTC), "1.22"),
+		old("b", time.Date(2021, 3, 12, 15, 11, 4, 0, time.UTC), ""),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := consoleServer(t, st)
+	for _, c := range []struct{ target, note string }{
+		{"1.33", "Showing the week of the newest use of a blocker (ending 2019-01-06): this week and the last have no findings."},
+		{"1.21", "Showing the week of the newest event (ending 2021-03-14): this week and the last have no findings."},
+	} {
+		_, body := fetch(t, http.MethodGet, srv.URL+"/report?cluster=sample&target-version="+c.target)
+		if !strings.Contains(body, c.note) {
+			t.Errorf("target %s: %q not in %.2000s", c.target, c.note, body)
+		}
+	}
+	if _, body := fetch(t, http.MethodGet, srv.URL+"/"); !strings.Contains(body,
+		`<a class="blocker-week" href="/report?cluster=sample&amp;target-version=1.33&amp;week-ending=2019-01-06">2019-01-02 15:01:16Z</a>`) {
+		t.Errorf("index: no link to the week of the newest blocker use:\n%.3000s", body)
+	}
+}

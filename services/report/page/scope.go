@@ -78,19 +78,22 @@ func (h *Handler) scope(ctx context.Context, f form, readClusters bool) (scope, 
 			return s, bad("cluster", "required (no findings yet name one)")
 		}
 	}
-	if s.Week.IsZero() {
-		s.Week = lastFull
-		for _, c := range s.Clusters {
-			if c.Name == s.Cluster {
-				s.Week = defaultWeek(c, lastFull, thisWeek)
-			}
+	chosen := !s.Week.IsZero()
+	var seen console.ClusterSummary
+	for _, c := range s.Clusters {
+		if c.Name == s.Cluster {
+			seen = c
 		}
 	}
-	s.Note = weekNote(s.Week, lastFull, thisWeek, f.v.Get("week-ending") != "")
+	if !chosen {
+		s.Week = defaultWeek(seen, lastFull, thisWeek)
+	}
+	s.Note = weekNote(s.Week, lastFull, thisWeek, chosen, seen)
 	return s, nil
 }
 
-func weekNote(week, lastFull, thisWeek weekly.Date, chosen bool) string {
+// weekNote says which week a page shows and, when the console chose it, why.
+func weekNote(week, lastFull, thisWeek weekly.Date, chosen bool, c console.ClusterSummary) string {
 	switch {
 	case week == thisWeek && chosen:
 		return "Showing this week so far."
@@ -100,8 +103,10 @@ func weekNote(week, lastFull, thisWeek weekly.Date, chosen bool) string {
 		return "Showing the last full week."
 	case chosen:
 		return fmt.Sprintf("Showing the week ending %s.", week)
+	case !c.NewestBlocker.IsZero():
+		return fmt.Sprintf("Showing the week of the newest use of a blocker (ending %s): this week and the last have no findings.", week)
 	}
-	return fmt.Sprintf("Showing the week ending %s, of the newest event (blocking the target if any does): this week and the last have no findings.", week)
+	return fmt.Sprintf("Showing the week of the newest event (ending %s): this week and the last have no findings.", week)
 }
 
 func (s scope) seen(cluster string) bool {

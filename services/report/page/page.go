@@ -69,7 +69,7 @@ func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) h
 			return
 		}
 		err := page(w, r)
-		var bp badParam
+		var bp paramError
 		switch {
 		case err == nil:
 		case errors.As(err, &bp), errors.Is(err, console.ErrInvalid), errors.Is(err, weekly.ErrInvalid):

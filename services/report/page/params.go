@@ -9,13 +9,13 @@ import (
 	"strconv"
 )
 
-// badParam is a query parameter the request got wrong: answered 400 with this sentence.
-type badParam struct{ name, msg string }
+// paramError is a query parameter the request got wrong: answered 400 with this sentence.
+type paramError struct{ name, msg string }
 
-func (e badParam) Error() string { return e.name + ": " + e.msg }
+func (e paramError) Error() string { return e.name + ": " + e.msg }
 
 func bad(name, format string, args ...any) error {
-	return badParam{name: name, msg: fmt.Sprintf(format, args...)}
+	return paramError{name: name, msg: fmt.Sprintf(format, args...)}
 }
 
 // Longest values accepted: an identity taken from an audit event (user agent, user, source

@@ -16,8 +16,12 @@ import (
 //go:embed templates/*.html.tmpl
 var templateFS embed.FS
 
-// maxShown is how many bytes of a value a table cell shows; the whole value is its title.
-const maxShown = 200
+// maxShown is how many bytes of a value a table cell shows; maxTitle how many its title
+// (the tooltip) holds.
+const (
+	maxShown = 200
+	maxTitle = 4096
+)
 
 var funcs = template.FuncMap{
 	"ts": func(t time.Time) string {
@@ -28,8 +32,9 @@ var funcs = template.FuncMap{
 	},
 	// Values from audit events are shown with their control characters escaped (\x1b),
 	// then escaped for HTML by html/template.
-	"clean": printable.String,
-	"cut":   func(s string) string { return printable.Truncate(s, maxShown) },
+	"cut": func(s string) string { return printable.Truncate(s, maxShown) },
+	// A cell's title holds the value (up to maxTitle bytes), so that a page stays bounded.
+	"title": func(s string) string { return printable.Truncate(s, maxTitle) },
 	"api":   func(k console.BlockerKey) string { return k.API() },
 }
 

@@ -8,19 +8,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
-	"github.com/auditlens/auditlens/lib/kubeversion"
-	"github.com/auditlens/auditlens/services/classify/rules"
 )
-
-// catalogueReleases are the releases of the rule catalogue classify loads (the embedded one
-// and --rules-file): the target versions the console offers.
-func catalogueReleases(files []string) ([]kubeversion.Version, error) {
-	cat, err := rules.Load(files...)
-	if err != nil {
-		return nil, err
-	}
-	return cat.Releases(), nil
-}
 
 // consoleURL is the URL of the console's index on addr (--metrics-addr) for a browser on
 // this machine: a host left unspecified (":9100", "0.0.0.0:9100", "[::]:9100") is

@@ -71,7 +71,7 @@ func run(args []string) int {
 			if err != nil {
 				return nil, fmt.Errorf("classify: %w", err)
 			}
-			if c.report.Releases, err = catalogueReleases(c.classify.RulesFiles); err != nil {
+			if c.report.Releases, err = c.classify.Releases(); err != nil {
 				return nil, fmt.Errorf("classify: %w", err)
 			}
 			out, err := report.New(c.report, d)

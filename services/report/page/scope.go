@@ -79,16 +79,16 @@ func (h *Handler) scope(ctx context.Context, f form, readClusters bool) (scope, 
 		}
 	}
 	chosen := !s.Week.IsZero()
-	var seen console.ClusterSummary
+	var summary console.ClusterSummary
 	for _, c := range s.Clusters {
 		if c.Name == s.Cluster {
-			seen = c
+			summary = c
 		}
 	}
 	if !chosen {
-		s.Week = defaultWeek(seen, lastFull, thisWeek)
+		s.Week = defaultWeek(summary, lastFull, thisWeek)
 	}
-	s.Note = weekNote(s.Week, lastFull, thisWeek, chosen, seen)
+	s.Note = weekNote(s.Week, lastFull, thisWeek, chosen, summary)
 	return s, nil
 }
 

@@ -50,6 +50,10 @@ type fleetRun struct {
 
 	ingest, classify, report []*proc
 	busArgs                  []string
+	// idle is the CPU each part uses while there is no work, in seconds per second: the
+	// engines' background work (merges, replication queues, ZooKeeper sessions, Raft
+	// heartbeats), which the stages subtract from what they measure.
+	idle map[string]float64
 }
 
 // startFleet starts the two clusters of engines, creates the schema and writes the fleet's logs.
@@ -292,7 +296,28 @@ func (r *fleetRun) cpu() map[string]time.Duration {
 	return out
 }
 
-// stage is what one part of the pipeline did: how long, and the CPU time each part used.
+// measureIdle measures r.idle over d, while nothing is fed.
+func (r *fleetRun) measureIdle(d time.Duration) {
+	before, began := r.cpu(), time.Now()
+	time.Sleep(d)
+	r.idle = map[string]float64{}
+	for k, v := range r.cpu() {
+		r.idle[k] = (v - before[k]).Seconds() / time.Since(began).Seconds()
+	}
+	r.tb.Logf("idle cpu: %s", formatIdle(r.idle))
+}
+
+func formatIdle(idle map[string]float64) string {
+	var parts []string
+	for k, v := range idle {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// stage is what one part of the pipeline did: how long, and the CPU time each part used
+// beyond its idle use.
 type stage struct {
 	took time.Duration
 	cpu  map[string]time.Duration
@@ -303,6 +328,9 @@ func (r *fleetRun) since(began time.Time, before map[string]time.Duration) stage
 	s := stage{took: time.Since(began), cpu: r.cpu()}
 	for k, v := range before {
 		s.cpu[k] -= v
+	}
+	for k, v := range r.idle {
+		s.cpu[k] = max(0, s.cpu[k]-time.Duration(v*float64(s.took)))
 	}
 	return s
 }
@@ -329,6 +357,7 @@ func (s stage) perUnit(part string, units int) float64 {
 // drain it into the findings stream; then the report replicas drain that into ClickHouse.
 func (r *fleetRun) runStaged(classify, report int) (ingest, cl, rp stage) {
 	r.startIngest()
+	r.measureIdle(5 * time.Second)
 	before, began := r.cpu(), time.Now()
 	r.feed()
 	r.waitPublished(30 * time.Minute)
@@ -347,11 +376,14 @@ func (r *fleetRun) runStaged(classify, report int) (ingest, cl, rp stage) {
 }
 
 // runTogether runs every part at once, as in production, from the first line fed until every
-// cluster's count is exact.
-func (r *fleetRun) runTogether(classify, report int, timeout time.Duration) stage {
+// cluster's count is exact (after measuring the idle CPU use for idle, when not 0).
+func (r *fleetRun) runTogether(classify, report int, idle, timeout time.Duration) stage {
 	r.startIngest()
 	r.startClassify(classify)
 	r.startReport(report)
+	if idle > 0 {
+		r.measureIdle(idle)
+	}
 	before, began := r.cpu(), time.Now()
 	r.feed()
 	r.waitExact(timeout)
@@ -365,7 +397,7 @@ func (r *fleetRun) runTogether(classify, report int, timeout time.Duration) stag
 // each shard hold exactly their shard's part. (BenchmarkCapacity is the same at fleet size.)
 func TestFleetOnClusters(t *testing.T) {
 	r := startFleet(t, 5, 50_000, mix{Plain: 1, Findings: 10})
-	all := r.runTogether(3, 2, 3*time.Minute)
+	all := r.runTogether(3, 2, 0, 3*time.Minute)
 	shards := r.checkShards()
 	if slices.Contains(shards, 0) {
 		t.Fatalf("findings per shard %v: the sharding key left a shard empty", shards)
@@ -435,13 +467,16 @@ func BenchmarkCapacity(b *testing.B) {
 		for range b.N {
 			r := startFleet(b, *capClusters, *capEvents, mix{Plain: 1})
 			b.ResetTimer()
-			all := r.runTogether(*capClassify, *capReport, 30*time.Minute)
+			all := r.runTogether(*capClassify, *capReport, 5*time.Second, 30*time.Minute)
 			b.StopTimer()
 			shards := r.checkShards()
 			events := r.f.Events()
 			b.Logf("%d clusters, %d events, %d findings, exact after %s; findings per shard %v",
 				len(r.f.Clusters), events, r.f.Findings(), all, shards)
 			b.ReportMetric(float64(events)/all.took.Seconds(), "fleet-events/s")
+			for _, part := range []string{"nats", "clickhouse", "zookeeper"} {
+				b.ReportMetric(100*r.idle[part], part+"-idle-cpu-%")
+			}
 			for _, part := range []string{"ingest", "classify", "report", "nats", "clickhouse", "zookeeper"} {
 				b.ReportMetric(all.perUnit(part, events), part+"-cpu-us/event")
 			}

@@ -217,35 +217,62 @@ func (r *fleetRun) waitDrained(stream, group string, timeout time.Duration) (fir
 
 // waitExact waits (at most timeout) until ClickHouse holds for every cluster exactly as many
 // distinct findings as classify scan finds in its log (uniqExact through the Distributed
-// table), failing at once when a cluster has more.
+// table), failing at once when a cluster has more. On a timeout it says which clusters differ
+// and what each server holds.
 func (r *fleetRun) waitExact(timeout time.Duration) {
 	tb := r.tb
 	tb.Helper()
-	testkit.Eventually(tb, timeout, "exact count per cluster", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		got := map[string]int{}
-		rows, err := r.db.Query("SELECT cluster, uniqExact(audit_id, rule_id) FROM auditlens.findings GROUP BY cluster")
-		if err != nil {
-			return false
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c string
-			var n uint64
-			if err := rows.Scan(&c, &n); err != nil {
-				return false
-			}
-			got[c] = int(n)
-		}
-		exact := len(got) == len(r.f.Clusters)
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := r.counts(r.db, "auditlens.findings")
+		exact := err == nil && len(got) == len(r.f.Clusters)
+		var differ []string
 		for _, c := range r.f.Clusters {
 			if got[c] > len(r.f.Want[c]) {
 				tb.Fatalf("cluster %s: %d distinct findings stored, classify scan finds %d", c, got[c], len(r.f.Want[c]))
 			}
-			exact = exact && got[c] == len(r.f.Want[c])
+			if got[c] != len(r.f.Want[c]) {
+				exact = false
+				differ = append(differ, fmt.Sprintf("%s %d of %d", c, got[c], len(r.f.Want[c])))
+			}
 		}
-		return exact
-	})
+		if exact {
+			return
+		}
+		if time.Now().After(deadline) {
+			var servers []string
+			for _, s := range r.ch.Servers() {
+				local, err := r.counts(s.DB(tb), "auditlens.findings_local")
+				n := 0
+				for _, v := range local {
+					n += v
+				}
+				servers = append(servers, fmt.Sprintf("shard %s replica %s: %d (%v)", s.Cluster.Shard, s.Cluster.Replica, n, err))
+			}
+			tb.Fatalf("after %s, %d clusters differ from classify scan (last error %v): %s; findings_local per server: %s",
+				timeout, len(differ), err, strings.Join(head(differ), ", "), strings.Join(servers, "; "))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// counts is the number of distinct findings of each cluster in table, read through db.
+func (r *fleetRun) counts(db *sql.DB, table string) (map[string]int, error) {
+	rows, err := db.Query("SELECT cluster, uniqExact(audit_id, rule_id) FROM " + table + " GROUP BY cluster")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var c string
+		var n uint64
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, err
+		}
+		got[c] = int(n)
+	}
+	return got, rows.Err()
 }
 
 // checkShards checks that both replicas of each shard hold the same finding identities and

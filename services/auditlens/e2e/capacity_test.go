@@ -486,6 +486,7 @@ func BenchmarkCapacity(b *testing.B) {
 			b.ReportMetric(rp.perUnit("clickhouse", findings), "clickhouse-cpu-us/finding")
 			b.ReportMetric(rp.perUnit("nats", findings), "report-nats-cpu-us/finding")
 			b.ReportMetric(rp.perUnit("zookeeper", findings), "zookeeper-cpu-us/finding")
+			b.ReportMetric(r.reportBatches(), "report-inserts")
 			b.ReportMetric(float64(events)/cl.took.Seconds(), "classify-events/s")
 			b.ReportMetric(cl.perUnit("classify", events), "classify-cpu-us/event")
 		}
@@ -507,6 +508,21 @@ func BenchmarkCapacity(b *testing.B) {
 			for _, part := range []string{"ingest", "classify", "report", "nats", "clickhouse", "zookeeper"} {
 				b.ReportMetric(all.perUnit(part, events), part+"-cpu-us/event")
 			}
+			// On a trickle of findings, ClickHouse's work is per insert (every replicated
+			// block and rollup), not per finding: report's batches say how many there were.
+			inserts := r.reportBatches()
+			b.ReportMetric(inserts, "report-inserts")
+			b.ReportMetric(float64(all.cpu["clickhouse"].Milliseconds())/max(inserts, 1), "clickhouse-cpu-ms/insert")
 		}
 	})
+}
+
+// reportBatches is the number of ClickHouse inserts the report replicas made (their
+// auditlens_report_batches_total; 0 when a binary no longer has that metric).
+func (r *fleetRun) reportBatches() float64 {
+	var n float64
+	for _, p := range r.report {
+		n += procstat.Scrape(metricsAddr(p))["auditlens_report_batches_total"]
+	}
+	return n
 }

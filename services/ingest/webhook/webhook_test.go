@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,10 +211,31 @@ func (f *fixture) count(s bus.Stream) int {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// Read until nothing more arrives for 500 ms (a loaded machine may take seconds for the
+	// first delivery: an empty stream is given 3 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n := 0
-	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) { n += eventbatch.Count(d.Header) })
+	var mu sync.Mutex
+	n, last := 0, time.Now().Add(2500*time.Millisecond)
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			idle := time.Since(last) > 500*time.Millisecond
+			mu.Unlock()
+			if idle {
+				cancel()
+			}
+		}
+	}()
+	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+		mu.Lock()
+		n += eventbatch.Count(d.Header)
+		last = time.Now()
+		mu.Unlock()
+	})
+	mu.Lock()
+	defer mu.Unlock()
 	return n
 }
 

@@ -1,5 +1,5 @@
 // Package procstat reads what the memory benchmarks watch in a running binary: the metric
-// families of its /metrics page and its resident memory in /proc.
+// families of its /metrics page, its resident memory and its processor time in /proc.
 package procstat
 
 import (
@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Scrape sums every series of each metric family at addr's /metrics (labels ignored); an
@@ -54,4 +55,29 @@ func Memory(pid int) (peak, rss int64, err error) {
 		}
 	}
 	return peak, rss, nil
+}
+
+// CPU returns the processor time (user and system) pid has used so far.
+func CPU(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time of process %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces; the fields after its ")" are fixed:
+	// utime and stime are fields 14 and 15, the 12th and 13th after the state.
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("read cpu time of process %d: short /proc stat", pid)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read cpu time of process %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	// USER_HZ is 100 on Linux for every architecture Go supports.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }

@@ -9,20 +9,23 @@ import (
 
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/auditlens/internal/procstat"
+	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
-// BenchmarkPipelineThroughput runs ingest and classify as processes over a nats-server (the
-// binaries TestMain built) on one audit log of ~200k genuine events, from ingest's start until
-// classify has classified every event, and reports events/s and the processor time per event
-// of each process. The cases differ only in how ingest publishes: one message per event (the
-// format before batches, --bus-batch-max-events 1: the baseline), and EventBatch messages
-// with each compression.
+// BenchmarkPipelineThroughput runs ingest, classify and report as processes over a
+// nats-server (the binaries TestMain built) into ClickHouse 18.16, on one audit log of ~200k
+// genuine events, from ingest's start until classify has classified every event (events/s)
+// and until report has written every finding (stored-events/s), and reports the processor
+// time per event of each process. The cases differ only in how ingest publishes: one message
+// per event (the format before batches, --bus-batch-max-events 1: the baseline), and
+// EventBatch messages with each compression.
 //
 //	flock /work/bench.lock go test -run '^$' -bench PipelineThroughput -benchtime 1x ./e2e/
 func BenchmarkPipelineThroughput(b *testing.B) {
+	ch := chtest.StartServer(b)
 	input := filepath.Join(b.TempDir(), "audit.log")
 	events := writeInput(b, input, 1200)
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name string
 		args []string
 	}{
@@ -33,24 +36,26 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				r := runThroughput(b, input, events, tc.args)
+				r := runThroughput(b, input, events, ch.DSN(fmt.Sprintf("throughput%d_%d", i, time.Now().UnixNano())), tc.args)
 				b.ReportMetric(float64(events)/r.elapsed.Seconds(), "events/s")
+				b.ReportMetric(float64(events)/r.stored.Seconds(), "stored-events/s")
 				per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(events) }
 				b.ReportMetric(per(r.ingest), "ingest-cpu-us/event")
 				b.ReportMetric(per(r.classify), "classify-cpu-us/event")
 				b.ReportMetric(per(r.nats), "nats-cpu-us/event")
-				b.ReportMetric(per(r.ingest+r.classify+r.nats), "cpu-us/event")
+				b.ReportMetric(per(r.report), "report-cpu-us/event")
+				b.ReportMetric(per(r.ingest+r.classify+r.nats+r.report), "cpu-us/event")
 			}
 		})
 	}
 }
 
 type throughput struct {
-	elapsed                time.Duration
-	ingest, classify, nats time.Duration
+	elapsed, stored                time.Duration // until classified, until written
+	ingest, classify, nats, report time.Duration // processor time
 }
 
-func runThroughput(b *testing.B, input string, events int, ingestArgs []string) throughput {
+func runThroughput(b *testing.B, input string, events int, dsn string, ingestArgs []string) throughput {
 	dir := b.TempDir()
 	natsAddr := freeAddr(b)
 	host, port, _ := net.SplitHostPort(natsAddr)
@@ -63,9 +68,12 @@ func runThroughput(b *testing.B, input string, events int, ingestArgs []string) 
 		return err == nil
 	})
 	common := []string{"--cluster", "bench", "--log-format", "json", "--nats-url", "nats://" + natsAddr}
-	classifyMetrics := freeAddr(b)
+	classifyMetrics, reportMetrics := freeAddr(b), freeAddr(b)
 	classify := start(b, dir, "classify", append([]string{"--metrics-addr", classifyMetrics}, common...)...)
-	testkit.Eventually(b, 30*time.Second, "classify serving metrics", func() bool { return len(procstat.Scrape(classifyMetrics)) > 0 })
+	report := start(b, dir, "report", append([]string{"--metrics-addr", reportMetrics, "--clickhouse-dsn", dsn, "--retention-days", "0"}, common...)...)
+	testkit.Eventually(b, 60*time.Second, "classify and report serving metrics", func() bool {
+		return len(procstat.Scrape(classifyMetrics)) > 0 && len(procstat.Scrape(reportMetrics)) > 0
+	})
 	cpu := func(p *proc) time.Duration {
 		d, err := procstat.CPU(p.cmd.Process.Pid)
 		if err != nil {
@@ -73,7 +81,7 @@ func runThroughput(b *testing.B, input string, events int, ingestArgs []string) 
 		}
 		return d
 	}
-	classify0, nats0 := cpu(classify), cpu(nats)
+	classify0, nats0, report0 := cpu(classify), cpu(nats), cpu(report)
 	begin := time.Now()
 	ingest := start(b, dir, "ingest", append(append([]string{"--audit-log", input, "--checkpoint-dir", filepath.Join(dir, "cp"), "--metrics-addr", ""}, common...), ingestArgs...)...)
 	deadline := time.Now().Add(5 * time.Minute)
@@ -83,10 +91,24 @@ func runThroughput(b *testing.B, input string, events int, ingestArgs []string) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r := throughput{elapsed: time.Since(begin), ingest: cpu(ingest), classify: cpu(classify) - classify0, nats: cpu(nats) - nats0}
-	if got := procstat.Scrape(classifyMetrics)["auditlens_classify_events_total"]; got != float64(events) {
+	r := throughput{elapsed: time.Since(begin)}
+	cl := procstat.Scrape(classifyMetrics)
+	if got := cl["auditlens_classify_events_total"]; got != float64(events) {
 		b.Errorf("classify classified %v events, want %d", got, events)
 	}
-	fmt.Fprintf(b.Output(), "%d events in %s\n", events, r.elapsed.Round(time.Millisecond))
+	for {
+		rp := procstat.Scrape(reportMetrics)
+		if rp["auditlens_report_findings_written_total"] >= cl["auditlens_classify_findings_total"] && rp["auditlens_report_pending_findings"] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("report did not write %v findings within 5 minutes (%v)", cl["auditlens_classify_findings_total"], rp["auditlens_report_findings_written_total"])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.stored = time.Since(begin)
+	r.ingest, r.classify, r.nats, r.report = cpu(ingest), cpu(classify)-classify0, cpu(nats)-nats0, cpu(report)-report0
+	fmt.Fprintf(b.Output(), "%d events classified in %s, their %v findings written in %s\n", events, r.elapsed.Round(time.Millisecond),
+		cl["auditlens_classify_findings_total"], r.stored.Round(time.Millisecond))
 	return r
 }

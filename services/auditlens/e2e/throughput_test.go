@@ -3,8 +3,8 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"

@@ -43,6 +43,7 @@ type workload struct {
 	longRunning           bool
 	podLabels             map[string]string
 	spec                  *corev1.PodSpec
+	replicas              int32 // of a Deployment or StatefulSet (1 when unset); 0 otherwise
 }
 
 func build(t *testing.T, dir string) *rendered {
@@ -94,19 +95,19 @@ func build(t *testing.T, dir string) *rendered {
 		case "Deployment":
 			o := &appsv1.Deployment{}
 			strict(o)
-			r.workloads = append(r.workloads, workload{"Deployment", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+			r.workloads = append(r.workloads, workload{"Deployment", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec, replicas(o.Spec.Replicas)})
 		case "DaemonSet":
 			o := &appsv1.DaemonSet{}
 			strict(o)
-			r.workloads = append(r.workloads, workload{"DaemonSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+			r.workloads = append(r.workloads, workload{"DaemonSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec, 0})
 		case "StatefulSet":
 			o := &appsv1.StatefulSet{}
 			strict(o)
-			r.workloads = append(r.workloads, workload{"StatefulSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec})
+			r.workloads = append(r.workloads, workload{"StatefulSet", o.Namespace, o.Name, true, o.Spec.Template.Labels, &o.Spec.Template.Spec, replicas(o.Spec.Replicas)})
 		case "CronJob":
 			o := &batchv1.CronJob{}
 			strict(o)
-			r.workloads = append(r.workloads, workload{"CronJob", o.Namespace, o.Name, false, o.Spec.JobTemplate.Spec.Template.Labels, &o.Spec.JobTemplate.Spec.Template.Spec})
+			r.workloads = append(r.workloads, workload{"CronJob", o.Namespace, o.Name, false, o.Spec.JobTemplate.Spec.Template.Labels, &o.Spec.JobTemplate.Spec.Template.Spec, 0})
 		case "PodMonitor", "PrometheusRule":
 			// Custom resources: kubernetes/monitoring's tests check the rules; kubetest applies
 			// both to a real apiserver with their CRDs.
@@ -125,7 +126,7 @@ func kustomizations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"base", "monitoring", "overlays/aks", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
+	want := []string{"base", "monitoring", "overlays/aks", "overlays/cluster", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
 	if !slices.Equal(dirs, want) {
 		t.Fatalf("kustomizations %v, want %v", dirs, want)
 	}
@@ -184,6 +185,7 @@ func TestKustomizationsRenderHardened(t *testing.T) {
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
 			checkConfig(t, r)
+			checkScaleOut(t, r)
 		})
 	}
 }

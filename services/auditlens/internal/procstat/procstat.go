@@ -1,14 +1,17 @@
-// Package procstat reads what the memory benchmarks watch in a running binary: the metric
-// families of its /metrics page and its resident memory in /proc.
+// Package procstat reads what the benchmarks watch in a running binary: the metric families
+// of its /metrics page, and its resident memory and CPU time in /proc.
 package procstat
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Scrape sums every series of each metric family at addr's /metrics (labels ignored); an
@@ -54,4 +57,50 @@ func Memory(pid int) (peak, rss int64, err error) {
 		}
 	}
 	return peak, rss, nil
+}
+
+// clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat: 100 on every Linux
+// platform Go supports.
+const clockTicks = 100
+
+// CPU returns the user plus system CPU time process pid has used so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time of process %d: %w", pid, err)
+	}
+	// The fields after the command name (in parentheses, which may hold spaces): utime and
+	// stime are the 12th and 13th of them.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("read cpu time of process %d: unexpected stat %q", pid, b)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read cpu time of process %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// PIDs lists the running processes whose command line contains s (for engines a test
+// starts through a package that does not expose their process ids: a data directory
+// in their arguments names them).
+func PIDs(s string) []int {
+	entries, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []int
+	for _, e := range entries {
+		b, err := os.ReadFile(e)
+		if err != nil || !bytes.Contains(b, []byte(s)) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(e))); err == nil && pid != os.Getpid() {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestScrapeSumsSeriesOfAFamily(t *testing.T) {
@@ -30,5 +32,34 @@ func TestMemoryOfThisProcess(t *testing.T) {
 	}
 	if rss <= 0 || peak < rss {
 		t.Fatalf("peak %d, rss %d: want 0 < rss <= peak", peak, rss)
+	}
+}
+
+func TestCPUAndPIDsOfAChild(t *testing.T) {
+	marker := "procstat-test-" + t.Name()
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 30", marker)
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sh here: %v", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if pids := PIDs(marker); len(pids) != 1 || pids[0] != cmd.Process.Pid {
+		t.Fatalf("PIDs(%q) = %v, want [%d]", marker, pids, cmd.Process.Pid)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := CPU(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a busy child used no cpu time in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := CPU(1 << 30); err == nil {
+		t.Fatal("cpu time of a process that does not exist")
 	}
 }

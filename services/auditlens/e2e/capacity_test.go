@@ -36,6 +36,7 @@ var (
 	capFindings = flag.Int("capacity.finding-events", 200_000, "BenchmarkCapacity/report: events, each of a request that yields findings")
 	capClassify = flag.Int("capacity.classify", 3, "BenchmarkCapacity: classify replicas")
 	capReport   = flag.Int("capacity.report", 2, "BenchmarkCapacity: report replicas")
+	capWait     = flag.Duration("capacity.report-batch-max-wait", 0, "BenchmarkCapacity: report's --report-batch-max-wait (0: its default)")
 )
 
 // fleetRun is the clustered setup with a fleet's logs ready to be fed.
@@ -125,8 +126,12 @@ func (r *fleetRun) startReport(n int) {
 	for range n {
 		addr := freeAddr(r.tb)
 		addrs = append(addrs, addr)
-		r.report = append(r.report, start(r.tb, r.dir, "report", append([]string{"--metrics-addr", addr, "--report-page=false",
-			"--clickhouse-dsn", r.ch.DSN("auditlens"), "--clickhouse-cluster", r.ch.Name, "--retention-days", "0"}, r.busArgs...)...))
+		args := []string{"--metrics-addr", addr, "--report-page=false",
+			"--clickhouse-dsn", r.ch.DSN("auditlens"), "--clickhouse-cluster", r.ch.Name, "--retention-days", "0"}
+		if *capWait > 0 {
+			args = append(args, "--report-batch-max-wait", capWait.String())
+		}
+		r.report = append(r.report, start(r.tb, r.dir, "report", append(args, r.busArgs...)...))
 	}
 	waitReady(r.tb, addrs)
 }

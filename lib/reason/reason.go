@@ -13,6 +13,7 @@ const (
 	IncompleteLine = "incomplete_line" // a finished file's last line has no newline
 	Panic          = "panic"           // processing it panicked
 	Undeliverable  = "undeliverable"   // redelivered too often without an acknowledgement
+	BadBatch       = "bad_batch"       // a batch of events whose framing or compression is broken
 	Other          = "other"           // none of the above
 )
 

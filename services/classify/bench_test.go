@@ -10,7 +10,6 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/classify/dedup"
-	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // BenchmarkSettle measures the service's hot path without a bus: one batch of 256 events (a
@@ -38,13 +37,12 @@ func BenchmarkSettle(b *testing.B) {
 		batch[i] = d
 		size += len(data)
 	}
-	dec := auditevent.NewDecoder(cfg.MaxEventSize)
-	var matches []rules.Match
+	w := &work{dec: auditevent.NewDecoder(cfg.MaxEventSize)}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	for b.Loop() {
 		svc.seen = dedup.New(cfg.DedupWindow) // every round finds what the last one did
-		matches = svc.settle(dec, batch, matches)
+		svc.settle(w, batch)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -106,11 +108,11 @@ func (s *service) Run(ctx context.Context) error {
 	return nil
 }
 
-// worker settles deliveries in batches: decode, classify, publish findings and dead letters
-// in one call, then ack (or nak all on a failed publish, so nothing is lost).
+// worker settles deliveries in batches of about BatchSize events (a delivery of an
+// EventBatch counts its events): decode, classify, publish findings and dead letters in one
+// call, then ack (or nak all on a failed publish, so nothing is lost).
 func (s *service) worker(in <-chan *bus.Delivery) {
-	dec := auditevent.NewDecoder(s.cfg.MaxEventSize)
-	var matches []rules.Match
+	w := &work{dec: auditevent.NewDecoder(s.cfg.MaxEventSize)}
 	batch := make([]*bus.Delivery, 0, s.cfg.BatchSize)
 	for {
 		d, ok := <-in
@@ -118,25 +120,49 @@ func (s *service) worker(in <-chan *bus.Delivery) {
 			return
 		}
 		batch = append(batch[:0], d)
+		events := eventbatch.Count(d.Header)
 		timer := time.NewTimer(s.cfg.BatchWait)
 	fill:
-		for len(batch) < s.cfg.BatchSize {
+		for events < s.cfg.BatchSize {
 			select {
 			case d, ok := <-in:
 				if !ok {
 					break fill
 				}
 				batch = append(batch, d)
+				events += eventbatch.Count(d.Header)
 			case <-timer.C:
 				break fill
 			}
 		}
 		timer.Stop()
-		matches = s.settle(dec, batch, matches)
+		s.settle(w, batch)
 	}
 }
 
-func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches []rules.Match) []rules.Match {
+// work is a worker's scratch space, reused from one settle to the next.
+type work struct {
+	dec     *auditevent.Decoder
+	matches []rules.Match
+	events  [][]byte
+	bufs    [][]byte // decompressed batches, one per delivery of the settle
+}
+
+// events returns the events of delivery i of a settle: one for a single-event message, every
+// event of an EventBatch. The slices stay valid until the next settle.
+func (w *work) eventsOf(d *bus.Delivery, i int) ([][]byte, error) {
+	if !eventbatch.IsBatch(d.Header) {
+		return append(w.events[:0], d.Data), nil
+	}
+	for len(w.bufs) <= i {
+		w.bufs = append(w.bufs, nil)
+	}
+	var err error
+	w.events, w.bufs[i], err = eventbatch.Events(d.Header, d.Data, w.bufs[i], w.events[:0])
+	return w.events, err
+}
+
+func (s *service) settle(w *work, batch []*bus.Delivery) {
 	var out []bus.Message
 	var keys []string
 	// The findings, per cluster in order of appearance, packed into FindingBatch messages.
@@ -154,8 +180,8 @@ func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 	inBatch := map[string]bool{}
 	now := time.Now()
 	perRule := map[string]int{}
-	bad := 0
-	for _, d := range batch {
+	events, bad := 0, 0
+	for i, d := range batch {
 		if d.Delivered > 1 {
 			s.met.redelivered.Inc()
 		}
@@ -163,26 +189,43 @@ func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		if cluster == "" {
 			cluster = s.cluster
 		}
-		var found []found
-		var err error
-		found, matches, err = s.classify(dec, d, cluster, now, matches[:0])
+		evs, err := w.eventsOf(d, i)
 		if err != nil {
+			// The framing or compression is broken: the message as a whole is the dead letter.
+			events++
 			bad++
-			out = append(out, s.deadLetter(d, cluster, err))
+			s.met.parseErrors.WithLabelValues(reason.Of(err)).Inc()
+			s.log.Warn("unreadable batch of events sent to the dead-letter stream", "position", d.Position, "id", bus.Short(d.ID, 100), "err", err)
+			out = append(out, s.deadLetter(d, -1, d.Data, cluster, err))
 			continue
 		}
-		for _, f := range found {
-			if inBatch[f.key] || s.seen.Seen(f.key) {
-				s.met.duplicates.Inc()
+		batched := eventbatch.IsBatch(d.Header)
+		for j, data := range evs {
+			events++
+			var found []found
+			found, w.matches, err = s.classify(w.dec, d, data, cluster, now, w.matches[:0])
+			if err != nil {
+				bad++
+				index := -1
+				if batched {
+					index = j
+				}
+				out = append(out, s.deadLetter(d, index, data, cluster, err))
 				continue
 			}
-			inBatch[f.key] = true
-			if err := findingsOf(cluster).add(f.key, f.finding); err != nil {
-				s.log.Error("marshal finding", "err", err)
-				continue
+			for _, f := range found {
+				if inBatch[f.key] || s.seen.Seen(f.key) {
+					s.met.duplicates.Inc()
+					continue
+				}
+				inBatch[f.key] = true
+				if err := findingsOf(cluster).add(f.key, f.finding); err != nil {
+					s.log.Error("marshal finding", "err", err)
+					continue
+				}
+				keys = append(keys, f.key)
+				perRule[f.finding.RuleId]++
 			}
-			keys = append(keys, f.key)
-			perRule[f.finding.RuleId]++
 		}
 	}
 	for _, fb := range clusters {
@@ -193,18 +236,18 @@ func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 		err := s.bus.Publish(ctx, out...)
 		cancel()
 		if err != nil {
-			s.log.Warn("publish findings failed; events will be redelivered", "events", len(batch), "err", err)
+			s.log.Warn("publish findings failed; events will be redelivered", "messages", len(batch), "events", events, "err", err)
 			for _, d := range batch {
 				_ = d.Nak(redelivery.Delay(d.Delivered))
 			}
-			return matches
+			return
 		}
 	}
 	s.seen.Add(keys...)
 	for id, n := range perRule {
 		s.met.findings.WithLabelValues(id).Add(float64(n))
 	}
-	s.met.events.WithLabelValues("ok").Add(float64(len(batch) - bad))
+	s.met.events.WithLabelValues("ok").Add(float64(events - bad))
 	if bad > 0 {
 		s.met.events.WithLabelValues("bad").Add(float64(bad))
 	}
@@ -215,7 +258,6 @@ func (s *service) settle(dec *auditevent.Decoder, batch []*bus.Delivery, matches
 			s.log.Warn("ack", "position", d.Position, "err", err)
 		}
 	}
-	return matches
 }
 
 // found is one finding of an event with its de-duplication key.
@@ -227,12 +269,12 @@ type found struct {
 // errPanic marks an event whose classification panicked.
 var errPanic = reason.New("panic while classifying", reason.Panic)
 
-// classify decodes and classifies one delivery. An event that cannot be decoded, or whose
+// classify decodes and classifies one event (data) of delivery d. An event that cannot be decoded, or whose
 // classification panics (a bug, or a rule meeting input it was not written for), is an error
 // for the dead-letter stream: one event never stops the others nor, redelivered for ever,
 // restarts the service.
 // It returns matches (its scratch space) for the next call.
-func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster string, now time.Time, matches []rules.Match) (out []found, _ []rules.Match, err error) {
+func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match) (out []found, _ []rules.Match, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("%w: %v", errPanic, p)
@@ -241,7 +283,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster str
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
-	ev, err := dec.DecodeEvent(d.Data)
+	ev, err := dec.DecodeEvent(data)
 	if err != nil {
 		s.met.parseErrors.WithLabelValues(reason.Of(err)).Inc()
 		s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
@@ -260,8 +302,10 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, cluster str
 	return out, matches, nil
 }
 
-// deadLetter wraps an undecodable event for the dead-letter stream.
-func (s *service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Message {
+// deadLetter wraps an undecodable event (data) of d for the dead-letter stream: the whole
+// message (index -1), or event index of an EventBatch, named "<batch id>/<index>" and found
+// at "<position> event <index+1>".
+func (s *service) deadLetter(d *bus.Delivery, index int, data []byte, cluster string, err error) bus.Message {
 	id := d.ID
 	if id == "" {
 		sum := sha256.Sum256(d.Data)
@@ -271,11 +315,15 @@ func (s *service) deadLetter(d *bus.Delivery, cluster string, err error) bus.Mes
 	if src := d.Header[bus.HeaderSource]; src != "" {
 		source = src + " (" + d.Position + ")"
 	}
+	if index >= 0 {
+		id += "/" + strconv.Itoa(index)
+		source += " event " + strconv.Itoa(index+1)
+	}
 	var extra map[string]string
 	if n := d.Header[bus.HeaderNode]; n != "" {
 		extra = map[string]string{bus.HeaderNode: n}
 	}
-	return bus.NewDeadLetter(cluster, "classify", id, source, fmt.Errorf("classify: %w", err), d.Data, extra)
+	return bus.NewDeadLetter(cluster, "classify", id, source, fmt.Errorf("classify: %w", err), data, extra)
 }
 
 // classifyMaxDeliver bounds how often one event is handed to classify before it is given up

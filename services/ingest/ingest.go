@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
 	"github.com/auditlens/auditlens/services/ingest/file"
@@ -40,6 +41,8 @@ type Config struct {
 	MaxEventSize int
 	// NodeName is sent with every event.
 	NodeName string
+	// Batch bounds the EventBatch messages the file input and the webhook publish events in.
+	Batch    eventbatch.Config
 	File     file.Config
 	Webhook  webhook.Config
 	Firehose firehose.Config
@@ -56,6 +59,7 @@ func DefaultConfig(dataRoot string) Config {
 	return Config{
 		MaxEventSize: 1000000,
 		NodeName:     host,
+		Batch:        eventbatch.DefaultConfig(),
 		File:         file.DefaultConfig(dataRoot),
 		Webhook:      webhook.DefaultConfig(),
 		Firehose:     firehose.DefaultConfig(),
@@ -69,6 +73,7 @@ func DefaultConfig(dataRoot string) Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxEventSize, "max-event-size", c.MaxEventSize, "largest audit event in `bytes`; larger lines go to the dead-letter stream (keep it below the bus's max payload)")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "name of this node, sent with every event")
+	c.Batch.RegisterFlags(fs)
 	c.File.RegisterFlags(fs)
 	c.Webhook.RegisterFlags(fs)
 	c.Firehose.RegisterFlags(fs)
@@ -114,7 +119,7 @@ func (c Config) Validate() error {
 	if c.MaxEventSize <= 0 || c.File.BatchSize <= 0 || c.File.BatchBytes <= 0 || c.File.Publishers <= 0 {
 		return errors.New("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
 	}
-	for _, v := range []func() error{c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.CloudWatch.Validate, c.Webhook.Validate} {
+	for _, v := range []func() error{c.Batch.Validate, c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.CloudWatch.Validate, c.Webhook.Validate} {
 		if err := v(); err != nil {
 			return err
 		}
@@ -144,14 +149,14 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	m := metrics.New(reg)
 	var comps []daemon.Component
 	if cfg.File.On() {
-		in, err := file.New(cfg.File, d.Bus, file.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Registry: reg, Metrics: m})
+		in, err := file.New(cfg.File, d.Bus, file.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Registry: reg, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, in)
 	}
 	if cfg.Webhook.On() {
-		s, err := webhook.New(cfg.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		s, err := webhook.New(cfg.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}

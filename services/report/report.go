@@ -12,6 +12,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/engine"
 	"github.com/auditlens/auditlens/services/report/page"
+	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
 	"github.com/auditlens/auditlens/services/report/writer"
 )
@@ -25,8 +26,13 @@ type Config struct {
 	Writer writer.Config
 	// Weekly is the weekly report's schedule; it runs when it has a schedule and recipients.
 	Weekly schedule.Config
-	// Page serves the weekly report at /report beside /metrics (--metrics-addr).
+	// Page serves the web console (/, /report and its drill-down pages) beside /metrics
+	// (--metrics-addr).
 	Page bool
+	// Releases are the Kubernetes releases the rule catalogue names, offered as target
+	// versions by the console (with those the findings name); set by a caller that has the
+	// catalogue, not a flag.
+	Releases []weekly.Version
 }
 
 // DefaultConfig is the one place the service's defaults are written: the flags show and start
@@ -47,7 +53,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine.RegisterFlags(fs)
 	c.Writer.RegisterFlags(fs)
 	c.Weekly.RegisterFlags(fs)
-	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the weekly report as a page at /report on --metrics-addr (it names users and agents: keep that address private)")
+	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the web console (/, the weekly report at /report, callers and requests) on --metrics-addr (it names users and agents: keep that address private)")
 }
 
 // Validate checks c and never changes it.
@@ -99,7 +105,8 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if cfg.Page && d.HTTP != nil {
 		// On embedded ClickHouse this shares the writer's session (chDB allows one per
 		// process): the page reads while the writer writes.
-		d.HTTP.Handle("/report", &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Log: log})
+		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log}
+		h.Register(d.HTTP)
 	}
 	// Last to stop: the store outlives every component that uses it.
 	comps = append(comps, daemon.CloseAtStop(st))

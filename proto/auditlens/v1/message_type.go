@@ -1,12 +1,16 @@
-// Package auditlensv1 holds the auditlens.v1 protobuf messages (generated from finding.proto)
-// and the bus header that says which of them a message on the findings stream holds.
+// Package auditlensv1 holds the auditlens.v1 protobuf messages (generated from finding.proto
+// and event.proto) and the bus header that says which of them a message holds.
 package auditlensv1
 
-// MessageTypeHeader is the bus header that names the message a payload on the findings stream
-// holds. A payload without it is one Finding, the format classify published before batches,
-// so report reads both during an upgrade.
+// MessageTypeHeader is the bus header that names the message a payload holds. A payload on
+// the findings stream without it is one Finding, and on the events stream one audit Event as
+// JSON: the formats before batches, so readers take both during an upgrade.
 const MessageTypeHeader = "Auditlens-Message-Type"
 
 // FindingBatchMessageType is the MessageTypeHeader value of a FindingBatch payload: the full
 // protobuf name of the message.
 const FindingBatchMessageType = "auditlens.v1.FindingBatch"
+
+// EventBatchMessageType is the MessageTypeHeader value of an EventBatch payload on the events
+// stream; a payload without the header is one audit Event as JSON.
+const EventBatchMessageType = "auditlens.v1.EventBatch"

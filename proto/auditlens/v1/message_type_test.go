@@ -46,3 +46,10 @@ func TestFindingBatchIsConcatenatedFindings(t *testing.T) {
 		t.Errorf("decode: %v, %d findings", err, len(back.Findings))
 	}
 }
+
+func TestEventBatchMessageTypeIsItsProtobufName(t *testing.T) {
+	got := string((&auditlensv1.EventBatch{}).ProtoReflect().Descriptor().FullName())
+	if got != auditlensv1.EventBatchMessageType {
+		t.Errorf("EventBatch is %q, EventBatchMessageType says %q", got, auditlensv1.EventBatchMessageType)
+	}
+}

@@ -35,7 +35,8 @@ var allowed = map[string][]string{
 	"services/report/engine":  {"services/report/store", "services/report/chdb"},
 	"services/report/migrate": {"services/report/engine", "services/report/store"},
 	"services/report/weekly":  {},
-	"services/report/page":    {"services/report/weekly", "services/report/weekly/render"},
+	"services/report/console": {},
+	"services/report/page":    {"services/report/console", "services/report/weekly", "services/report/weekly/render"},
 }
 
 // TestImportRules checks every package of every module (what it builds from, not its tests,

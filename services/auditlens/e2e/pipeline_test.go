@@ -97,7 +97,7 @@ type scanned struct {
 }
 
 // expected runs classify scan on the input: the findings the pipeline must store.
-func expected(t *testing.T, input string) scanned {
+func expected(t testing.TB, input string) scanned {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "classify"), "scan", "--format", "json", input)
 	var out bytes.Buffer

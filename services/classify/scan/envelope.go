@@ -5,35 +5,19 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
-
-	"github.com/auditlens/auditlens/lib/envelope"
 )
 
 // maxDocument caps a pretty-printed JSON document read whole (aws logs filter-log-events
 // output, gcloud logging read --format=json).
 const maxDocument = 512 << 20
 
-// managed is what scan keeps for the cloud envelopes (lib/envelope) a line may hold.
-type managed struct {
-	env     *envelope.Decoder
-	skipped map[string]int // records without audit events, by reason
-}
-
 // decode reads one line, file or document: an audit Event, an EventList, or a cloud
-// envelope holding any number of events (each passed to s.event). Records of an envelope
-// that hold no audit event are counted, not reported as bad.
-func (s *scanner) decode(data []byte) error {
-	if s.managed.env == nil {
-		s.managed.env = envelope.NewDecoder(0)
-	}
-	st, err := s.managed.env.Decode(s.dec, data, s.event)
+// envelope (lib/envelope) holding any number of events (each passed to w.event). Records of
+// an envelope that hold no audit event are counted, not reported as bad.
+func (w *worker) decode(data []byte) error {
+	st, err := w.env.Decode(w.dec, data, w.event)
 	for r, n := range st.Reasons {
-		if s.managed.skipped == nil {
-			s.managed.skipped = map[string]int{}
-		}
-		s.managed.skipped[r] += n
+		w.skipped[r] += n
 	}
 	return err
 }
@@ -50,23 +34,14 @@ func document(br *bufio.Reader) bool {
 	return len(bytes.TrimSpace(line)) == 0
 }
 
-// readDocument classifies a pretty-printed document as one input.
-func (s *scanner) readDocument(name string, br *bufio.Reader) error {
+// readDocument reads a pretty-printed document whole.
+func readDocument(name string, br *bufio.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(br, maxDocument+1))
 	if err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if len(data) > maxDocument {
-		return fmt.Errorf("%s: a JSON document over %d MiB: split it into lines", name, maxDocument>>20)
+		return nil, fmt.Errorf("%s: a JSON document over %d MiB: split it into lines", name, maxDocument>>20)
 	}
-	s.pos = name
-	s.line(data)
-	return nil
-}
-
-// writeSkipped adds the envelope records without audit events to the summary.
-func (s *scanner) writeSkipped(w io.Writer) {
-	for _, r := range slices.Sorted(maps.Keys(s.managed.skipped)) {
-		fmt.Fprintf(w, "  envelope records without audit events, %s: %d (skipped)\n", r, s.managed.skipped[r])
-	}
+	return data, nil
 }

@@ -1,15 +1,10 @@
 package scan
 
 import (
-	"fmt"
-	"io"
-	"maps"
-	"slices"
-	"strings"
-	"text/tabwriter"
+	"bytes"
+	"encoding/json"
 	"time"
 
-	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -95,168 +90,25 @@ func ToJSON(f *auditlensv1.Finding) JSONFinding {
 	return j
 }
 
-// summary groups findings by rule, API and caller.
-type summary struct {
-	rules map[string]*ruleSum
+// jsonLines encodes findings as JSON lines (--format json).
+type jsonLines struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+	// out is buf with DEL and the C1 controls escaped too (lib/printable).
+	out []byte
 }
 
-type ruleSum struct {
-	id, severity string
-	count        int
-	apis         map[string]*apiSum
+func newJSONLines() *jsonLines {
+	j := &jsonLines{}
+	j.enc = json.NewEncoder(&j.buf)
+	j.enc.SetEscapeHTML(false)
+	return j
 }
 
-type apiSum struct {
-	api, removedIn, deprecatedIn, replacement, message string
-	count                                              int
-	blocking                                           bool
-	callers                                            map[string]int
-}
-
-func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
-	if s.rules == nil {
-		s.rules = map[string]*ruleSum{}
-	}
-	// Every string shown comes from the event or a rules file: escaped once, here.
-	r := s.rules[f.RuleId]
-	if r == nil {
-		r = &ruleSum{id: printable.String(f.RuleId), severity: SeverityName(f.Severity), apis: map[string]*apiSum{}}
-		s.rules[f.RuleId] = r
-	}
-	r.count++
-	api := printable.String(strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion) + " " + f.Resource))
-	if api == "" {
-		api = "(no API)"
-	}
-	a := r.apis[api]
-	if a == nil {
-		a = &apiSum{api: api, removedIn: printable.String(f.RemovedIn), deprecatedIn: printable.String(f.DeprecatedIn),
-			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[string]int{}}
-		r.apis[api] = a
-	}
-	a.count++
-	a.blocking = a.blocking || blocking
-	caller := printable.String(f.Username)
-	if f.UserAgent != "" {
-		caller += "  " + printable.String(f.UserAgent)
-	}
-	a.callers[caller]++
-}
-
-func groupVersion(g, v string) string {
-	if g == "" {
-		return v
-	}
-	return g + "/" + v
-}
-
-var severityOrder = map[string]int{"critical": 0, "warning": 1, "info": 2}
-
-// write prints the summary: rules by severity then count, their APIs, their callers.
-func (s *summary) write(w io.Writer, target kubeversion.Version) {
-	rules := slices.Collect(maps.Values(s.rules))
-	slices.SortFunc(rules, func(a, b *ruleSum) int {
-		if d := severityOrder[a.severity] - severityOrder[b.severity]; d != 0 {
-			return d
-		}
-		if a.count != b.count {
-			return b.count - a.count
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	for _, r := range rules {
-		fmt.Fprintf(w, "\n%s (%s): %d finding%s\n", r.id, r.severity, r.count, plural(r.count))
-		apis := slices.Collect(maps.Values(r.apis))
-		slices.SortFunc(apis, func(a, b *apiSum) int {
-			if a.count != b.count {
-				return b.count - a.count
-			}
-			return strings.Compare(a.api, b.api)
-		})
-		for _, a := range apis {
-			line := fmt.Sprintf("  %s: %d", a.api, a.count)
-			if a.deprecatedIn != "" {
-				line += ", deprecated in " + a.deprecatedIn
-			}
-			if a.removedIn != "" {
-				line += ", removed in " + a.removedIn
-			}
-			if a.replacement != "" {
-				line += ", use " + a.replacement
-			}
-			if a.blocking {
-				if !target.IsZero() {
-					line += "  [blocks " + target.String() + "]"
-				} else {
-					line += "  [removed]"
-				}
-			}
-			fmt.Fprintln(w, line)
-			callers := slices.Collect(maps.Keys(a.callers))
-			slices.SortFunc(callers, func(x, y string) int {
-				if a.callers[x] != a.callers[y] {
-					return a.callers[y] - a.callers[x]
-				}
-				return strings.Compare(x, y)
-			})
-			for i, c := range callers {
-				if i == 10 {
-					fmt.Fprintf(w, "    ... %d more callers\n", len(callers)-10)
-					break
-				}
-				fmt.Fprintf(w, "    %6d  %s\n", a.callers[c], c)
-			}
-			fmt.Fprintf(w, "    what to do: %s\n", a.message)
-		}
-	}
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
-// tableWriter prints findings as aligned columns.
-type tableWriter struct {
-	tw     *tabwriter.Writer
-	header bool
-}
-
-func newTable(w io.Writer) *tableWriter {
-	return &tableWriter{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
-}
-
-func (t *tableWriter) row(f *auditlensv1.Finding) {
-	if !t.header {
-		fmt.Fprintln(t.tw, "TIME\tSEVERITY\tRULE\tREMOVED\tAPI\tVERB\tOBJECT\tUSER\tUSER AGENT")
-		t.header = true
-	}
-	ts := ""
-	if f.EventTime != nil {
-		ts = f.EventTime.AsTime().UTC().Format("2006-01-02T15:04:05Z")
-	}
-	obj := f.Name
-	if f.Namespace != "" {
-		obj = f.Namespace + "/" + f.Name
-	}
-	if f.Subresource != "" {
-		obj += " (" + f.Subresource + ")"
-	}
-	// Every field but the time and severity comes from the event or a rules file, and a tab
-	// would also break the columns: all are escaped.
-	p := printable.String
-	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ts, SeverityName(f.Severity), p(f.RuleId), dash(p(f.RemovedIn)),
-		dash(p(strings.TrimSpace(groupVersion(f.ApiGroup, f.ApiVersion)+" "+f.Resource))), p(f.Verb), dash(p(obj)), p(f.Username),
-		printable.Truncate(f.UserAgent, 48))
-}
-
-func (t *tableWriter) flush() { _ = t.tw.Flush() }
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+// encode returns the JSON line of f, valid until the next call.
+func (j *jsonLines) encode(f *auditlensv1.Finding) []byte {
+	j.buf.Reset()
+	_ = j.enc.Encode(ToJSON(f)) // a JSONFinding always encodes
+	j.out = printable.JSON(j.out[:0], j.buf.Bytes())
+	return j.out
 }

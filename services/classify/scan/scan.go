@@ -4,18 +4,12 @@ package scan
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -39,33 +33,40 @@ const (
 const synopsis = `usage: classify scan [flags] FILE...
 
 Classifies kube-apiserver audit logs (JSON lines of audit.k8s.io/v1 or v1beta1 Events or
-EventLists; plain, gzip, or - for stdin) without a bus. Findings go to stdout, one JSON object
-per line (--format json) or as a table; the summary by rule, API and caller goes to stderr for
-json and stdout for table. Exit status: 0 no findings, 2 only deprecations and hygiene, 3 an API
-or feature removed at or before --target-version is in use, 1 an error.`
+EventLists; plain, gzip, or - for stdin) without a bus. Findings go to stdout: one JSON object
+per line (--format json), a table fitted to the terminal (table: the width of the terminal,
+else $COLUMNS, else 120; long values cut with "…"), the same with every value in full (wide),
+or a GitHub Markdown table for pull requests and tickets (markdown). The summary, by rule, API
+and caller or by caller (--group-by), goes to stderr for json and to stdout for the others.
+Exit status: 0 no findings, 2 only deprecations and hygiene, 3 an API or feature removed at or
+before --target-version is in use, 1 an error.`
 
 // Config holds the scan flags.
 type Config struct {
 	TargetVersion string
 	Format        string
+	GroupBy       string
 	RulesFiles    flagenv.StringList
 	Cluster       string
 	MaxEventSize  int
 	DedupWindow   int
 	Progress      string
 	MaxBadReports int
+	Parallel      int
 }
 
 // RegisterFlags adds the scan flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used (empty: any removal)")
-	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line) or table")
+	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal), wide (every value in full) or markdown")
+	fs.StringVar(&c.GroupBy, "group-by", "api", "summary grouped by api (rule, API, then callers) or by caller (caller, then rules and APIs)")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster name put in findings")
 	fs.IntVar(&c.MaxEventSize, "max-event-size", 4<<20, "largest line accepted, in bytes; longer lines are reported and skipped")
 	fs.IntVar(&c.DedupWindow, "dedup-window", dedup.DefaultSize, "finding keys remembered to merge the stages of one request")
 	fs.StringVar(&c.Progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
 	fs.IntVar(&c.MaxBadReports, "max-bad-reports", 20, "bad lines reported one by one; the rest are counted")
+	fs.IntVar(&c.Parallel, "parallel", 0, "goroutines classifying at once: the input is cut at line boundaries into chunks classified in parallel, with the same output in the same order (0: one per core; 1: one, reading as it goes)")
 }
 
 // Validate checks the flag values.
@@ -73,8 +74,13 @@ func (c *Config) Validate() error {
 	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.25", c.TargetVersion)
 	}
-	if c.Format != "json" && c.Format != "table" {
-		return fmt.Errorf("--format %q: want json or table", c.Format)
+	switch c.Format {
+	case "json", "table", "wide", "markdown":
+	default:
+		return fmt.Errorf("--format %q: want json, table, wide or markdown", c.Format)
+	}
+	if c.GroupBy != "api" && c.GroupBy != "caller" {
+		return fmt.Errorf("--group-by %q: want api or caller", c.GroupBy)
 	}
 	if c.Progress != "auto" && c.Progress != "always" && c.Progress != "never" {
 		return fmt.Errorf("--progress %q: want auto, always or never", c.Progress)
@@ -85,6 +91,9 @@ func (c *Config) Validate() error {
 	if c.MaxBadReports < 0 {
 		return fmt.Errorf("--max-bad-reports %d: want 0 or more (0: count bad lines without reporting them)", c.MaxBadReports)
 	}
+	if c.Parallel < 0 {
+		return fmt.Errorf("--parallel %d: want 0 or more (0: one per core)", c.Parallel)
+	}
 	if c.MaxEventSize < 1024 {
 		return fmt.Errorf("--max-event-size %d: want at least 1024 bytes", c.MaxEventSize)
 	}
@@ -93,6 +102,16 @@ func (c *Config) Validate() error {
 
 // Main runs `classify scan` with args (after "scan") and returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	s, files, code := newScanner(args, stdout, stderr)
+	if s == nil {
+		return code
+	}
+	return s.run(files, stdin)
+}
+
+// newScanner parses args and loads the catalogue: the scanner and its inputs, or nil and the
+// exit code.
+func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, int) {
 	fs := flag.NewFlagSet("classify scan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
@@ -100,64 +119,70 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	flagenv.Usage(fs, synopsis)
 	if err := flagenv.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return ExitClean
+			return nil, nil, ExitClean
 		}
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "classify scan: no input: give audit log files, or - for stdin (see --help)")
-		return ExitError
+		return nil, nil, ExitError
 	}
 	cat, err := rules.Load(cfg.RulesFiles...)
 	if err != nil {
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
-		return ExitError
+		return nil, nil, ExitError
 	}
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
 	s := &scanner{
 		cfg: cfg, target: target, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
-		dec: auditevent.NewDecoder(cfg.MaxEventSize), seen: dedup.New(cfg.DedupWindow),
-		metadataOnly: map[string]*int{}, badReasons: map[string]int{},
+		seen: dedup.New(cfg.DedupWindow), badReasons: map[string]int{}, width: outputWidth(stdout, os.Getenv),
 	}
-	if cfg.Format == "table" {
-		s.table = newTable(s.stdout)
+	switch cfg.Format {
+	case "json":
+		s.enc = newJSONLines()
+	case "table":
+		s.fitted = newFittedTable(s.stdout, s.width)
+		s.rows = s.fitted
+	case "wide":
+		s.rows = newWideTable(s.stdout)
+	case "markdown":
+		s.rows = &markdownTable{w: s.stdout}
 	}
-	s.enc = json.NewEncoder(&s.jsonBuf)
-	s.enc.SetEscapeHTML(false)
-	return s.run(fs.Args(), stdin)
+	return s, fs.Args(), 0
 }
 
+// scanner is one run of scan: its inputs are read and classified by workers (worker.go), in
+// this goroutine or in parallel (parallel.go); the findings they give are de-duplicated,
+// counted and written here, in input order.
 type scanner struct {
 	cfg    Config
 	target kubeversion.Version // zero: any removal blocks
 	engine *rules.Engine
-	dec    *auditevent.Decoder
 	seen   *dedup.Window
 	stdout *bufio.Writer
 	stderr io.Writer
-	enc    *json.Encoder
-	table  *tableWriter
-	// jsonBuf holds one encoded finding, jsonOut the same with DEL and C1 controls escaped.
-	jsonBuf bytes.Buffer
-	jsonOut []byte
+	width  int          // of the table and its summary (--format table)
+	enc    *jsonLines   // --format json
+	rows   rowWriter    // the other formats
+	fitted *fittedTable // --format table: rows, to tell whether something was cut
 
-	matches      []rules.Match
-	sum          summary
-	findings     int
-	blocking     int
-	events       atomic.Int64
-	bytesRead    atomic.Int64
-	bad          int
-	badReasons   map[string]int
-	metadataOnly map[string]*int
-	failed       bool
-	pos          string
-	managed      managed
+	workers []*worker // their counts are added up in the summary
+	// chunks and peakChunks count the chunks held in memory (--parallel above 1).
+	chunks, peakChunks atomic.Int64
+	freeChunks         chan *chunk
+	sum                summary
+	findings           int
+	blocking           int
+	events             atomic.Int64
+	bytesRead          atomic.Int64
+	badLines           int
+	badReasons         map[string]int
+	failed             bool
 }
 
 func (s *scanner) run(files []string, stdin io.Reader) int {
@@ -173,29 +198,30 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 	}
 	stopProgress := s.startProgress(total)
 	start := time.Now()
-	for _, f := range files {
-		if err := s.file(f, stdin); err != nil {
-			fmt.Fprintf(s.stderr, "classify scan: %s\n", printable.String(err.Error()))
-			s.failed = true
+	if n := s.parallelism(); n > 1 {
+		s.runParallel(files, stdin, n)
+	} else {
+		w := s.newWorker(s)
+		for _, f := range files {
+			if err := s.input(f, stdin, w.read); err != nil {
+				s.inputFailed(err)
+			}
 		}
 	}
 	stopProgress()
-	if s.table != nil {
-		s.table.flush()
+	if s.rows != nil {
+		s.rows.flush()
 	}
 	if err := s.stdout.Flush(); err != nil {
 		fmt.Fprintf(s.stderr, "classify scan: write output: %v\n", err)
 		return ExitError
 	}
-	sumOut := s.stderr
-	if s.table != nil {
-		sumOut = s.stdout
+	if s.cfg.Format == "json" {
+		s.writeSummary(s.stderr, len(files), time.Since(start))
+	} else {
+		s.writeSummary(s.stdout, len(files), time.Since(start))
+		_ = s.stdout.Flush()
 	}
-	s.writeSummary(sumOut, len(files), time.Since(start))
-	if w, ok := sumOut.(*bufio.Writer); ok {
-		_ = w.Flush()
-	}
-	_ = s.stdout.Flush()
 	switch {
 	case s.failed:
 		return ExitError
@@ -207,113 +233,31 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 	return ExitClean
 }
 
-// countingReader counts the bytes read from a file for the progress bar.
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
+// parallelism is the number of workers: --parallel, 0 being one per core.
+func (s *scanner) parallelism() int {
+	if s.cfg.Parallel == 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return s.cfg.Parallel
 }
 
-func (c countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
+func (s *scanner) inputFailed(err error) {
+	fmt.Fprintf(s.stderr, "classify scan: %s\n", printable.String(err.Error()))
+	s.failed = true
 }
 
-// file classifies one input: a path or "-" (stdin), plain or gzip (detected by content).
-func (s *scanner) file(name string, stdin io.Reader) error {
-	var r io.Reader
-	if name == "-" {
-		r = stdin
-		name = "stdin"
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return err // *fs.PathError: "open NAME: why"
-		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
-		}
-		r = f
-	}
-	br := bufio.NewReaderSize(countingReader{r, &s.bytesRead}, 256<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return fmt.Errorf("%s: gzip: %w", name, err)
-		}
-		defer zr.Close()
-		br = bufio.NewReaderSize(zr, 256<<10)
-	}
-	if document(br) {
-		return s.readDocument(name, br)
-	}
-	var line []byte
-	for n := 1; ; n++ {
-		var err error
-		var tooLong bool
-		line, tooLong, err = readLine(br, line[:0], s.cfg.MaxEventSize)
-		if len(line) > 0 || tooLong {
-			s.pos = name + ":" + strconv.Itoa(n)
-			if tooLong {
-				s.badLine(fmt.Errorf("%w (line over %d bytes)", auditevent.ErrTooLarge, s.cfg.MaxEventSize))
-			} else {
-				s.line(line)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
+// match is the sink of the worker that runs in this goroutine (--parallel 1): a finding is
+// built only for a match not seen before.
+func (s *scanner) match(ev *auditevent.Event, m *rules.Match) {
+	if s.seen.FirstTime(dedup.Key(s.cfg.Cluster, ev.AuditID, m.Rule.ID)) {
+		s.emit(s.engine.Finding(ev, m, s.cfg.Cluster, ""), nil)
 	}
 }
 
-// readLine reads one line without its newline into buf. A line longer than max is
-// consumed and dropped, reporting tooLong.
-func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(chunk) > max+2 {
-				tooLong, buf = true, buf[:0]
-			} else {
-				buf = append(buf, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if tooLong {
-			return nil, true, err
-		}
-		for len(buf) > 0 && (buf[len(buf)-1] == '\n' || buf[len(buf)-1] == '\r') {
-			buf = buf[:len(buf)-1]
-		}
-		return buf, false, err
-	}
-}
-
-func (s *scanner) line(data []byte) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return // blank line
-	}
-	if err := s.decode(data); err != nil {
-		// An EventList may have good items and bad ones: each bad one is reported.
-		var multi interface{ Unwrap() []error }
-		if errors.As(err, &multi) {
-			for _, e := range multi.Unwrap() {
-				s.badLine(e)
-			}
-			return
-		}
-		s.badLine(err)
-	}
-}
-
-func (s *scanner) badLine(err error) {
-	s.bad++
+// bad reports a bad line, or a bad item of one: the first --max-bad-reports one by one, all
+// counted by reason.
+func (s *scanner) bad(pos string, err error) {
+	s.badLines++
 	reason := "other"
 	for _, e := range []error{auditevent.ErrNotJSON, auditevent.ErrInvalidUTF8, auditevent.ErrTooLarge, auditevent.ErrNotAuditEvent, auditevent.ErrEmptyEventList} {
 		if errors.Is(err, e) {
@@ -321,32 +265,9 @@ func (s *scanner) badLine(err error) {
 		}
 	}
 	s.badReasons[reason]++
-	if s.bad <= s.cfg.MaxBadReports {
-		fmt.Fprintf(s.stderr, "classify scan: %s: skipped: %s\n", printable.String(s.pos), printable.String(err.Error()))
+	if s.badLines <= s.cfg.MaxBadReports {
+		fmt.Fprintf(s.stderr, "classify scan: %s: skipped: %s\n", printable.String(pos), printable.String(err.Error()))
 	}
-}
-
-func (s *scanner) event(ev *auditevent.Event) error {
-	s.events.Add(1)
-	if ev.RequestObjectRaw == nil && rules.NeedsBody(ev) && (ev.Level == "Metadata" || ev.Level == "None" || ev.Level == "") {
-		// Look up, never assign, with the event's string: an assignment would store it as the
-		// key, and it lives only until the next line.
-		if n := s.metadataOnly[ev.ObjectRef.Resource]; n != nil {
-			*n++
-		} else {
-			s.metadataOnly[strings.Clone(ev.ObjectRef.Resource)] = new(1)
-		}
-	}
-	s.matches = s.engine.Classify(ev, s.matches[:0])
-	for i := range s.matches {
-		m := &s.matches[i]
-		if !s.seen.FirstTime(dedup.Key(s.cfg.Cluster, ev.AuditID, m.Rule.ID)) {
-			continue
-		}
-		f := s.engine.Finding(ev, m, s.cfg.Cluster, "")
-		s.emit(f)
-	}
-	return nil
 }
 
 // Blocks reports whether removedIn is at or before target (unset target: any removal; a
@@ -359,58 +280,21 @@ func Blocks(removedIn string, target kubeversion.Version) bool {
 	return err != nil || target.IsZero() || !target.Less(removed)
 }
 
-func (s *scanner) emit(f *auditlensv1.Finding) {
+// emit counts and writes a finding; line is its JSON line when a worker has encoded it
+// already (--format json in parallel), else nil.
+func (s *scanner) emit(f *auditlensv1.Finding, line []byte) {
 	s.findings++
 	blocking := Blocks(f.RemovedIn, s.target)
 	if blocking {
 		s.blocking++
 	}
 	s.sum.add(f, blocking)
-	if s.table != nil {
-		s.table.row(f)
+	if s.rows != nil {
+		s.rows.row(f)
 		return
 	}
-	s.jsonBuf.Reset()
-	_ = s.enc.Encode(ToJSON(f))
-	s.jsonOut = printable.JSON(s.jsonOut[:0], s.jsonBuf.Bytes())
-	_, _ = s.stdout.Write(s.jsonOut)
-}
-
-func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
-	events := s.events.Load()
-	fmt.Fprintf(w, "\nclassify scan: %d event%s in %d input%s, %d finding%s", events, plural(int(events)), files, plural(files), s.findings, plural(s.findings))
-	if !s.target.IsZero() {
-		fmt.Fprintf(w, ", %d blocking an upgrade to %s", s.blocking, s.target)
-	} else {
-		fmt.Fprintf(w, ", %d on something already removed in some release", s.blocking)
+	if line == nil {
+		line = s.enc.encode(f)
 	}
-	fmt.Fprintf(w, ", %d bad line%s skipped (%s)\n", s.bad, plural(s.bad), took.Round(time.Millisecond))
-	if s.bad > 0 {
-		reasons := slices.Sorted(maps.Keys(s.badReasons))
-		for _, r := range reasons {
-			fmt.Fprintf(w, "  bad lines, %s: %d\n", r, s.badReasons[r])
-		}
-		if s.bad > s.cfg.MaxBadReports {
-			fmt.Fprintf(w, "  (only the first %d were reported one by one)\n", s.cfg.MaxBadReports)
-		}
-	}
-	s.writeSkipped(w)
-	s.sum.write(w, s.target)
-	if len(s.metadataOnly) > 0 {
-		res := slices.Sorted(maps.Keys(s.metadataOnly))
-		n := 0
-		parts := make([]string, 0, len(res))
-		for _, r := range res {
-			n += *s.metadataOnly[r]
-			parts = append(parts, fmt.Sprintf("%s %d", printable.String(r), *s.metadataOnly[r]))
-		}
-		were := "were"
-		if n == 1 {
-			were = "was"
-		}
-		fmt.Fprintf(w, "\nnote: %d write%s %s logged at Metadata level only (%s), so the rules that read request bodies\n"+
-			"(seccomp and AppArmor annotations, CSR key usages, node labels and selectors, Service topologyKeys)\n"+
-			"could not check them. Log these resources at Request level: see deploy/audit-policy.yaml.\n",
-			n, plural(n), were, strings.Join(parts, ", "))
-	}
+	_, _ = s.stdout.Write(line)
 }

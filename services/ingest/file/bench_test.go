@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/enginetest"
@@ -52,7 +53,7 @@ func benchLog(b *testing.B, n int) (string, int64) {
 
 // BenchmarkFile compares, on the same file: reading its lines (the baseline), following it
 // and identifying every event (no bus), and the whole file input up to acknowledged
-// JetStream messages on an embedded server.
+// JetStream messages on an embedded server, one message per event or in batches.
 func BenchmarkFile(b *testing.B) {
 	b.Run("raw-read", func(b *testing.B) {
 		path, avg := benchLog(b, b.N)
@@ -103,6 +104,11 @@ func BenchmarkFile(b *testing.B) {
 	})
 	// gogc=400 with memlimit is how the ingest binary runs (ingest.GCPercent,
 	// Config.MemoryLimit plus the embedded server's share), gogc=100 Go's default.
+	// one-per-event is the format before batches (--bus-batch-max-events 1), the baseline of
+	// the batched cases run beside it.
+	perEvent := eventbatch.Config{MaxEvents: 1, MaxBytes: 1, Compression: eventbatch.CompressionNone}
+	s2, zstd := eventbatch.DefaultConfig(), eventbatch.DefaultConfig()
+	zstd.Compression = eventbatch.CompressionZstd
 	for _, tc := range []struct {
 		name       string
 		listen     string
@@ -110,12 +116,16 @@ func BenchmarkFile(b *testing.B) {
 		batch      int
 		gcPercent  int
 		memLimit   bool
+		events     eventbatch.Config
 	}{
-		{"file-to-jetstream/in-process/gogc=100", "", 2, 4096, 100, false},
-		{"file-to-jetstream/in-process/gogc=400", "", 2, 4096, ingest.GCPercent, false},
-		{"file-to-jetstream/in-process/gogc=400/memlimit", "", 2, 4096, ingest.GCPercent, true},
-		{"file-to-jetstream/tcp/gogc=400/memlimit", "127.0.0.1:0", 2, 4096, ingest.GCPercent, true},
-		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400/memlimit", "127.0.0.1:0", 4, 1024, ingest.GCPercent, true},
+		{"file-to-jetstream/in-process/gogc=100/one-per-event", "", 2, 4096, 100, false, perEvent},
+		{"file-to-jetstream/in-process/gogc=400/one-per-event", "", 2, 4096, ingest.GCPercent, false, perEvent},
+		{"file-to-jetstream/in-process/gogc=400/memlimit/one-per-event", "", 2, 4096, ingest.GCPercent, true, perEvent},
+		{"file-to-jetstream/tcp/gogc=400/memlimit/one-per-event", "127.0.0.1:0", 2, 4096, ingest.GCPercent, true, perEvent},
+		{"file-to-jetstream/tcp/publishers=4/batch=1024/gogc=400/memlimit/one-per-event", "127.0.0.1:0", 4, 1024, ingest.GCPercent, true, perEvent},
+		{"file-to-jetstream/in-process/gogc=400/memlimit/batches-s2", "", 2, 4096, ingest.GCPercent, true, s2},
+		{"file-to-jetstream/in-process/gogc=400/memlimit/batches-zstd", "", 2, 4096, ingest.GCPercent, true, zstd},
+		{"file-to-jetstream/tcp/gogc=400/memlimit/batches-s2", "127.0.0.1:0", 2, 4096, ingest.GCPercent, true, s2},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			defer debug.SetGCPercent(debug.SetGCPercent(tc.gcPercent))
@@ -126,12 +136,12 @@ func BenchmarkFile(b *testing.B) {
 				limit = cfg.MemoryLimit() + daemon.EmbeddedNATSMemory(transport.EmbeddedDedupWindow)
 			}
 			defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
-			benchFileToJetStream(b, tc.listen, tc.publishers, tc.batch)
+			benchFileToJetStream(b, tc.listen, tc.publishers, tc.batch, tc.events)
 		})
 	}
 }
 
-func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
+func benchFileToJetStream(b *testing.B, listen string, publishers, batch int, events eventbatch.Config) {
 	{
 		path, avg := benchLog(b, b.N)
 		bs, err := natsbus.Open(context.Background(), natsbus.Config{URL: natsbus.Embedded, StoreDir: b.TempDir(), EmbeddedListen: listen, Duplicates: transport.EmbeddedDedupWindow})
@@ -142,7 +152,7 @@ func benchFileToJetStream(b *testing.B, listen string, publishers, batch int) {
 		m := metrics.New(nil)
 		cfg := file.Config{Path: path, CheckpointDir: b.TempDir(), StartAt: tail.StartBeginning, PollInterval: 5 * time.Millisecond,
 			BatchSize: batch, BatchBytes: 8 << 20, Publishers: publishers, DrainTimeout: 30 * time.Second}
-		in, err := file.New(cfg, bs, file.Options{Cluster: "bench", Node: "bench", MaxEventSize: 1000000, Logger: slog.New(slog.DiscardHandler), Metrics: m})
+		in, err := file.New(cfg, bs, file.Options{Cluster: "bench", Node: "bench", MaxEventSize: 1000000, Logger: slog.New(slog.DiscardHandler), Metrics: m, Batch: events})
 		if err != nil {
 			b.Fatal(err)
 		}

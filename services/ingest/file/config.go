@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
@@ -102,4 +103,7 @@ type Options struct {
 	// Registry gets the input's own metrics (lines read, lag, checkpoints); nil: none.
 	Registry prometheus.Registerer
 	Metrics  *metrics.Ingest
+	// Batch bounds the EventBatch messages events travel in; the zero value is
+	// eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 }

@@ -38,9 +38,15 @@ func (in *Input) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
 }
 
 // addEnvelope adds the events of one envelope line (at src) to b: good ones to the events
-// stream, bad ones to the dead-letter stream, each named by src and its place in the line.
-func (in *Input) addEnvelope(b *batch, src, fp string, offset int64, items []envelope.Item) {
+// stream (in p's batches, keyed "<offset>.<place in the line>"), bad ones to the dead-letter
+// stream, each named by src and its place in the line.
+func (in *Input) addEnvelope(b *batch, p *packer, src, fp string, offset int64, items []envelope.Item) {
 	for i, it := range items {
+		if it.Err == nil && p.Fits(len(it.Raw)) {
+			b.events++
+			p.add(b, it.Raw, strconv.FormatInt(offset, 10)+"."+strconv.Itoa(i+1))
+			continue
+		}
 		b.srcs = append(b.srcs, src)
 		id := bus.EventID(in.cluster, it.Key())
 		if err := it.Err; err != nil {

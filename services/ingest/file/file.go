@@ -18,6 +18,7 @@ import (
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
@@ -84,6 +85,12 @@ func New(cfg Config, b Bus, opt Options) (*Input, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
+	}
+	if err := opt.Batch.Validate(); err != nil {
+		return nil, err
 	}
 	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.Path)
 	if err != nil {
@@ -310,22 +317,36 @@ func (in *Input) read(ctx context.Context, f *tail.Follower, work, order chan<- 
 }
 
 // convert turns the lines of b into messages (in a publisher, so that identifying events
-// runs in parallel with reading).
+// runs in parallel with reading). Consecutive events of one file go into EventBatch messages
+// (lib/bus/eventbatch) named by the file's fingerprint and the offsets of their first and
+// last line: the same lines read again after a crash make the same messages, which the bus
+// stores once.
 func (in *Input) convert(b *batch) {
 	if b.msgs != nil {
 		return // a retry
 	}
 	b.msgs = make([]bus.Message, 0, b.lines)
 	b.srcs = make([]string, 0, b.lines)
+	var p *packer
 	for _, c := range b.chunks {
-		in.add(b, c)
+		if p == nil || p.fp != c.Pos.File.Fingerprint || p.name != c.Name {
+			if p != nil {
+				p.flush(b)
+			}
+			p = in.newPacker(c)
+		}
+		in.add(b, c, p)
+	}
+	if p != nil {
+		p.flush(b)
 	}
 }
 
-// add converts a chunk's lines into messages of b. The sources ("name:offset") and ids of
-// the chunk's messages are cut from one string built for the chunk: a line costs no string
-// allocation of its own besides what Peek returns.
-func (in *Input) add(b *batch, c tail.Chunk) {
+// add converts a chunk's lines into messages of b: events into p's batches (or alone when
+// batches are off or the event is too large for one), bad lines into dead letters. The
+// sources ("name:offset") and ids of single messages are cut from one string built for the
+// chunk: a line costs no string allocation of its own besides what Peek returns.
+func (in *Input) add(b *batch, c tail.Chunk, p *packer) {
 	fp := c.Pos.File.Fingerprint
 	if len(fp) > 16 {
 		fp = fp[:16]
@@ -334,22 +355,30 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 		srcEnd, idEnd int // ends of the line's source and id in text
 		err           error
 		envelope      []envelope.Item // non-nil: the line is a cloud envelope (envelope.go)
+		batched       bool            // a good event that goes into a batch: no text
 	}
 	lines := make([]line, len(c.Lines))
 	var text strings.Builder
-	text.Grow(len(c.Lines) * (len(c.Name) + len(in.cluster) + 80))
+	if !p.Fits(1) {
+		text.Grow(len(c.Lines) * (len(c.Name) + len(in.cluster) + 80))
+	}
 	var num [20]byte
 	for i, l := range c.Lines {
-		off := strconv.AppendInt(num[:0], l.Offset, 10)
-		text.WriteString(c.Name)
-		text.WriteByte(':')
-		text.Write(off)
-		lines[i].srcEnd = text.Len()
 		err := l.Err
 		var ref auditevent.Ref
 		if err == nil {
 			ref, err = auditevent.Peek(l.Data, in.opt.MaxEventSize)
 		}
+		if err == nil && p.Fits(len(l.Data)) {
+			lines[i].batched = true
+			lines[i].srcEnd, lines[i].idEnd = text.Len(), text.Len()
+			continue
+		}
+		off := strconv.AppendInt(num[:0], l.Offset, 10)
+		text.WriteString(c.Name)
+		text.WriteByte(':')
+		text.Write(off)
+		lines[i].srcEnd = text.Len()
 		if err != nil && l.Err == nil {
 			lines[i].envelope, err = in.unwrap(l.Data, err)
 		}
@@ -358,7 +387,7 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 			text.WriteString(fp) // the dead letter's id: bus.NewDeadLetter adds "file/"
 			text.WriteByte('/')
 			text.Write(off)
-		} else {
+		} else if lines[i].envelope == nil {
 			// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
 			text.WriteString(in.cluster)
 			text.WriteByte('/')
@@ -371,16 +400,20 @@ func (in *Input) add(b *batch, c tail.Chunk) {
 	all := text.String()
 	start := 0
 	for i, l := range c.Lines {
+		if lines[i].batched {
+			b.events++
+			p.add(b, l.Data, strconv.FormatInt(l.Offset, 10))
+			continue
+		}
 		src, id := all[start:lines[i].srcEnd], all[lines[i].srcEnd:lines[i].idEnd]
 		start = lines[i].idEnd
+		if items := lines[i].envelope; items != nil {
+			in.addEnvelope(b, p, src, fp, l.Offset, items)
+			continue
+		}
 		// The audit ID is the client's Audit-ID header, of any length: bound the message id.
 		id = bus.BoundID(id)
 		b.srcs = append(b.srcs, src)
-		if items := lines[i].envelope; items != nil {
-			b.srcs = b.srcs[:len(b.srcs)-1] // one source per message: addEnvelope adds them
-			in.addEnvelope(b, src, fp, l.Offset, items)
-			continue
-		}
 		if err := lines[i].err; err != nil {
 			label := reason.Of(err)
 			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 200))
@@ -432,16 +465,25 @@ func (in *Input) publish(ctx context.Context, b *batch) error {
 }
 
 // oversized counts and logs message i of b, which the bus refused for its size, and returns
-// the dead letter that replaces it: its first 64 KiB, under a bounded id.
+// the dead letter that replaces it: its first 64 KiB, under a bounded id. A batch of events
+// refused (a bus whose max payload is below --bus-batch-max-bytes, compressed) is given up as
+// a whole: every event in it is counted bad.
 func (in *Input) oversized(b *batch, i int, err error) bus.Message {
 	m := &b.msgs[i]
-	in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+	n := 1
+	if m.Stream == bus.Events && eventbatch.IsBatch(m.Header) {
+		n = eventbatch.Count(m.Header)
+		in.log.Error("batch of events larger than the bus accepts; sent to the dead-letter stream (lower --bus-batch-max-bytes below the bus's max payload)",
+			"source", b.srcs[i], "bytes", len(m.Data), "events", n)
+	} else {
+		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+	}
 	if m.Stream == bus.Events {
-		b.events--
+		b.events -= n
 	}
 	if b.bad == nil {
 		b.bad = map[string]int{}
 	}
-	b.bad[metrics.TooLargeForBus]++
+	b.bad[metrics.TooLargeForBus] += n
 	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
 }

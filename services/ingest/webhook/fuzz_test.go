@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 )
 
@@ -32,8 +33,10 @@ func FuzzWebhookBody(f *testing.F) {
 	f.Add([]byte{})
 	header := map[string]string{bus.HeaderNode: "cp-1"}
 	log := slog.New(slog.DiscardHandler)
+	batch := eventbatch.DefaultConfig()
+	batch.MaxEvents = 5 // several batches from one list
 	f.Fuzz(func(t *testing.T, body []byte) {
-		msgs, events, bad, whole := split(body, "test", "cp-1", 64<<10, header, log)
+		msgs, events, bad, whole := split(body, "test", "cp-1", 64<<10, batch, header, log)
 		nEvents, nDead := 0, 0
 		for _, m := range msgs {
 			if err := m.Validate(); err != nil {
@@ -44,9 +47,18 @@ func FuzzWebhookBody(f *testing.F) {
 			}
 			switch m.Stream {
 			case bus.Events:
-				nEvents++
-				if len(m.Data) > 64<<10 {
-					t.Fatalf("event of %d bytes over the cap", len(m.Data))
+				evs := [][]byte{m.Data}
+				if eventbatch.IsBatch(m.Header) {
+					var err error
+					if evs, _, err = eventbatch.Events(m.Header, m.Data, nil, nil); err != nil || len(evs) != eventbatch.Count(m.Header) || len(evs) > 5 {
+						t.Fatalf("batch of %d events (header %d, at most 5): %v", len(evs), eventbatch.Count(m.Header), err)
+					}
+				}
+				for _, ev := range evs {
+					nEvents++
+					if len(ev) > 64<<10 {
+						t.Fatalf("event of %d bytes over the cap", len(ev))
+					}
 				}
 			case bus.DeadLetter:
 				nDead++

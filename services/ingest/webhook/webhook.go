@@ -28,6 +28,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -150,6 +151,9 @@ type Options struct {
 	MaxEventSize int
 	Logger       *slog.Logger
 	Metrics      *metrics.Ingest
+	// Batch bounds the EventBatch messages the events of a request are published in; the zero
+	// value is eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 }
 
 // Server is the webhook receiver.
@@ -184,6 +188,12 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	opt.Logger = opt.Logger.With("input", "webhook")
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
+	}
+	if err := opt.Batch.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node},
 		reading: map[*http.ResponseController]bool{}}
@@ -394,14 +404,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// An event the bus refuses for its size is dead-lettered alone; the others are stored.
 		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, func(i int, err error) bus.Message {
 			m := &msgs[i]
-			s.opt.Logger.Warn("webhook event larger than the bus accepts; sent to the dead-letter stream", "remote", r.RemoteAddr, "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			n := 1
+			if m.Stream == bus.Events && eventbatch.IsBatch(m.Header) {
+				// A bus whose max payload is below --bus-batch-max-bytes (compressed).
+				n = eventbatch.Count(m.Header)
+				s.opt.Logger.Error("batch of webhook events larger than the bus accepts; sent to the dead-letter stream (lower --bus-batch-max-bytes below the bus's max payload)",
+					"remote", r.RemoteAddr, "bytes", len(m.Data), "events", n)
+			} else {
+				s.opt.Logger.Warn("webhook event larger than the bus accepts; sent to the dead-letter stream", "remote", r.RemoteAddr, "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			}
 			if m.Stream == bus.Events {
-				events--
+				events -= n
 			}
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad[metrics.TooLargeForBus]++
+			bad[metrics.TooLargeForBus] += n
 			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
 		})
 		if err != nil {
@@ -491,11 +509,16 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 // messages turns a body into event messages and dead letters. whole is set when the body
 // as a whole is unusable (it is then dead-lettered). Every id and header is bounded.
 func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, events int, bad map[string]int, whole error) {
-	return split(body, s.opt.Cluster, s.opt.Node, s.opt.MaxEventSize, s.eventHeader, s.opt.Logger.With("remote", remote))
+	return split(body, s.opt.Cluster, s.opt.Node, s.opt.MaxEventSize, s.opt.Batch, s.eventHeader, s.opt.Logger.With("remote", remote))
 }
 
-// split is messages without the server, for tests and fuzzing.
-func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[string]string, log *slog.Logger) (msgs []bus.Message, events int, bad map[string]int, whole error) {
+// split is messages without the server, for tests and fuzzing. The events go in EventBatch
+// messages (an event too large for one goes alone) named by a hash of their audit ids and
+// stages: the apiserver retrying the same EventList publishes the same messages, which the
+// bus stores once.
+func split(body []byte, cluster, node string, maxEventSize int, batch eventbatch.Config, eventHeader map[string]string, log *slog.Logger) (msgs []bus.Message, events int, bad map[string]int, whole error) {
+	p := eventbatch.NewPacker(batch, cluster, cluster+"/webhook", eventbatch.ByHash, eventHeader)
+	defer func() { msgs = p.Flush(msgs) }()
 	dead := func(data []byte, err error) {
 		if bad == nil {
 			bad = map[string]int{}
@@ -508,6 +531,10 @@ func split(body []byte, cluster, node string, maxEventSize int, eventHeader map[
 	}
 	event := func(it auditevent.Item) {
 		events++
+		if p.Fits(len(it.Raw)) {
+			msgs = p.Add(msgs, it.Raw, it.Key())
+			return
+		}
 		// The id is cluster/auditID/stage: JetStream de-duplicates across the whole stream.
 		// The auditID is the client's Audit-ID header, of any length: the id is bounded.
 		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: eventHeader, Data: it.Raw})

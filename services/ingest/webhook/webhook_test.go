@@ -17,12 +17,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
@@ -201,17 +203,39 @@ func (f *fixture) post(body []byte, tok string, cert *tls.Certificate) *http.Res
 	return resp
 }
 
-// count returns the number of messages in stream s.
+// count returns the number of events (messages, on another stream than events) in stream s:
+// an EventBatch counts the events it holds.
 func (f *fixture) count(s bus.Stream) int {
 	f.t.Helper()
 	c, err := f.bus.Consumer(s, "count"+fmt.Sprint(time.Now().UnixNano()), bus.ConsumerOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// Read until nothing more arrives for 500 ms (a loaded machine may take seconds for the
+	// first delivery: an empty stream is given 3 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n := 0
-	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) { n++ })
+	var mu sync.Mutex
+	n, last := 0, time.Now().Add(2500*time.Millisecond)
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			idle := time.Since(last) > 500*time.Millisecond
+			mu.Unlock()
+			if idle {
+				cancel()
+			}
+		}
+	}()
+	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+		mu.Lock()
+		n += eventbatch.Count(d.Header)
+		last = time.Now()
+		mu.Unlock()
+	})
+	mu.Lock()
+	defer mu.Unlock()
 	return n
 }
 
@@ -224,6 +248,34 @@ func eventList(ev testlog.Events, from, to int, extra ...string) []byte {
 	}
 	items = append(items, extra...)
 	return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + strings.Join(items, ",") + `]}`)
+}
+
+// TestWebhookPublishesEventListsInBatches: the events of one EventList travel in EventBatch
+// messages of at most --bus-batch-max-events, and a retry of the list is stored once.
+func TestWebhookPublishesEventListsInBatches(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setupWith(t, 8<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()}, func(o *webhook.Options) { o.Batch = eventbatch.DefaultConfig(); o.Batch.MaxEvents = 20 })
+	for range 2 {
+		if resp := f.post(eventList(ev, 0, 50), token, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	c, err := f.bus.Consumer(bus.Events, "messages", bus.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var sizes []int
+	_ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
+		if !eventbatch.IsBatch(d.Header) {
+			t.Errorf("message %s is not a batch", d.ID)
+		}
+		sizes = append(sizes, eventbatch.Count(d.Header))
+	})
+	if len(sizes) != 3 || sizes[0] != 20 || sizes[1] != 20 || sizes[2] != 10 {
+		t.Errorf("events per message %v, want [20 20 10] (the retry stored once)", sizes)
+	}
 }
 
 func TestWebhook(t *testing.T) {

@@ -3,10 +3,9 @@ package page
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
-// TestMain fails the package's tests when a goroutine they started is still running at the end.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain closes the shared chDB session, then fails the package's tests when a goroutine
+// they started is still running.
+func TestMain(m *testing.M) { chtest.Main(m) }

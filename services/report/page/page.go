@@ -1,108 +1,128 @@
-// Package page serves the weekly report as a web page from the running process, so a
-// single-machine auditlens (whose embedded ClickHouse only one process may open) can be read
-// while it runs: GET /report?target-version=1.33&week-ending=2026-11-29&format=html.
+// Package page is the web console of a running auditlens, on the address that serves
+// /metrics: the clusters seen at /, the weekly report with its controls at /report (also as
+// text, JSON and CSV), and the drill-down from a blocker to its callers (/callers), from a
+// caller to its requests (/requests), one request (/request), and a search (/search). Plain
+// HTML and forms, no script; html/template escapes every value taken from audit events,
+// every query parameter is checked (a 400 names it), every list is bounded.
 package page
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
-	"github.com/auditlens/auditlens/services/report/weekly/render"
 )
 
-// Handler serves the weekly report of cluster from db.
+// Handler serves the console over the findings in DB. As an http.Handler it is the report
+// page alone (GET /report?target-version=1.33&week-ending=2026-11-29&format=html); Register
+// adds every page to a mux.
 type Handler struct {
-	DB            *sql.DB
-	Cluster       string
+	DB *sql.DB
+	// Cluster is the cluster shown when a request names none.
+	Cluster string
+	// DefaultTarget is the target version when a request names none; zero means the newest
+	// of Releases.
 	DefaultTarget weekly.Version
-	Log           *slog.Logger
+	// Releases are the Kubernetes releases the rule catalogue names: the target versions
+	// offered, with those the cluster's findings name.
+	Releases []weekly.Version
+	// Table holding the findings; default "findings" (in the connection's database).
+	Table string
+	Log   *slog.Logger
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
 }
 
-var contentTypes = map[string]string{
-	"html": "text/html; charset=utf-8",
-	"text": "text/plain; charset=utf-8",
-	"json": "application/json",
-	"csv":  "text/csv; charset=utf-8",
+// CSP is the pages' Content-Security-Policy: nothing loads but their own inline styles and
+// data: images, no script runs, and forms submit only to the console itself.
+const CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; form-action 'self'"
+
+// Register serves the console's pages on mux: /, /report, /callers, /requests, /request and
+// /search. Any other path stays the mux's (404 unless registered elsewhere).
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.Handle("/{$}", h.get(h.index))
+	mux.Handle("/report", h)
+	mux.Handle("/callers", h.get(h.callers))
+	mux.Handle("/requests", h.get(h.requests))
+	mux.Handle("/request", h.get(h.request))
+	mux.Handle("/search", h.get(h.search))
 }
 
-// ServeHTTP answers GET with the report; bad parameters get 400 with one sentence naming them.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "use GET", http.StatusMethodNotAllowed)
-		return
+// ServeHTTP answers GET /report with the report; bad parameters get 400 with one sentence
+// naming them.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.get(h.report).ServeHTTP(w, r) }
+
+// get adapts a page to a handler of GET and HEAD that answers its error: 400 for a bad
+// request, else 503 (logged).
+func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "use GET", http.StatusMethodNotAllowed)
+			return
+		}
+		err := page(w, r)
+		var bp paramError
+		switch {
+		case err == nil:
+		case errors.As(err, &bp), errors.Is(err, console.ErrInvalid), errors.Is(err, weekly.ErrInvalid):
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		case errors.Is(err, context.Canceled):
+		default:
+			h.log().Error("serve console page", "path", r.URL.Path, "err", err)
+			http.Error(w, "the findings could not be read; see the service log", http.StatusServiceUnavailable)
+		}
+	})
+}
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	now := time.Now
+	return h.Log
+}
+
+func (h *Handler) now() time.Time {
 	if h.Now != nil {
-		now = h.Now
+		return h.Now().UTC()
 	}
-	q := r.URL.Query()
-	o := weekly.Options{Cluster: h.Cluster, Target: h.DefaultTarget, WeekEnding: weekly.LastWeekEnding(now().UTC()), Now: now}
-	if v := q.Get("cluster"); v != "" {
-		o.Cluster = v
-	}
-	if v := q.Get("target-version"); v != "" {
-		t, err := weekly.ParseVersion(v)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("target-version %q: %v", v, err), http.StatusBadRequest)
-			return
-		}
-		o.Target = t
-	}
-	if v := q.Get("week-ending"); v != "" {
-		d, err := weekly.ParseDate(v)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("week-ending %q: want YYYY-MM-DD", v), http.StatusBadRequest)
-			return
-		}
-		if err := weekly.CheckWeekEnding(d); err != nil {
-			http.Error(w, fmt.Sprintf("week-ending %s: %v", v, err), http.StatusBadRequest)
-			return
-		}
-		o.WeekEnding = d
-	}
-	format := q.Get("format")
-	if format == "" {
-		format = "html"
-	}
-	ct, ok := contentTypes[format]
-	if !ok {
-		http.Error(w, fmt.Sprintf("format %q: want html, text, json or csv", format), http.StatusBadRequest)
-		return
-	}
-	rep, err := weekly.Build(r.Context(), h.DB, o)
-	if errors.Is(err, weekly.ErrInvalid) {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err != nil {
-		h.Log.Error("build weekly report", "err", err)
-		http.Error(w, "the report could not be built; see the service log", http.StatusServiceUnavailable)
-		return
-	}
-	var img render.Images
-	if format == "html" {
-		if img, err = render.DataImages(rep); err != nil {
-			h.Log.Error("draw charts", "err", err)
-		}
-	}
-	var buf bytes.Buffer
-	if err := render.Write(&buf, format, rep, img); err != nil {
-		h.Log.Error("render weekly report", "err", err)
-		http.Error(w, "the report could not be rendered", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", ct)
-	// The page embeds only its own inline styles and data: images.
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; img-src data:; style-src 'unsafe-inline'")
+	return time.Now().UTC()
+}
+
+func (h *Handler) reader() console.Reader { return console.Reader{DB: h.DB, Table: h.Table} }
+
+// write sends body with the headers every page has.
+func write(w http.ResponseWriter, contentType string, body *bytes.Buffer) {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Security-Policy", CSP)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = w.Write(buf.Bytes())
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	_, _ = w.Write(body.Bytes())
+}
+
+// targets are the target versions offered: the catalogue's releases, those named by the
+// findings (extra) and the selected one, oldest first.
+func (h *Handler) targets(selected weekly.Version, extra ...weekly.Version) []weekly.Version {
+	vs := append(append(slices.Clone(h.Releases), extra...), selected)
+	if !h.DefaultTarget.IsZero() {
+		vs = append(vs, h.DefaultTarget)
+	}
+	slices.SortFunc(vs, func(a, b weekly.Version) int { return a.Key() - b.Key() })
+	return slices.CompactFunc(vs, func(a, b weekly.Version) bool { return a == b })
+}
+
+// defaultTarget is the target when a request names none: DefaultTarget, else the newest of
+// Releases.
+func (h *Handler) defaultTarget() weekly.Version {
+	if !h.DefaultTarget.IsZero() || len(h.Releases) == 0 {
+		return h.DefaultTarget
+	}
+	return slices.MaxFunc(h.Releases, func(a, b weekly.Version) int { return a.Key() - b.Key() })
 }

@@ -22,8 +22,9 @@ const synopsis = `auditlens [flags]
 Runs ingest, classify and report in one process. Audit events come from --audit-log (a file
 the apiserver writes, followed across rotations) and/or --webhook-addr (the audit webhook);
 findings go to embedded ClickHouse in --data-root (or --clickhouse-dsn). The services talk over
-an embedded NATS JetStream server (or --nats-url / --kafka-brokers). The weekly report is a
-page at /report on --metrics-addr.
+an embedded NATS JetStream server (or --nats-url / --kafka-brokers). The web console (clusters,
+the weekly report, callers and requests) is at / on --metrics-addr: once every stage is ready,
+the log says the URL to open.
 
 Every flag of the ingest, classify and report binaries is accepted, under the same name.
 --data-root (AUDITLENS_DATA_ROOT) sets the default of every data location: nats/,
@@ -70,11 +71,18 @@ func run(args []string) int {
 			if err != nil {
 				return nil, fmt.Errorf("classify: %w", err)
 			}
+			if c.report.Releases, err = c.classify.Releases(); err != nil {
+				return nil, fmt.Errorf("classify: %w", err)
+			}
 			out, err := report.New(c.report, d)
 			if err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
-			return append(append(in, cl...), out...), nil
+			comps := append(append(in, cl...), out...)
+			if c.report.Page {
+				comps = append(comps, announce(consoleURL(c.metricsAddr()), comps, d.Bus, d.Logger))
+			}
+			return comps, nil
 		},
 	}, args, os.Stderr)
 }
@@ -85,11 +93,25 @@ type configs struct {
 	ingest   ingest.Config
 	classify classify.Config
 	report   report.Config
+	// flags is the parsed flag set, for --metrics-addr (the daemon's flag).
+	flags *flag.FlagSet
+}
+
+// metricsAddr is --metrics-addr, where the console is served ("" when not served).
+func (c *configs) metricsAddr() string {
+	if c.flags == nil {
+		return ""
+	}
+	if f := c.flags.Lookup("metrics-addr"); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // registerFlags registers --data-root and every service's flags on fs. The services' flag
 // names are distinct (a name two of them defined would panic here, and TestFlags says which).
 func (c *configs) registerFlags(fs *flag.FlagSet) {
+	c.flags = fs
 	fs.StringVar(&c.root, "data-root", c.root, "root `directory` of every default data location: nats/, checkpoints/, chdb/")
 	// Before report's flags: report's own deprecated --data-dir (its ClickHouse directory)
 	// must not take the name, which here always meant the data root.

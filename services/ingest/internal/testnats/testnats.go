@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
 )
@@ -108,54 +110,136 @@ func (n *Server) Open(t testing.TB) *natsbus.Bus {
 	return b
 }
 
-// Messages returns the msg ids and headers of every message on stream s.
+// Messages returns the msg ids and headers of every message on stream s. An EventBatch on
+// the events stream is returned as its events, one message each, under the id the event has
+// alone ("<cluster>/<auditID>/<stage>", Nats-Msg-Id) with the batch's headers (its own id in
+// HeaderBatchID): tests check events whether they travel alone or in batches.
 func (n *Server) Messages(t testing.TB, s bus.Stream) []*nats.Msg {
 	t.Helper()
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
+	msgs := n.messages(t, s)
+	if s != bus.Events {
+		return msgs
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, natsbus.StreamName(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := info.State.Msgs
 	var out []*nats.Msg
-	if total == 0 {
-		return nil
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for uint64(len(out)) < total {
-		batch, err := c.Fetch(int(min(total-uint64(len(out)), 5000)), jetstream.FetchMaxWait(5*time.Second))
+	for _, m := range msgs {
+		h := map[string]string{}
+		for k := range m.Header {
+			h[k] = m.Header.Get(k)
+		}
+		if !eventbatch.IsBatch(h) {
+			out = append(out, m)
+			continue
+		}
+		evs, _, err := eventbatch.Events(h, m.Data, nil, nil)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("batch %s: %v", m.Header.Get(jetstream.MsgIDHeader), err)
 		}
-		for m := range batch.Messages() {
-			out = append(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		}
-		if batch.Error() != nil {
-			t.Fatal(batch.Error())
+		cluster := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		for _, ev := range evs {
+			ref, err := auditevent.Peek(ev, 0)
+			if err != nil {
+				t.Fatalf("event in batch %s: %v", m.Header.Get(jetstream.MsgIDHeader), err)
+			}
+			hdr := nats.Header{}
+			for k, v := range m.Header {
+				hdr[k] = v
+			}
+			hdr.Set(HeaderBatchID, m.Header.Get(jetstream.MsgIDHeader))
+			hdr.Set(jetstream.MsgIDHeader, bus.EventID(cluster, ref.AuditID+"/"+ref.Stage))
+			out = append(out, &nats.Msg{Subject: m.Subject, Header: hdr, Data: ev})
 		}
 	}
 	return out
 }
 
-// Count is the number of messages on stream s.
+// HeaderBatchID is set by Messages on an event that came in a batch: the batch's id.
+const HeaderBatchID = "Test-Batch-Id"
+
+// messages returns every message on stream s as stored.
+func (n *Server) messages(t testing.TB, s bus.Stream) []*nats.Msg {
+	t.Helper()
+	msgs, err := n.read(s, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// read returns every message on stream s as stored.
+func (n *Server) read(s bus.Stream, timeout time.Duration) ([]*nats.Msg, error) {
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := js.Stream(ctx, natsbus.StreamName(s))
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	total := info.State.Msgs
+	var out []*nats.Msg
+	if total == 0 {
+		return nil, nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	for uint64(len(out)) < total {
+		batch, err := c.Fetch(int(min(total-uint64(len(out)), 5000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		for m := range batch.Messages() {
+			out = append(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		}
+		if batch.Error() != nil {
+			return nil, batch.Error()
+		}
+	}
+	return out, nil
+}
+
+// Count is the number of messages on stream s; on the events stream, of events (a batch
+// counts the events it holds).
 func (n *Server) Count(t testing.TB, s bus.Stream) uint64 {
+	t.Helper()
+	if s == bus.Events && n.count(t, s) > 0 {
+		msgs, err := n.read(s, 10*time.Second)
+		if err != nil {
+			return 0
+		}
+		var events uint64
+		for _, m := range msgs {
+			h := map[string]string{}
+			for k := range m.Header {
+				h[k] = m.Header.Get(k)
+			}
+			events += uint64(eventbatch.Count(h))
+		}
+		return events
+	}
+	return n.count(t, s)
+}
+
+// Stored is the number of messages stream s stores (a batch is one).
+func (n *Server) Stored(t testing.TB, s bus.Stream) uint64 {
+	t.Helper()
+	return n.count(t, s)
+}
+
+// count is the number of messages on stream s.
+func (n *Server) count(t testing.TB, s bus.Stream) uint64 {
 	t.Helper()
 	nc, err := nats.Connect(n.URL())
 	if err != nil {

@@ -62,13 +62,50 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 
 // HTML writes r as one HTML document; everything taken from audit events is escaped by
 // html/template for the context it lands in.
-func HTML(w io.Writer, r *weekly.Report, img Images) error {
+func HTML(w io.Writer, r *weekly.Report, img Images) error { return Page(w, r, img, nil) }
+
+// Controls are the report page's links and form in the web console (the e-mail and the
+// standalone file have none). Every URL is built by the caller from a fixed path and
+// encoded query values.
+type Controls struct {
+	// Home is the console's index.
+	Home template.URL
+	// Action is the path the form is submitted to (GET).
+	Action string
+	// Clusters, Weeks (by week ending) and Targets are the form's choices.
+	Clusters, Weeks, Targets []Option
+	// WeekNote says which week is shown and why.
+	WeekNote string
+	// Formats link to this report in each format.
+	Formats []Link
+	// Callers links to the callers of each of the report's Blockers, in their order.
+	Callers []template.URL
+	// Search is the console's search page for this cluster and week.
+	Search template.URL
+}
+
+// Option is one choice of a form's list.
+type Option struct {
+	Value, Label string
+	Selected     bool
+}
+
+// Link is a labelled URL.
+type Link struct {
+	Label string
+	URL   template.URL
+}
+
+// Page writes r as the HTML document HTML writes, with the console's controls when ctl is
+// not nil.
+func Page(w io.Writer, r *weekly.Report, img Images, ctl *Controls) error {
 	var buf bytes.Buffer
 	if err := htmlTmpl.Execute(&buf, struct {
 		R       *weekly.Report
 		Img     Images
 		Subject string
-	}{escaped(r), img, Subject(r)}); err != nil {
+		Ctl     *Controls
+	}{escaped(r), img, Subject(r), ctl}); err != nil {
 		return fmt.Errorf("render html: %w", err)
 	}
 	_, err := w.Write(buf.Bytes())

@@ -1,0 +1,83 @@
+package eventbatch
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+)
+
+// The codecs of a batch's payload, from github.com/klauspost/compress.
+
+// encodeS2 compresses raw in scratch (grown as needed, returned for reuse) and returns an
+// exact-size copy: a message holds no more memory than its payload.
+func encodeS2(raw, scratch []byte) (out, _ []byte) {
+	if n := s2.MaxEncodedLen(len(raw)); cap(scratch) < n {
+		scratch = make([]byte, n)
+	}
+	enc := s2.Encode(scratch[:cap(scratch)], raw)
+	return append([]byte(nil), enc...), scratch
+}
+
+func decodeS2(data, buf []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: s2: %w", ErrBad, err)
+	}
+	if n > MaxBytesLimit {
+		return nil, fmt.Errorf("%w: %d bytes once decompressed, more than %d", ErrBad, n, MaxBytesLimit)
+	}
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	out, err := s2.Decode(buf[:cap(buf)], data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: s2: %w", ErrBad, err)
+	}
+	return out, nil
+}
+
+// One encoder and one decoder serve every goroutine: EncodeAll and DecodeAll are safe for
+// concurrent use.
+var (
+	zstdOnce sync.Once
+	zstdEnc  *zstd.Encoder
+	zstdDec  *zstd.Decoder
+)
+
+func zstdCodecs() (*zstd.Encoder, *zstd.Decoder) {
+	zstdOnce.Do(func() {
+		var err error
+		// The fastest level: batches are small and short-lived, CPU is what ingest saves.
+		if zstdEnc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
+			panic(fmt.Sprintf("zstd encoder: %v", err)) // only for invalid options
+		}
+		if zstdDec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxBytesLimit)); err != nil {
+			panic(fmt.Sprintf("zstd decoder: %v", err))
+		}
+	})
+	return zstdEnc, zstdDec
+}
+
+// encodeZstd is encodeS2 with zstd.
+func encodeZstd(raw, scratch []byte) (out, _ []byte) {
+	enc, _ := zstdCodecs()
+	scratch = enc.EncodeAll(raw, scratch[:0])
+	return append([]byte(nil), scratch...), scratch
+}
+
+func decodeZstd(data, buf []byte) ([]byte, error) {
+	_, dec := zstdCodecs()
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, 256<<10)
+	}
+	out, err := dec.DecodeAll(data, buf[:0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: zstd: %w", ErrBad, err)
+	}
+	if len(out) > MaxBytesLimit {
+		return nil, fmt.Errorf("%w: %d bytes once decompressed, more than %d", ErrBad, len(out), MaxBytesLimit)
+	}
+	return out, nil
+}

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"html"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/report/chdb"
+)
+
+// TestFirstHour runs the all-in-one as `make run` does (embedded NATS and ClickHouse, the
+// genuine events of examples/audit.log): once ready it logs the console's URL, and from that
+// page links alone lead to a blocker's callers, a caller's requests and one request.
+func TestFirstHour(t *testing.T) {
+	if err := chdb.Available(); err != nil {
+		enginetest.Unavailable(t, "chdb", err)
+	}
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	p := start(t, dir, "auditlens", "--data-root", filepath.Join(dir, "data"), "--audit-log", "../../../examples/audit.log",
+		"--retention-days", "0", "--metrics-addr", addr, "--log-format", "json", "--cluster", "default")
+
+	var url string
+	testkit.Eventually(t, 90*time.Second, "the console's URL in the log", func() bool {
+		url = readyURL(t, p.log.Name())
+		return url != ""
+	})
+	if want := "http://" + addr + "/"; url != want {
+		t.Fatalf("the log says to open %q, want %q", url, want)
+	}
+
+	// The sample is from 2017 to 2021: the index links to the week of the newest blocker use,
+	// once its findings are stored.
+	var next string
+	testkit.Eventually(t, 60*time.Second, "a link to the week of the newest blocker use", func() bool {
+		next = href(get(t, url), "blocker-week")
+		return next != ""
+	})
+	steps := []struct{ class, page string }{{"callers-link", "report"}, {"requests-link", "callers"}, {"request-link", "requests"}}
+	for _, s := range steps {
+		body := get(t, url+strings.TrimPrefix(next, "/"))
+		if next = href(body, s.class); next == "" {
+			t.Fatalf("the %s page has no %s link:\n%.3000s", s.page, s.class, body)
+		}
+	}
+	body := get(t, url+strings.TrimPrefix(next, "/"))
+	for _, want := range []string{`id="audit-id"`, "coordination.k8s.io/v1beta1 leases", "system:node:gce-scale-cluster-minion-group-"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the request page lacks %q:\n%.3000s", want, body)
+		}
+	}
+}
+
+// readyURL is the url of the "ready: open the console" line of the JSON log in path, "" when
+// there is none yet; a second such line fails the test.
+func readyURL(t *testing.T, path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var url string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var line struct{ Msg, URL string }
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "ready: open the console" {
+			continue
+		}
+		if url != "" {
+			t.Fatalf("the console's URL logged twice")
+		}
+		url = line.URL
+	}
+	return url
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v\n%.1000s", url, resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
+// href is the target of the first link of class in page, "" when there is none.
+func href(page, class string) string {
+	m := regexp.MustCompile(`class="` + regexp.QuoteMeta(class) + `" href="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return html.UnescapeString(m[1])
+}

@@ -1,0 +1,50 @@
+package rules
+
+import (
+	"slices"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
+)
+
+// Releases are the versions an upgrade can be judged against: every minor release from the
+// first to the last the catalogue names as removing something (rules, APIs, body kinds,
+// annotations, labels), oldest first; releases between removals are upgrade targets too.
+func (c *Catalogue) Releases() []kubeversion.Version {
+	var vs []kubeversion.Version
+	add := func(s string) {
+		if v, err := kubeversion.Parse(s); err == nil && s != "" {
+			vs = append(vs, v)
+		}
+	}
+	for _, r := range c.Rules {
+		add(r.RemovedIn)
+	}
+	for _, a := range c.APIs {
+		add(a.RemovedIn)
+	}
+	for _, b := range c.BodyKinds {
+		add(b.RemovedIn)
+	}
+	for _, a := range append(slices.Clone(c.Annotations), c.ObjectAnnotations...) {
+		add(a.RemovedIn)
+	}
+	for _, l := range c.Labels {
+		add(l.RemovedIn)
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	slices.SortFunc(vs, kubeversion.Compare)
+	out := slices.Compact(vs)
+	// Fill the minors between removals of one major.
+	var all []kubeversion.Version
+	for i, v := range out {
+		all = append(all, v)
+		if i+1 < len(out) && out[i+1].Major == v.Major {
+			for w := v.Next(); w.Less(out[i+1]); w = w.Next() {
+				all = append(all, w)
+			}
+		}
+	}
+	return all
+}

@@ -1,0 +1,142 @@
+package scan
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+)
+
+// code returns s as a GitHub-flavoured Markdown code span for a table cell, so that text an
+// attacker wrote (a user agent, a user or object name) shows as it is and is never read as
+// markup: no link, image, HTML, emphasis or extra cell. Control characters are escaped
+// (lib/printable; a newline becomes \n), "|" is written "\|" (GFM splits a row into cells
+// before it reads code spans, and drops that backslash), and the span is fenced with more
+// backticks than the longest run of backticks in s. "" gives an empty cell.
+func code(s string) string {
+	s = printable.String(s)
+	if s == "" {
+		return ""
+	}
+	s = strings.ReplaceAll(s, "|", `\|`)
+	longest, run := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", longest+1)
+	// A span's content loses one space at each end when it has one at both (and is not all
+	// spaces); one starting or ending with a backtick needs a space to stay apart from the
+	// fence.
+	allSpaces := strings.Trim(s, " ") == ""
+	if s[0] == '`' || s[len(s)-1] == '`' || (s[0] == ' ' && s[len(s)-1] == ' ' && !allSpaces) {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}
+
+// markdownTable prints findings as a GitHub-flavoured Markdown table (--format markdown).
+type markdownTable struct {
+	w      io.Writer
+	header bool
+}
+
+func (t *markdownTable) row(f *auditlensv1.Finding) {
+	if !t.header {
+		fmt.Fprintln(t.w, "## Findings")
+		fmt.Fprintln(t.w)
+		fmt.Fprintln(t.w, "| Time | Severity | Rule | Removed in | API | Verb | Object | User | User agent |")
+		fmt.Fprintln(t.w, "|---|---|---|---|---|---|---|---|---|")
+		t.header = true
+	}
+	r := values(f)
+	// values has them escaped for a terminal and "-" for none: code takes the raw values.
+	obj := f.Name
+	if f.Namespace != "" {
+		obj = f.Namespace + "/" + f.Name
+	}
+	if f.Subresource != "" {
+		obj += " (" + f.Subresource + ")"
+	}
+	fmt.Fprintf(t.w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r[0], r[1], code(f.RuleId), code(f.RemovedIn),
+		code(apiName(f)), code(f.Verb), code(obj), code(f.Username), code(f.UserAgent))
+}
+
+func (t *markdownTable) flush() {}
+
+// markdownCallers is how many callers a row of the summary by API names.
+const markdownCallers = 3
+
+// writeMarkdown prints the summary as Markdown: head (the counts) as a paragraph, notes as
+// a list, then one table by rule and API (groupBy "api") or by caller (groupBy "caller").
+func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, target kubeversion.Version, groupBy string) {
+	fmt.Fprintf(w, "\n## Summary\n\n%s.\n", head)
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+	}
+	if len(s.rules) == 0 {
+		return
+	}
+	blocks := "removed"
+	if !target.IsZero() {
+		blocks = "blocks " + target.String()
+	}
+	fmt.Fprintln(w)
+	if groupBy == "caller" {
+		fmt.Fprintln(w, "| User | User agent | Findings | Rule | Severity | API | Deprecated in | Removed in | Use instead |")
+		fmt.Fprintln(w, "|---|---|--:|---|---|---|---|---|---|")
+		callers := s.byCaller()
+		for i, c := range callers {
+			if i == maxCallers {
+				fmt.Fprintf(w, "\n%d more callers: `classify scan --format json` lists every finding.\n", len(callers)-maxCallers)
+				break
+			}
+			for _, e := range c.entries {
+				fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", code(c.who.user), code(c.who.agent), e.count,
+					code(e.rule.id), e.rule.severity, code(e.api.api), code(e.api.deprecatedIn),
+					removal(e.api.removedIn, e.blocking > 0, blocks), code(e.api.replacement))
+			}
+		}
+		return
+	}
+	fmt.Fprintln(w, "| Rule | Severity | API | Findings | Deprecated in | Removed in | Use instead | Callers |")
+	fmt.Fprintln(w, "|---|---|---|--:|---|---|---|---|")
+	for _, r := range s.sortedRules() {
+		for _, a := range r.sortedAPIs() {
+			var who []string
+			callers := a.sortedCallers()
+			for i, c := range callers {
+				if i == markdownCallers {
+					who = append(who, fmt.Sprintf("and %d more", len(callers)-markdownCallers))
+					break
+				}
+				one := code(c.user)
+				if c.agent != "" {
+					one += " " + code(c.agent)
+				}
+				who = append(who, fmt.Sprintf("%s (%d)", one, a.callers[c].count))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s |\n", code(r.id), r.severity, code(a.api), a.count,
+				code(a.deprecatedIn), removal(a.removedIn, a.blocking, blocks), code(a.replacement), strings.Join(who, "<br>"))
+		}
+	}
+}
+
+// removal is the "Removed in" cell: the release, and whether it blocks the upgrade.
+func removal(removedIn string, blocking bool, blocks string) string {
+	cell := code(removedIn)
+	if blocking {
+		cell += " **" + blocks + "**"
+	}
+	return cell
+}

@@ -1,0 +1,193 @@
+package scan
+
+import (
+	"io"
+	"sync"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/dedup"
+	"github.com/auditlens/auditlens/services/classify/rules"
+)
+
+// chunkBytes is about how much of an input one chunk holds: whole lines, so a chunk can be
+// larger by one line. A variable for the tests.
+var chunkBytes = 1 << 20
+
+// chunk is a run of consecutive lines of one input, classified by one worker. What the
+// worker finds is kept in order in recs, and written by the scanner in input order.
+type chunk struct {
+	name  string
+	data  []byte
+	lines []span
+	// err ends the input, after the lines.
+	err  error
+	recs []record
+	// json holds the JSON lines of the findings in recs (--format json).
+	json []byte
+	done chan struct{}
+}
+
+// span is one line of a chunk: data[start:end] and its number.
+type span struct {
+	n, start, end int
+	tooLong       bool
+}
+
+// record is a finding, not yet de-duplicated, or a bad line.
+type record struct {
+	f    *auditlensv1.Finding
+	key  string // dedup.Key
+	line [2]int // its JSON line: json[line[0]:line[1]]
+	pos  string
+	err  error
+}
+
+// newChunk returns a chunk of the input name: a free one (its buffers kept from the chunk it
+// was) or a new one.
+func (s *scanner) newChunk(name string) *chunk {
+	n := s.chunks.Add(1)
+	for p := s.peakChunks.Load(); n > p && !s.peakChunks.CompareAndSwap(p, n); p = s.peakChunks.Load() {
+	}
+	var c *chunk
+	select {
+	case c = <-s.freeChunks:
+	default:
+		c = &chunk{}
+	}
+	if cap(c.data) == 0 {
+		c.data = make([]byte, 0, chunkBytes+64<<10)
+	}
+	c.name, c.data, c.lines, c.err, c.recs, c.json = name, c.data[:0], c.lines[:0], nil, c.recs[:0], c.json[:0]
+	c.done = make(chan struct{})
+	return c
+}
+
+// free keeps c for a next chunk, up to as many as can be in memory at once.
+func (s *scanner) free(c *chunk) {
+	s.chunks.Add(-1)
+	clear(c.recs) // the findings
+	if cap(c.data) > 4*chunkBytes {
+		c.data = nil // a document or a long line: not kept
+	}
+	select {
+	case s.freeChunks <- c:
+	default:
+	}
+}
+
+// runParallel reads the inputs in this order in one goroutine, cut into chunks at line
+// boundaries; n workers classify the chunks at once, and this goroutine takes their results
+// in input order, de-duplicates the findings (the stages of one request may fall in two
+// chunks) and writes them: the output is that of one worker reading as it goes. At most 2n
+// chunks wait for their turn (2n+2 are in memory at most: those, the one being written and
+// the one being read), so memory does not grow with the input.
+func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
+	work := make(chan *chunk, n)
+	pending := make(chan *chunk, 2*n) // input order
+	s.freeChunks = make(chan *chunk, 2*n+2)
+	var wg sync.WaitGroup
+	for range n {
+		out := &chunkSink{s: s}
+		if s.enc != nil {
+			out.enc = newJSONLines()
+		}
+		w := s.newWorker(out)
+		wg.Go(func() {
+			for c := range work {
+				out.c = c
+				for _, l := range c.lines {
+					w.read(c.name, l.n, c.data[l.start:l.end], l.tooLong)
+				}
+				close(c.done)
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(pending)
+		defer close(work)
+		var c *chunk
+		send := func() {
+			if c != nil && (len(c.lines) > 0 || c.err != nil) {
+				pending <- c
+				work <- c
+			}
+			c = nil
+		}
+		for _, f := range files {
+			err := s.input(f, stdin, func(name string, n int, line []byte, tooLong bool) {
+				if c == nil {
+					c = s.newChunk(name)
+				}
+				if n == 0 { // a document read whole, the input's only line: the chunk takes it as it is
+					c.data = line
+					c.lines = append(c.lines, span{end: len(line)})
+					return
+				}
+				start := len(c.data)
+				c.data = append(c.data, line...)
+				c.lines = append(c.lines, span{n: n, start: start, end: len(c.data), tooLong: tooLong})
+				if len(c.data) >= chunkBytes {
+					send()
+				}
+			})
+			if err != nil {
+				if c == nil {
+					c = s.newChunk(f)
+				}
+				c.err = err
+			}
+			send() // a chunk holds lines of one input
+		}
+	})
+	for c := range pending {
+		<-c.done
+		s.merge(c)
+		s.free(c)
+	}
+	wg.Wait()
+}
+
+// merge takes the results of a chunk, as the worker reading as it goes would have.
+func (s *scanner) merge(c *chunk) {
+	for i := range c.recs {
+		r := &c.recs[i]
+		if r.err != nil {
+			s.bad(r.pos, r.err)
+			continue
+		}
+		if s.seen.FirstTime(r.key) {
+			var line []byte
+			if s.enc != nil {
+				line = c.json[r.line[0]:r.line[1]]
+			}
+			s.emit(r.f, line)
+		}
+	}
+	if c.err != nil {
+		s.inputFailed(c.err)
+	}
+}
+
+// chunkSink keeps what a worker finds in the chunk it reads: every match as a finding (and
+// its JSON line), since whether it was seen before is known only in input order.
+type chunkSink struct {
+	s   *scanner
+	c   *chunk
+	enc *jsonLines
+}
+
+func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match) {
+	cluster := k.s.cfg.Cluster
+	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
+	if k.enc != nil {
+		start := len(k.c.json)
+		k.c.json = append(k.c.json, k.enc.encode(r.f)...)
+		r.line = [2]int{start, len(k.c.json)}
+	}
+	k.c.recs = append(k.c.recs, r)
+}
+
+func (k *chunkSink) bad(pos string, err error) {
+	k.c.recs = append(k.c.recs, record{pos: pos, err: err})
+}

@@ -1,0 +1,101 @@
+package scan
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/services/classify/rules"
+)
+
+// sink receives what a worker finds, in input order.
+type sink interface {
+	// match is one match of a rule on ev; ev is valid only during the call.
+	match(ev *auditevent.Event, m *rules.Match)
+	// bad is a bad line, or a bad item of a line (pos names it).
+	bad(pos string, err error)
+}
+
+// worker decodes lines and classifies their events: one per goroutine, as its decoders
+// reuse their buffers. What it counts (events, Metadata-level writes, envelope records
+// without events) does not depend on the order, and is added up for the summary.
+type worker struct {
+	engine       *rules.Engine
+	dec          *auditevent.Decoder
+	env          *envelope.Decoder
+	out          sink
+	maxEventSize int
+	matches      []rules.Match
+	events       *atomic.Int64
+	// metadataOnly counts, by resource, writes logged without the body a rule reads.
+	metadataOnly map[string]*int
+	// skipped counts envelope records without audit events, by reason.
+	skipped map[string]int
+	// name and n are where the line being read is (n 0: a whole document).
+	name string
+	n    int
+}
+
+// newWorker returns a worker that sends what it finds to out.
+func (s *scanner) newWorker(out sink) *worker {
+	w := &worker{
+		engine: s.engine, dec: auditevent.NewDecoder(s.cfg.MaxEventSize), env: envelope.NewDecoder(0), out: out,
+		maxEventSize: s.cfg.MaxEventSize, events: &s.events, metadataOnly: map[string]*int{}, skipped: map[string]int{},
+	}
+	s.workers = append(s.workers, w)
+	return w
+}
+
+// read classifies one line of an input (a lineFunc).
+func (w *worker) read(name string, n int, line []byte, tooLong bool) {
+	w.name, w.n = name, n
+	if tooLong {
+		w.out.bad(w.pos(), fmt.Errorf("%w (line over %d bytes)", auditevent.ErrTooLarge, w.maxEventSize))
+		return
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return // blank line
+	}
+	if err := w.decode(line); err != nil {
+		// An EventList may have good items and bad ones: each bad one is reported.
+		var multi interface{ Unwrap() []error }
+		if errors.As(err, &multi) {
+			for _, e := range multi.Unwrap() {
+				w.out.bad(w.pos(), e)
+			}
+			return
+		}
+		w.out.bad(w.pos(), err)
+	}
+}
+
+// pos is "file:line", or "file" for a document read whole.
+func (w *worker) pos() string {
+	if w.n == 0 {
+		return w.name
+	}
+	return w.name + ":" + strconv.Itoa(w.n)
+}
+
+func (w *worker) event(ev *auditevent.Event) error {
+	w.events.Add(1)
+	if ev.RequestObjectRaw == nil && rules.NeedsBody(ev) && (ev.Level == "Metadata" || ev.Level == "None" || ev.Level == "") {
+		// Look up, never assign, with the event's string: an assignment would store it as the
+		// key, and it lives only until the next line.
+		if n := w.metadataOnly[ev.ObjectRef.Resource]; n != nil {
+			*n++
+		} else {
+			w.metadataOnly[strings.Clone(ev.ObjectRef.Resource)] = new(1)
+		}
+	}
+	w.matches = w.engine.Classify(ev, w.matches[:0])
+	for i := range w.matches {
+		w.out.match(ev, &w.matches[i])
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+// The week the tests read: Monday 2026-11-23 to Sunday 2026-11-29; "now" is in the week after.
+var (
+	weekStart = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	week      = console.Window{From: weekStart, To: weekStart.AddDate(0, 0, 7)}
+	ingresses = console.BlockerKey{Rule: "removed-api", Group: "extensions", Version: "v1beta1", Resource: "ingresses"}
+)
+
+// hostile is attacker-written text in an event's fields: it must be read back as it is.
+const hostile = "<script>document.title='pwned'</script>\"' %_\x1b[31m\\"
+
+// seed writes the findings every test reads, each twice (as a redelivery stores it):
+// cluster prod, this week: ci (hostile user agent) lists ingresses 3 times from two IPs,
+// bob lists them once and uses PSP once; the week before, alice once; cluster staging: one
+// ingress list this week. Returns the findings.
+func seed(t *testing.T, st *store.Store) []*auditlensv1.Finding {
+	t.Helper()
+	at := func(d, h int) *timestamppb.Timestamp {
+		return timestamppb.New(weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour))
+	}
+	ing := func(cluster, id string, ts *timestamppb.Timestamp, user, ua, ip, ns string) *auditlensv1.Finding {
+		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: cluster, AuditId: id, EventTime: ts, Verb: "list",
+			RequestUri: "/apis/extensions/v1beta1/namespaces/" + ns + "/ingresses?limit=500", ApiGroup: "extensions", ApiVersion: "v1beta1",
+			Resource: "ingresses", Namespace: ns, Username: user, UserAgent: ua, SourceIp: ip, ResponseCode: 200,
+			DeprecatedIn: "1.14", RemovedIn: "1.22", Replacement: "networking.k8s.io/v1", Message: "use networking.k8s.io/v1",
+			Evidence: []*auditlensv1.Evidence{{Path: "objectRef.apiVersion", Value: "v1beta1"}}}
+	}
+	ci := "system:serviceaccount:ci:deployer"
+	fs := []*auditlensv1.Finding{
+		ing("prod", "a1", at(0, 9), ci, hostile, "10.0.0.1", "ci"),
+		ing("prod", "a2", at(1, 9), ci, hostile, "10.0.0.1", "ci"),
+		ing("prod", "a3", at(2, 9), ci, hostile, "10.0.0.1", "web"),
+		ing("prod", "a4", at(2, 10), ci, hostile, "10.0.0.2", "ci"),
+		ing("prod", "b1", at(3, 9), "bob", "kubectl/v1.21.0 (linux/amd64)", "10.0.0.9", "team-"+hostile),
+		ing("prod", "old", at(-3, 9), "alice", "kubectl/v1.19.0", "10.0.0.8", "ci"),
+		ing("staging", "s1", at(4, 9), ci, hostile, "10.1.0.1", "ci"),
+		{RuleId: "psp", Cluster: "prod", AuditId: "b1", EventTime: at(3, 9), Verb: "list", RequestUri: "/apis/policy/v1beta1/podsecuritypolicies",
+			ApiGroup: "policy", ApiVersion: "v1beta1", Resource: "podsecuritypolicies", Username: "bob",
+			UserAgent: "kubectl/v1.21.0 (linux/amd64)", SourceIp: "10.0.0.9", ResponseCode: 403, RemovedIn: "1.25"},
+		{RuleId: "legacy-sa-token", Cluster: "prod", AuditId: "c1", EventTime: at(4, 9), Verb: "get", RequestUri: "/api/v1/pods",
+			ApiVersion: "v1", Resource: "pods", Username: "system:serviceaccount:legacy:old", UserAgent: "Go-http-client/1.1", SourceIp: "10.0.0.7"},
+	}
+	for range 2 {
+		if err := st.WriteFindings(context.Background(), fs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fs
+}
+
+func TestQueries(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		seed(t, st)
+		testQueries(t, console.Reader{DB: st.DB()})
+	})
+}
+
+// TestQueriesOnCluster runs the queries on a cluster's Distributed findings table
+// (2 shards x 2 replicas, every finding written twice): they answer as on one server.
+func TestQueriesOnCluster(t *testing.T) {
+	c := chtest.StartCluster(t, 2, 2)
+	st := c.Store(t, "auditlens")
+	seed(t, st)
+	c.WaitReplicated(t, "auditlens")
+	testQueries(t, console.Reader{DB: st.DB(), Table: "auditlens.findings"})
+}
+
+func testQueries(t *testing.T, r console.Reader) {
+	ctx := context.Background()
+	t.Run("clusters", func(t *testing.T) {
+		got, err := r.Clusters(ctx, week.To, kubeversion.MustParse("1.22"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest := func(d, h int) time.Time { return weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour) }
+		want := []console.ClusterSummary{
+			{Name: "prod", ThisWeek: 0, LastWeek: 7, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(3, 9)},
+			{Name: "staging", ThisWeek: 0, LastWeek: 1, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(4, 9)},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("clusters:\n got %+v\nwant %+v", got, want)
+		}
+		// Judged against 1.25, PSP blocks too; this week is the week read above. Judged
+		// against 1.21, nothing blocks.
+		got, err = r.Clusters(ctx, week.From, kubeversion.MustParse("1.25"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].ThisWeek != 7 || got[0].LastWeek != 1 || got[0].Blockers != 2 || !got[0].NewestBlocker.Equal(newest(3, 9)) {
+			t.Errorf("clusters for 1.25 from the week's start: %+v", got)
+		}
+		got, err = r.Clusters(ctx, week.From, kubeversion.MustParse("1.21"))
+		if err != nil || len(got) != 2 || got[0].Blockers != 0 || !got[0].NewestBlocker.IsZero() {
+			t.Errorf("clusters for 1.21: %+v %v", got, err)
+		}
+	})
+	t.Run("releases", func(t *testing.T) {
+		got, err := r.Releases(ctx, "prod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []kubeversion.Version{kubeversion.MustParse("1.22"), kubeversion.MustParse("1.25")}; !reflect.DeepEqual(got, want) {
+			t.Errorf("releases %v, want %v", got, want)
+		}
+	})
+	t.Run("callers", func(t *testing.T) {
+		got, more, err := r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week})
+		if err != nil {
+			t.Fatal(err)
+		}
+		day := func(d, h int) time.Time { return weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour) }
+		ci := "system:serviceaccount:ci:deployer"
+		want := []console.Caller{
+			{Username: ci, UserAgent: hostile, SourceIP: "10.0.0.1", Findings: 3, FirstSeen: day(0, 9), LastSeen: day(2, 9)},
+			{Username: "bob", UserAgent: "kubectl/v1.21.0 (linux/amd64)", SourceIP: "10.0.0.9", Findings: 1, FirstSeen: day(3, 9), LastSeen: day(3, 9)},
+			{Username: ci, UserAgent: hostile, SourceIP: "10.0.0.2", Findings: 1, FirstSeen: day(2, 10), LastSeen: day(2, 10)},
+		}
+		if more || !reflect.DeepEqual(got, want) {
+			t.Errorf("callers (more %v):\n got %+v\nwant %+v", more, got, want)
+		}
+		// Pages of one: the second is bob, and more follow it.
+		got, more, err = r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week, Page: console.Page{Limit: 1, Offset: 1}})
+		if err != nil || !more || len(got) != 1 || got[0].Username != "bob" {
+			t.Errorf("second page of one: %+v more %v err %v", got, more, err)
+		}
+		got, more, err = r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week, Page: console.Page{Limit: 1, Offset: 2}})
+		if err != nil || more || len(got) != 1 {
+			t.Errorf("last page of one: %+v more %v err %v", got, more, err)
+		}
+	})
+	t.Run("requests", func(t *testing.T) {
+		q := console.RequestsQuery{Cluster: "prod", Key: ingresses, Username: "system:serviceaccount:ci:deployer",
+			UserAgent: hostile, SourceIP: "10.0.0.1", Window: week, Page: console.Page{Limit: 2}}
+		got, more, err := r.Requests(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !more || len(got) != 2 || got[0].AuditID != "a3" || got[1].AuditID != "a2" {
+			t.Fatalf("first page, newest first: %+v more %v", got, more)
+		}
+		want := console.Request{Time: weekStart.AddDate(0, 0, 2).Add(9 * time.Hour), AuditID: "a3", Verb: "list",
+			RequestURI: "/apis/extensions/v1beta1/namespaces/web/ingresses?limit=500", SourceIP: "10.0.0.1", ResponseCode: 200, Namespace: "web"}
+		if got[0] != want {
+			t.Errorf("request:\n got %+v\nwant %+v", got[0], want)
+		}
+		q.Page.Offset = 2
+		got, more, err = r.Requests(ctx, q)
+		if err != nil || more || len(got) != 1 || got[0].AuditID != "a1" {
+			t.Errorf("second page: %+v more %v err %v", got, more, err)
+		}
+	})
+	t.Run("request", func(t *testing.T) {
+		got, err := r.Request(ctx, "prod", "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Key.Rule != "psp" || got[1].Key.Rule != "removed-api" || got[1].Namespace != "team-"+hostile ||
+			got[0].ResponseCode != 403 || got[1].Replacement != "networking.k8s.io/v1" {
+			t.Fatalf("request b1: %+v", got)
+		}
+		if want := []console.Evidence{{Path: "objectRef.apiVersion", Value: "v1beta1"}}; !reflect.DeepEqual(got[1].Evidence, want) {
+			t.Errorf("evidence %+v, want %+v", got[1].Evidence, want)
+		}
+		if got, err := r.Request(ctx, "staging", "b1"); err != nil || len(got) != 0 {
+			t.Errorf("b1 of another cluster: %+v %v", got, err)
+		}
+	})
+	t.Run("search", func(t *testing.T) {
+		for _, c := range []struct {
+			by   console.SearchBy
+			text string
+			want []string // user@ip rule
+		}{
+			{console.ByUser, "BOB", []string{"bob@10.0.0.9 psp", "bob@10.0.0.9 removed-api"}},
+			{console.ByAgent, "<SCRIPT>", []string{"system:serviceaccount:ci:deployer@10.0.0.1 removed-api", "system:serviceaccount:ci:deployer@10.0.0.2 removed-api"}},
+			{console.ByNamespace, "team-", []string{"bob@10.0.0.9 removed-api"}},
+			{console.ByNamespace, "%", []string{"bob@10.0.0.9 removed-api"}}, // a character, not a wildcard
+			{console.ByUser, "_", nil},
+			{console.ByUser, "alice", nil}, // the week before
+		} {
+			got, more, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: c.by, Text: c.text, Window: week})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, m := range got {
+				names = append(names, fmt.Sprintf("%s@%s %s", m.Username, m.SourceIP, m.Key.Rule))
+			}
+			if more || !reflect.DeepEqual(names, c.want) {
+				t.Errorf("search %s %q: %q (more %v), want %q", c.by, c.text, names, more, c.want)
+			}
+		}
+		got, _, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: console.ByAgent, Text: "script", Window: week})
+		if err != nil || len(got) == 0 || !reflect.DeepEqual(got[0].Namespaces, []string{"ci", "web"}) || got[0].Findings != 3 {
+			t.Errorf("namespaces of the first match: %+v %v", got, err)
+		}
+	})
+	t.Run("bad queries", func(t *testing.T) {
+		for name, err := range map[string]error{
+			"limit":     second(r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week, Page: console.Page{Limit: console.MaxLimit + 1}})),
+			"offset":    second(r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week, Page: console.Page{Offset: console.MaxOffset + 1}})),
+			"rule":      second(r.Callers(ctx, console.CallersQuery{Cluster: "prod", Window: week})),
+			"cluster":   second(r.Requests(ctx, console.RequestsQuery{Key: ingresses, Window: week})),
+			"window":    second(r.Requests(ctx, console.RequestsQuery{Cluster: "prod", Key: ingresses, Window: console.Window{From: week.To, To: week.From}})),
+			"search by": second(r.Search(ctx, console.SearchQuery{Cluster: "prod", By: "name", Text: "x", Window: week})),
+			"text":      second(r.Search(ctx, console.SearchQuery{Cluster: "prod", By: console.ByUser, Window: week})),
+		} {
+			if !errors.Is(err, console.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", name, err)
+			}
+		}
+	})
+}
+
+func second[T any](_ T, _ bool, err error) error { return err }

@@ -1,0 +1,308 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Caller is who made the requests behind a finding: user, user agent and source IP.
+type Caller struct {
+	Username  string
+	UserAgent string
+	SourceIP  string
+	// Findings counts the caller's findings in the window, each once.
+	Findings            uint64
+	FirstSeen, LastSeen time.Time
+}
+
+// CallersQuery asks for the callers of one blocker of Cluster in a window, busiest first.
+type CallersQuery struct {
+	Cluster string
+	Key     BlockerKey
+	Window  Window
+	Page    Page
+}
+
+// Callers lists one page of the callers of q.Key; more reports whether rows follow it.
+func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, more bool, err error) {
+	t, p, err := r.check(q.Cluster, q.Window, q.Page)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := q.Key.check(); err != nil {
+		return nil, false, err
+	}
+	sql := `SELECT username, user_agent, source_ip, toUInt64(uniqExact(audit_id)) AS n,
+  toUInt32(min(event_time)), toUInt32(max(event_time))
+FROM ` + t + `
+WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
+  AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY username, user_agent, source_ip
+ORDER BY n DESC, username, user_agent, source_ip
+LIMIT ?, ?`
+	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+		q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("query callers: %w", err)
+	}
+	defer res.Close()
+	for res.Next() {
+		var c Caller
+		var first, last uint32
+		if err := res.Scan(&c.Username, &c.UserAgent, &c.SourceIP, &c.Findings, &first, &last); err != nil {
+			return nil, false, fmt.Errorf("read callers: %w", err)
+		}
+		c.FirstSeen, c.LastSeen = unix(first), unix(last)
+		rows = append(rows, c)
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, fmt.Errorf("read callers: %w", err)
+	}
+	rows, more = trim(rows, p.Limit)
+	return rows, more, nil
+}
+
+// Request is one audit event behind a finding.
+type Request struct {
+	Time         time.Time
+	AuditID      string
+	Verb         string
+	RequestURI   string
+	SourceIP     string
+	ResponseCode int32
+	Namespace    string
+	Name         string
+}
+
+// RequestsQuery asks for the requests of one caller behind one blocker, newest first.
+type RequestsQuery struct {
+	Cluster   string
+	Key       BlockerKey
+	Username  string
+	UserAgent string
+	SourceIP  string
+	Window    Window
+	Page      Page
+}
+
+// Requests lists one page of the requests of q; more reports whether rows follow it.
+func (r Reader) Requests(ctx context.Context, q RequestsQuery) (rows []Request, more bool, err error) {
+	t, p, err := r.check(q.Cluster, q.Window, q.Page)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := q.Key.check(); err != nil {
+		return nil, false, err
+	}
+	// A finding stored twice (before the table merges) is one request: grouped by its time
+	// and audit id.
+	sql := `SELECT toUInt32(event_time), audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
+  any(namespace), any(name)
+FROM ` + t + `
+WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
+  AND username = ? AND user_agent = ? AND source_ip = ?
+  AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY event_time, audit_id
+ORDER BY event_time DESC, audit_id DESC
+LIMIT ?, ?`
+	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+		q.Username, q.UserAgent, q.SourceIP, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("query requests: %w", err)
+	}
+	defer res.Close()
+	for res.Next() {
+		var rq Request
+		var at uint32
+		if err := res.Scan(&at, &rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name); err != nil {
+			return nil, false, fmt.Errorf("read requests: %w", err)
+		}
+		rq.Time = unix(at)
+		rows = append(rows, rq)
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, fmt.Errorf("read requests: %w", err)
+	}
+	rows, more = trim(rows, p.Limit)
+	return rows, more, nil
+}
+
+// Finding is one rule's finding on a request, with everything stored about the request.
+type Finding struct {
+	Request
+	Key          BlockerKey
+	Username     string
+	UserAgent    string
+	Subresource  string
+	RemovedIn    string
+	DeprecatedIn string
+	Replacement  string
+	Message      string
+	Evidence     []Evidence
+}
+
+// Evidence is one path the rule matched and the value found there.
+type Evidence struct{ Path, Value string }
+
+// maxRequestFindings caps the findings of one request (one per rule).
+const maxRequestFindings = 100
+
+// Request reads the findings of the request auditID of cluster, one per rule; none when
+// the request is unknown.
+func (r Reader) Request(ctx context.Context, cluster, auditID string) ([]Finding, error) {
+	t, err := r.table()
+	if err != nil {
+		return nil, err
+	}
+	if cluster == "" || auditID == "" {
+		return nil, invalid("cluster and audit id are required")
+	}
+	sql := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
+  any(namespace), any(name), any(api_group), any(api_version), any(resource), any(subresource),
+  any(username), any(user_agent), any(removed_in), any(deprecated_in), any(replacement), any(message),
+  any(evidence_path), any(evidence_value)
+FROM ` + t + `
+WHERE cluster = ? AND audit_id = ?
+GROUP BY rule_id
+ORDER BY rule_id
+LIMIT ?`
+	res, err := r.DB.QueryContext(ctx, sql, cluster, auditID, maxRequestFindings)
+	if err != nil {
+		return nil, fmt.Errorf("query request: %w", err)
+	}
+	defer res.Close()
+	var out []Finding
+	for res.Next() {
+		var f Finding
+		var at uint32
+		var paths, values []string
+		if err := res.Scan(&f.Key.Rule, &at, &f.Verb, &f.RequestURI, &f.SourceIP, &f.ResponseCode, &f.Namespace, &f.Name,
+			&f.Key.Group, &f.Key.Version, &f.Key.Resource, &f.Subresource, &f.Username, &f.UserAgent,
+			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values); err != nil {
+			return nil, fmt.Errorf("read request: %w", err)
+		}
+		f.Time, f.AuditID = unix(at), auditID
+		for i, p := range paths {
+			e := Evidence{Path: p}
+			if i < len(values) {
+				e.Value = values[i]
+			}
+			f.Evidence = append(f.Evidence, e)
+		}
+		out = append(out, f)
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read request: %w", err)
+	}
+	return out, nil
+}
+
+// check validates what every list query needs and returns the table and the page with its
+// defaults.
+func (r Reader) check(cluster string, w Window, p Page) (string, Page, error) {
+	t, err := r.table()
+	if err != nil {
+		return "", p, err
+	}
+	if cluster == "" {
+		return "", p, invalid("cluster is empty")
+	}
+	if err := w.check(); err != nil {
+		return "", p, err
+	}
+	p, err = p.check()
+	return t, p, err
+}
+
+func unix(s uint32) time.Time { return time.Unix(int64(s), 0).UTC() }
+
+// trim cuts the one row read beyond the page, which says that more follow.
+func trim[T any](rows []T, limit int) ([]T, bool) {
+	if len(rows) > limit {
+		return rows[:limit], true
+	}
+	return rows, false
+}
+
+// SearchBy names the column a search matches.
+type SearchBy string
+
+// The columns a search can match.
+const (
+	ByUser      SearchBy = "user"
+	ByAgent     SearchBy = "agent"
+	ByNamespace SearchBy = "namespace"
+)
+
+// searchColumns maps each SearchBy to its column: the only column names a search puts in
+// its SQL.
+var searchColumns = map[SearchBy]string{ByUser: "username", ByAgent: "user_agent", ByNamespace: "namespace"}
+
+// MaxSearchText caps the text searched for.
+const MaxSearchText = 256
+
+// SearchQuery asks for the findings of Cluster in a window whose user, user agent or
+// namespace (By) contains Text, ignoring case.
+type SearchQuery struct {
+	Cluster string
+	By      SearchBy
+	Text    string
+	Window  Window
+	Page    Page
+}
+
+// Match is one caller of one rule and API found by a search.
+type Match struct {
+	Key       BlockerKey
+	RemovedIn string
+	Caller
+	// Namespaces are the first three (by name) of the namespaces of its findings.
+	Namespaces []string
+}
+
+// Search lists one page of what q finds, busiest first; more reports whether rows follow it.
+func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more bool, err error) {
+	t, p, err := r.check(q.Cluster, q.Window, q.Page)
+	if err != nil {
+		return nil, false, err
+	}
+	col, ok := searchColumns[q.By]
+	if !ok {
+		return nil, false, invalid("search by %q: want user, agent or namespace", q.By)
+	}
+	if q.Text == "" || len(q.Text) > MaxSearchText {
+		return nil, false, invalid("search text of %d bytes: want 1 to %d", len(q.Text), MaxSearchText)
+	}
+	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
+	// _ in the text as wildcards.
+	sql := `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip,
+  toUInt64(uniqExact(audit_id)) AS n, toUInt32(min(event_time)), toUInt32(max(event_time)),
+  arraySlice(arraySort(groupUniqArray(namespace)), 1, 3)
+FROM ` + t + `
+WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+  AND position(lowerUTF8(` + col + `), lowerUTF8(?)) > 0
+GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
+ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
+LIMIT ?, ?`
+	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("query search: %w", err)
+	}
+	defer res.Close()
+	for res.Next() {
+		var m Match
+		var first, last uint32
+		if err := res.Scan(&m.Key.Rule, &m.Key.Group, &m.Key.Version, &m.Key.Resource, &m.RemovedIn,
+			&m.Username, &m.UserAgent, &m.SourceIP, &m.Findings, &first, &last, &m.Namespaces); err != nil {
+			return nil, false, fmt.Errorf("read search: %w", err)
+		}
+		m.FirstSeen, m.LastSeen = unix(first), unix(last)
+		rows = append(rows, m)
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, fmt.Errorf("read search: %w", err)
+	}
+	rows, more = trim(rows, p.Limit)
+	return rows, more, nil
+}

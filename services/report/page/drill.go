@@ -1,0 +1,234 @@
+package page
+
+import (
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+
+	"github.com/auditlens/auditlens/lib/printable"
+	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/weekly/render"
+)
+
+// pageSize is the rows of a drill-down page.
+const pageSize = 50
+
+var keyParams = []string{"rule", "group", "version", "resource"}
+
+// blockerKey reads rule, group, version and resource (a rule and the API it is about).
+func blockerKey(f form) (console.BlockerKey, error) {
+	var k console.BlockerKey
+	var err error
+	if k.Rule, err = f.required("rule", maxShort); err != nil {
+		return k, err
+	}
+	if k.Group, err = f.text("group", maxShort); err != nil {
+		return k, err
+	}
+	if k.Version, err = f.text("version", maxShort); err != nil {
+		return k, err
+	}
+	k.Resource, err = f.text("resource", maxShort)
+	return k, err
+}
+
+func keyQuery(k console.BlockerKey, kv ...string) []string {
+	return append([]string{"rule", k.Rule, "group", k.Group, "version", k.Version, "resource", k.Resource}, kv...)
+}
+
+// crumbs are the links above a drill-down page: the index and the scope's report, then more.
+func (s scope) crumbs(more ...render.Link) []render.Link {
+	return append([]render.Link{
+		{Label: "All clusters", URL: link("/", "target-version", s.Target.String())},
+		{Label: fmt.Sprintf("Report of %s, week ending %s", printable.Truncate(s.Cluster, 60), s.Week), URL: s.link("/report")},
+	}, more...)
+}
+
+func keyTitle(k console.BlockerKey) string {
+	if api := k.API(); api != "" {
+		return printable.Truncate(k.Rule+" "+api, 160)
+	}
+	return printable.Truncate(k.Rule, 160)
+}
+
+// callers is GET /callers: who made the requests behind one blocker in the week.
+func (h *Handler) callers(w http.ResponseWriter, r *http.Request) error {
+	f, err := readForm(r.URL.RawQuery, append(append(scopeParams, keyParams...), "offset")...)
+	if err != nil {
+		return err
+	}
+	key, err := blockerKey(f)
+	if err != nil {
+		return err
+	}
+	offset, err := f.number("offset", 0, 0, console.MaxOffset)
+	if err != nil {
+		return err
+	}
+	s, err := h.scope(r.Context(), f, false)
+	if err != nil {
+		return err
+	}
+	rows, more, err := h.reader().Callers(r.Context(), console.CallersQuery{Cluster: s.Cluster, Key: key, Window: s.window(),
+		Page: console.Page{Limit: pageSize, Offset: offset}})
+	if err != nil {
+		return err
+	}
+	type row struct {
+		console.Caller
+		Requests template.URL
+	}
+	body := struct {
+		Rows  []row
+		Pager pager
+	}{}
+	for _, c := range rows {
+		body.Rows = append(body.Rows, row{Caller: c, Requests: s.link("/requests", keyQuery(key, "user", c.Username, "agent", c.UserAgent, "ip", c.SourceIP)...)})
+	}
+	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
+		return s.link("/callers", keyQuery(key, "offset", strconv.Itoa(o))...)
+	})
+	return show(w, "callers", view{Title: "Callers of " + keyTitle(key), Crumbs: s.crumbs(), Note: s.Note, Body: body})
+}
+
+// requests is GET /requests: the requests of one caller behind one blocker in the week,
+// newest first.
+func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
+	f, err := readForm(r.URL.RawQuery, append(append(scopeParams, keyParams...), "user", "agent", "ip", "offset")...)
+	if err != nil {
+		return err
+	}
+	key, err := blockerKey(f)
+	if err != nil {
+		return err
+	}
+	q := console.RequestsQuery{Key: key}
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"user", &q.Username}, {"agent", &q.UserAgent}, {"ip", &q.SourceIP}} {
+		if *p.dst, err = f.text(p.name, maxIdentity); err != nil {
+			return err
+		}
+	}
+	offset, err := f.number("offset", 0, 0, console.MaxOffset)
+	if err != nil {
+		return err
+	}
+	s, err := h.scope(r.Context(), f, false)
+	if err != nil {
+		return err
+	}
+	q.Cluster, q.Window, q.Page = s.Cluster, s.window(), console.Page{Limit: pageSize, Offset: offset}
+	rows, more, err := h.reader().Requests(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		console.Request
+		URL template.URL
+	}
+	body := struct {
+		Username, UserAgent, SourceIP string
+		Rows                          []row
+		Pager                         pager
+	}{Username: q.Username, UserAgent: q.UserAgent, SourceIP: q.SourceIP}
+	for _, rq := range rows {
+		body.Rows = append(body.Rows, row{Request: rq, URL: s.link("/request", "audit-id", rq.AuditID)})
+	}
+	caller := keyQuery(key, "user", q.Username, "agent", q.UserAgent, "ip", q.SourceIP)
+	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
+		return s.link("/requests", append(caller, "offset", strconv.Itoa(o))...)
+	})
+	crumbs := s.crumbs(render.Link{Label: "Callers of " + keyTitle(key), URL: s.link("/callers", keyQuery(key)...)})
+	title := fmt.Sprintf("Requests of %s", printable.Truncate(q.Username, 120))
+	return show(w, "requests", view{Title: title, Crumbs: crumbs, Note: s.Note, Body: body})
+}
+
+// request is GET /request: one request (audit id) of the cluster with each rule's finding.
+func (h *Handler) request(w http.ResponseWriter, r *http.Request) error {
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "audit-id")...)
+	if err != nil {
+		return err
+	}
+	id, err := f.required("audit-id", maxIdentity)
+	if err != nil {
+		return err
+	}
+	s, err := h.scope(r.Context(), f, false)
+	if err != nil {
+		return err
+	}
+	fs, err := h.reader().Request(r.Context(), s.Cluster, id)
+	if err != nil {
+		return err
+	}
+	var crumbs []render.Link
+	if len(fs) > 0 {
+		k := fs[0].Key
+		crumbs = append(crumbs, render.Link{Label: "Callers of " + keyTitle(k), URL: s.link("/callers", keyQuery(k)...)},
+			render.Link{Label: "Requests of " + printable.Truncate(fs[0].Username, 120),
+				URL: s.link("/requests", keyQuery(k, "user", fs[0].Username, "agent", fs[0].UserAgent, "ip", fs[0].SourceIP)...)})
+	}
+	body := struct{ Findings []console.Finding }{fs}
+	return show(w, "request", view{Title: "Request " + printable.Truncate(id, 120), Crumbs: s.crumbs(crumbs...), Body: body})
+}
+
+// search is GET /search: the callers whose user, user agent or namespace contains a text.
+func (h *Handler) search(w http.ResponseWriter, r *http.Request) error {
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "by", "q", "offset")...)
+	if err != nil {
+		return err
+	}
+	by := console.SearchBy(f.v.Get("by"))
+	if by == "" {
+		by = console.ByUser
+	}
+	labels := map[console.SearchBy]string{console.ByUser: "user", console.ByAgent: "user agent", console.ByNamespace: "namespace"}
+	if _, ok := labels[by]; !ok {
+		return bad("by", "%q: want user, agent or namespace", by)
+	}
+	text, err := f.text("q", console.MaxSearchText)
+	if err != nil {
+		return err
+	}
+	offset, err := f.number("offset", 0, 0, console.MaxOffset)
+	if err != nil {
+		return err
+	}
+	s, err := h.scope(r.Context(), f, false)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		console.Match
+		Requests template.URL
+	}
+	body := struct {
+		scope
+		By       []render.Option
+		Text     string
+		Searched bool
+		Rows     []row
+		Pager    pager
+	}{scope: s, Text: text, Searched: text != ""}
+	for _, b := range []console.SearchBy{console.ByUser, console.ByAgent, console.ByNamespace} {
+		body.By = append(body.By, render.Option{Value: string(b), Label: labels[b], Selected: b == by})
+	}
+	if text != "" {
+		rows, more, err := h.reader().Search(r.Context(), console.SearchQuery{Cluster: s.Cluster, By: by, Text: text, Window: s.window(),
+			Page: console.Page{Limit: pageSize, Offset: offset}})
+		if err != nil {
+			return err
+		}
+		for _, m := range rows {
+			body.Rows = append(body.Rows, row{Match: m, Requests: s.link("/requests", keyQuery(m.Key, "user", m.Username, "agent", m.UserAgent, "ip", m.SourceIP)...)})
+		}
+		body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
+			return s.link("/search", "by", string(by), "q", text, "offset", strconv.Itoa(o))
+		})
+	}
+	title := "Search in " + printable.Truncate(s.Cluster, 120)
+	return show(w, "search", view{Title: title, Crumbs: s.crumbs(), Note: s.Note, Body: body})
+}

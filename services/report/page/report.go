@@ -1,0 +1,109 @@
+package page
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/auditlens/auditlens/lib/printable"
+	"github.com/auditlens/auditlens/services/report/weekly"
+	"github.com/auditlens/auditlens/services/report/weekly/render"
+)
+
+var contentTypes = map[string]string{
+	"html": "text/html; charset=utf-8",
+	"text": "text/plain; charset=utf-8",
+	"json": "application/json",
+	"csv":  "text/csv; charset=utf-8",
+}
+
+// weeksOffered is how many full weeks before this one the report's week list offers.
+const weeksOffered = 12
+
+// report is GET /report: the weekly report of one cluster, week and target, in a format;
+// as HTML with the console's controls.
+func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "format")...)
+	if err != nil {
+		return err
+	}
+	format := f.v.Get("format")
+	if format == "" {
+		format = "html"
+	}
+	ct, ok := contentTypes[format]
+	if !ok {
+		return bad("format", "%q: want html, text, json or csv", format)
+	}
+	s, err := h.scope(r.Context(), f, format == "html")
+	if err != nil {
+		return err
+	}
+	rep, err := weekly.Build(r.Context(), h.DB, weekly.Options{Cluster: s.Cluster, Target: s.Target, WeekEnding: s.Week,
+		Table: h.Table, Now: h.now})
+	if err != nil {
+		return fmt.Errorf("build weekly report: %w", err)
+	}
+	var buf bytes.Buffer
+	if format != "html" {
+		if err := render.Write(&buf, format, rep, render.Images{}); err != nil {
+			return fmt.Errorf("render weekly report: %w", err)
+		}
+		write(w, ct, &buf)
+		return nil
+	}
+	img, err := render.DataImages(rep)
+	if err != nil {
+		h.log().Error("draw charts", "err", err)
+	}
+	releases, err := h.reader().Releases(r.Context(), s.Cluster)
+	if err != nil {
+		return err
+	}
+	if err := render.Page(&buf, rep, img, h.controls(s, rep, releases)); err != nil {
+		return fmt.Errorf("render weekly report: %w", err)
+	}
+	write(w, ct, &buf)
+	return nil
+}
+
+// controls are the report page's links and form for scope s.
+func (h *Handler) controls(s scope, rep *weekly.Report, releases []weekly.Version) *render.Controls {
+	c := &render.Controls{Home: link("/", "target-version", s.Target.String()), Action: "/report", WeekNote: s.Note,
+		Search: s.link("/search")}
+	names := []string{s.Cluster}
+	for _, cl := range s.Clusters {
+		names = append(names, cl.Name)
+	}
+	slices.Sort(names)
+	for _, n := range slices.Compact(names) {
+		c.Clusters = append(c.Clusters, render.Option{Value: n, Label: printable.Truncate(n, 80), Selected: n == s.Cluster})
+	}
+	lastFull := weekly.LastWeekEnding(h.now())
+	weeks := []weekly.Date{s.Week}
+	for i := -1; i < weeksOffered; i++ {
+		weeks = append(weeks, weekly.Date{Time: lastFull.AddDate(0, 0, -7*i)})
+	}
+	slices.SortFunc(weeks, func(a, b weekly.Date) int { return b.Compare(a.Time) })
+	for _, d := range slices.Compact(weeks) {
+		label := fmt.Sprintf("%s to %s", d.AddDate(0, 0, -6).Format(weekly.DateLayout), d)
+		switch {
+		case d.After(lastFull.Time) && !d.After(lastFull.AddDate(0, 0, 7)):
+			label += " (this week so far)"
+		case d == lastFull:
+			label += " (last full week)"
+		}
+		c.Weeks = append(c.Weeks, render.Option{Value: d.String(), Label: label, Selected: d == s.Week})
+	}
+	for _, v := range h.targets(s.Target, releases...) {
+		c.Targets = append(c.Targets, render.Option{Value: v.String(), Label: v.String(), Selected: v == s.Target})
+	}
+	for _, format := range render.Formats {
+		c.Formats = append(c.Formats, render.Link{Label: format, URL: s.link("/report", "format", format)})
+	}
+	for _, b := range rep.Blockers {
+		c.Callers = append(c.Callers, s.link("/callers", "rule", b.RuleID, "group", b.APIGroup, "version", b.APIVersion, "resource", b.Resource))
+	}
+	return c
+}

@@ -1,0 +1,136 @@
+package page
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+
+	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+// scope is what every page after the index looks at: one cluster, one week, one target.
+// A week is the seven UTC days ending with its last day (a Sunday when the console chooses it).
+type scope struct {
+	Cluster string
+	// Week is the week's last day.
+	Week   weekly.Date
+	Target weekly.Version
+	// Note says which week this is and why it was chosen.
+	Note string
+	// Clusters are the clusters seen, when they were read to choose the week.
+	Clusters []console.ClusterSummary
+}
+
+// scopeParams are the parameters of scope.
+var scopeParams = []string{"cluster", "week-ending", "target-version"}
+
+// window is the scope's week: [Week-6 days, Week+1 day).
+func (s scope) window() console.Window {
+	end := s.Week.AddDate(0, 0, 1)
+	return console.Window{From: end.AddDate(0, 0, -7), To: end}
+}
+
+// query is the scope as name, value pairs for link.
+func (s scope) query(kv ...string) []string {
+	return append([]string{"cluster", s.Cluster, "week-ending", s.Week.String(), "target-version", s.Target.String()}, kv...)
+}
+
+// link is a console URL in this scope.
+func (s scope) link(path string, kv ...string) template.URL { return link(path, s.query(kv...)...) }
+
+// scope reads cluster, week-ending and target-version from f. Without a week or a cluster,
+// or when readClusters is set, it reads the clusters seen; without a week it chooses the
+// cluster's defaultWeek.
+func (h *Handler) scope(ctx context.Context, f form, readClusters bool) (scope, error) {
+	var s scope
+	var err error
+	if s.Cluster, err = f.text("cluster", maxShort); err != nil {
+		return s, err
+	}
+	now := h.now()
+	lastFull := weekly.LastWeekEnding(now)
+	thisWeek := weekly.Date{Time: lastFull.AddDate(0, 0, 7)}
+	if v := f.v.Get("week-ending"); v != "" {
+		d, err := weekly.ParseDate(v)
+		if err != nil {
+			return s, bad("week-ending", "%q: want YYYY-MM-DD", v)
+		}
+		if err := weekly.CheckWeekEnding(d); err != nil {
+			return s, bad("week-ending", "%s: %v", v, err)
+		}
+		s.Week = d
+	}
+	if s.Target, err = h.target(f); err != nil {
+		return s, err
+	}
+	if s.Week.IsZero() || readClusters || s.Cluster == "" {
+		if s.Clusters, err = h.reader().Clusters(ctx, thisWeek.AddDate(0, 0, -6), s.Target); err != nil {
+			return s, err
+		}
+	}
+	if s.Cluster == "" {
+		s.Cluster = h.Cluster
+		if !s.seen(s.Cluster) && len(s.Clusters) > 0 {
+			s.Cluster = s.Clusters[0].Name
+		}
+		if s.Cluster == "" {
+			return s, bad("cluster", "required (no findings yet name one)")
+		}
+	}
+	chosen := !s.Week.IsZero()
+	var summary console.ClusterSummary
+	for _, c := range s.Clusters {
+		if c.Name == s.Cluster {
+			summary = c
+		}
+	}
+	if !chosen {
+		s.Week = defaultWeek(summary, lastFull, thisWeek)
+	}
+	s.Note = weekNote(s.Week, lastFull, thisWeek, chosen, summary)
+	return s, nil
+}
+
+// weekNote says which week a page shows and, when the console chose it, why.
+func weekNote(week, lastFull, thisWeek weekly.Date, chosen bool, c console.ClusterSummary) string {
+	switch {
+	case week == thisWeek && chosen:
+		return "Showing this week so far."
+	case week == thisWeek:
+		return "Showing this week so far: the last full week has no findings."
+	case week == lastFull:
+		return "Showing the last full week."
+	case chosen:
+		return fmt.Sprintf("Showing the week ending %s.", week)
+	case !c.NewestBlocker.IsZero():
+		return fmt.Sprintf("Showing the week of the newest use of a blocker (ending %s): this week and the last have no findings.", week)
+	}
+	return fmt.Sprintf("Showing the week of the newest event (ending %s): this week and the last have no findings.", week)
+}
+
+func (s scope) seen(cluster string) bool {
+	for _, c := range s.Clusters {
+		if c.Name == cluster {
+			return true
+		}
+	}
+	return false
+}
+
+// target reads target-version, defaultTarget when absent.
+func (h *Handler) target(f form) (weekly.Version, error) {
+	v := f.v.Get("target-version")
+	if v == "" {
+		t := h.defaultTarget()
+		if t.IsZero() {
+			return t, bad("target-version", "required (the service has no default)")
+		}
+		return t, nil
+	}
+	t, err := weekly.ParseVersion(v)
+	if err != nil {
+		return t, bad("target-version", "%q: %v", v, err)
+	}
+	return t, nil
+}

@@ -36,6 +36,7 @@ var (
 	capFindings = flag.Int("capacity.finding-events", 200_000, "BenchmarkCapacity/report: events, each of a request that yields findings")
 	capClassify = flag.Int("capacity.classify", 3, "BenchmarkCapacity: classify replicas")
 	capReport   = flag.Int("capacity.report", 2, "BenchmarkCapacity: report replicas")
+	capWait     = flag.Duration("capacity.report-batch-max-wait", 0, "BenchmarkCapacity: report's --report-batch-max-wait (0: its default)")
 )
 
 // fleetRun is the clustered setup with a fleet's logs ready to be fed.
@@ -89,10 +90,7 @@ func startFleet(tb testing.TB, clusters, events int, m mix) *fleetRun {
 // startIngest starts one ingest per cluster on an empty log (the first alone, so that the
 // streams exist before the others start) and waits until every one is ready.
 func (r *fleetRun) startIngest() {
-	var addrs []string
 	for i, c := range r.f.Clusters {
-		addr := freeAddr(r.tb)
-		addrs = append(addrs, addr)
 		log := filepath.Join(r.dir, "input", c+".log")
 		if err := os.MkdirAll(filepath.Dir(log), 0o755); err != nil {
 			r.tb.Fatal(err)
@@ -100,54 +98,74 @@ func (r *fleetRun) startIngest() {
 		if err := os.WriteFile(log, nil, 0o644); err != nil {
 			r.tb.Fatal(err)
 		}
-		r.ingest = append(r.ingest, start(r.tb, r.dir, "ingest", append([]string{"--cluster", c, "--metrics-addr", addr,
+		r.ingest = append(r.ingest, start(r.tb, r.dir, "ingest", append([]string{"--cluster", c, "--metrics-addr", freeAddr(r.tb),
 			"--audit-log", log, "--checkpoint-dir", filepath.Join(r.dir, "cp", c)}, r.busArgs...)...))
 		if i == 0 {
-			waitReady(r.tb, addrs)
+			r.ready(r.ingest)
 		}
 	}
-	waitReady(r.tb, addrs)
+	r.ready(r.ingest)
 }
 
 // startClassify and startReport start n replicas each and wait until they are ready.
 func (r *fleetRun) startClassify(n int) {
-	var addrs []string
 	for range n {
-		addr := freeAddr(r.tb)
-		addrs = append(addrs, addr)
-		r.classify = append(r.classify, start(r.tb, r.dir, "classify", append([]string{"--metrics-addr", addr}, r.busArgs...)...))
+		r.classify = append(r.classify, start(r.tb, r.dir, "classify", append([]string{"--metrics-addr", freeAddr(r.tb)}, r.busArgs...)...))
 	}
-	waitReady(r.tb, addrs)
+	r.ready(r.classify)
 }
 
 func (r *fleetRun) startReport(n int) {
-	var addrs []string
 	for range n {
-		addr := freeAddr(r.tb)
-		addrs = append(addrs, addr)
-		r.report = append(r.report, start(r.tb, r.dir, "report", append([]string{"--metrics-addr", addr, "--report-page=false",
-			"--clickhouse-dsn", r.ch.DSN("auditlens"), "--clickhouse-cluster", r.ch.Name, "--retention-days", "0"}, r.busArgs...)...))
+		args := []string{"--metrics-addr", freeAddr(r.tb), "--report-page=false",
+			"--clickhouse-dsn", r.ch.DSN("auditlens"), "--clickhouse-cluster", r.ch.Name, "--retention-days", "0"}
+		if *capWait > 0 {
+			args = append(args, "--report-batch-max-wait", capWait.String())
+		}
+		r.report = append(r.report, start(r.tb, r.dir, "report", append(args, r.busArgs...)...))
 	}
-	waitReady(r.tb, addrs)
+	r.ready(r.report)
 }
 
-// waitReady waits until every /readyz at addrs answers 200.
-func waitReady(tb testing.TB, addrs []string) {
-	tb.Helper()
-	testkit.Eventually(tb, 120*time.Second, "every process ready", func() bool {
-		for _, a := range addrs {
-			resp, err := http.Get("http://" + a + "/readyz")
+// ready waits until every process of ps answers 200 on /readyz while running. One that exited
+// (the free port it was given taken meanwhile by another process of the machine, which may
+// well answer /readyz too) starts again on another port.
+func (r *fleetRun) ready(ps []*proc) {
+	r.tb.Helper()
+	testkit.Eventually(r.tb, 120*time.Second, "every process ready", func() bool {
+		all := true
+		for _, p := range ps {
+			if procstat.Exited(p.cmd.Process.Pid) {
+				p.kill() // reaps it
+				p.args[slices.Index(p.args, "--metrics-addr")+1] = freeAddr(r.tb)
+				p.start()
+				all = false
+				continue
+			}
+			resp, err := http.Get("http://" + metricsAddr(p) + "/readyz")
 			if err != nil {
-				return false
+				all = false
+				continue
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return false
+			all = all && resp.StatusCode == http.StatusOK
+		}
+		// A process that failed to listen exits at once: look again before trusting a 200.
+		time.Sleep(200 * time.Millisecond)
+		return all && !slices.ContainsFunc(ps, func(p *proc) bool { return procstat.Exited(p.cmd.Process.Pid) })
+	})
+}
+
+// alive fails the run at once when a process of the pipeline has exited.
+func (r *fleetRun) alive() {
+	for _, ps := range [][]*proc{r.ingest, r.classify, r.report} {
+		for _, p := range ps {
+			if p.cmd != nil && procstat.Exited(p.cmd.Process.Pid) {
+				r.tb.Fatalf("%s %v exited (its log is %s)", p.name, p.args, p.log.Name())
 			}
 		}
-		return true
-	})
+	}
 }
 
 // feed appends every cluster's generated log to the log its ingest follows, all at once.
@@ -177,6 +195,7 @@ func (r *fleetRun) waitPublished(timeout time.Duration) {
 	want := float64(r.f.Events())
 	testkit.Eventually(r.tb, timeout, "every event published", func() bool {
 		time.Sleep(200 * time.Millisecond)
+		r.alive()
 		var got float64
 		for _, p := range r.ingest {
 			m := procstat.Scrape(metricsAddr(p))
@@ -197,6 +216,7 @@ func metricsAddr(p *proc) string {
 func (r *fleetRun) waitDrained(stream, group string, timeout time.Duration) (first time.Time) {
 	testkit.Eventually(r.tb, timeout, group+" drained "+stream, func() bool {
 		time.Sleep(100 * time.Millisecond)
+		r.alive()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := r.js.Consumer(ctx, stream, group)
@@ -403,7 +423,10 @@ func (r *fleetRun) runStaged(classify, report int) (ingest, cl, rp stage) {
 }
 
 // runTogether runs every part at once, as in production, from the first line fed until every
-// cluster's count is exact (after measuring the idle CPU use for idle, when not 0).
+// event is published, classified and its findings written (the consumers drained: report
+// acknowledges after the write), then checks every cluster's count (after measuring the idle
+// CPU use for idle, when not 0). Only the bus is polled while the parts work: ClickHouse is
+// left to them.
 func (r *fleetRun) runTogether(classify, report int, idle, timeout time.Duration) stage {
 	r.startIngest()
 	r.startClassify(classify)
@@ -413,8 +436,12 @@ func (r *fleetRun) runTogether(classify, report int, idle, timeout time.Duration
 	}
 	before, began := r.cpu(), time.Now()
 	r.feed()
-	r.waitExact(timeout)
-	return r.since(began, before)
+	r.waitPublished(timeout)
+	r.waitDrained("AUDIT_EVENTS", "classify", timeout)
+	r.waitDrained("AUDIT_FINDINGS", "report", timeout)
+	all := r.since(began, before)
+	r.waitExact(2 * time.Minute)
+	return all
 }
 
 // The clustered setup counts exactly with replicas of every service: 5 clusters (one ingest
@@ -513,6 +540,9 @@ func BenchmarkCapacity(b *testing.B) {
 			inserts := r.reportBatches()
 			b.ReportMetric(inserts, "report-inserts")
 			b.ReportMetric(float64(all.cpu["clickhouse"].Milliseconds())/max(inserts, 1), "clickhouse-cpu-ms/insert")
+			// What the engines use once the work is done (background merges, replication).
+			r.measureIdle(5 * time.Second)
+			b.ReportMetric(100*r.idle["clickhouse"], "clickhouse-after-cpu-%")
 		}
 	})
 }

@@ -104,3 +104,13 @@ func PIDs(s string) []int {
 	}
 	return out
 }
+
+// Exited reports whether process pid is gone or has exited and waits to be reaped (a zombie).
+func Exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}

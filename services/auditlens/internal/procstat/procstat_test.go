@@ -62,4 +62,15 @@ func TestCPUAndPIDsOfAChild(t *testing.T) {
 	if _, err := CPU(1 << 30); err == nil {
 		t.Fatal("cpu time of a process that does not exist")
 	}
+	if Exited(cmd.Process.Pid) || !Exited(1<<30) {
+		t.Fatal("Exited: a running child exited, or a missing process runs")
+	}
+	_ = cmd.Process.Kill()
+	deadline = time.Now().Add(10 * time.Second)
+	for !Exited(cmd.Process.Pid) { // a zombie until Wait reaps it
+		if time.Now().After(deadline) {
+			t.Fatal("a killed child has not exited after 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

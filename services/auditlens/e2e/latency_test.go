@@ -39,9 +39,9 @@ const (
 // write -> row latency of the events with findings (p50, p99, max, in ms; the watch polls
 // every 25 ms, so each is up to 25 ms late), once for the all-in-one (embedded NATS, writing
 // to the ClickHouse server so the rows can be watched) and once for ingest, classify and
-// report as processes over a NATS server. Every binary runs with its defaults, plus the flags
-// in LATENCY_ARGS (to try others: LATENCY_ARGS='--report-batch-max-wait=300ms'). It fails only
-// when a finding never arrives.
+// report as processes over a NATS server. Every binary runs with its defaults; the processes
+// inherit the environment, so another setting is tried with its env twin
+// (AUDITLENS_REPORT_BATCH_MAX_WAIT=1s). It fails only when a finding never arrives.
 //
 //	flock /work/bench.lock go test -run '^$' -bench Latency -benchtime 1x ./e2e/
 func BenchmarkLatency(b *testing.B) {
@@ -109,7 +109,7 @@ func measureLatency(b *testing.B, db *sql.DB, dir, cluster, shape, dsn string, t
 	if err := os.WriteFile(log, nil, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	common := append([]string{"--cluster", cluster, "--log-format", "json", "--log-level", "warn"}, strings.Fields(os.Getenv("LATENCY_ARGS"))...)
+	common := []string{"--cluster", cluster, "--log-format", "json", "--log-level", "warn"}
 	var ready []string
 	switch shape {
 	case "all-in-one":

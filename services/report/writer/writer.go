@@ -57,7 +57,7 @@ func DefaultConfig() Config {
 	return Config{
 		Group:           "report",
 		BatchSize:       DefaultBatchSize,
-		MaxWait:         time.Second,
+		MaxWait:         500 * time.Millisecond,
 		AckWait:         10 * time.Second,
 		RetryMin:        200 * time.Millisecond,
 		RetryMax:        5 * time.Second,

@@ -6,7 +6,7 @@ CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 
-.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m fuzz clean images kube-apiserver
+.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -90,7 +90,12 @@ $(CHDB_DIR)/libchdb.so:
 
 ## bench: the benchmarks of every module, except the 10-million-finding ones (bench-10m).
 bench:
-	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off go test -run '^$$' -bench . -skip '10M' -benchmem ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off go test -run '^$$' -bench . -skip '10M|Capacity' -benchmem ./...); done
+
+## bench-capacity: the simulated fleet on a JetStream cluster and a ClickHouse cluster (about 20
+## minutes; README "Capacity, measured").
+bench-capacity:
+	cd services/auditlens && GOWORK=off go test -run '^$$' -bench Capacity -benchtime 1x -timeout 2h ./e2e/
 
 ## bench-10m: the weekly report and the week's aggregation over 10 M findings on ClickHouse 18.16
 ## (generating them server-side takes 2 to 4 minutes).

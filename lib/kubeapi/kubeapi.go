@@ -101,3 +101,21 @@ func MoreStable(a, b string) bool {
 	}
 	return false
 }
+
+// Name is how an API is shown to people: "group/version resource", "version resource" for
+// the core group, the parts present when some are empty, "" when all are.
+func Name(group, version, resource string) string {
+	gv := version
+	if group != "" {
+		gv = group + "/" + version
+	}
+	switch {
+	case gv == "" && resource == "":
+		return ""
+	case gv == "":
+		return resource
+	case resource == "":
+		return gv
+	}
+	return gv + " " + resource
+}

@@ -41,3 +41,17 @@ func TestMoreStableOrdersAsTheAPIServer(t *testing.T) {
 		}
 	}
 }
+
+func TestName(t *testing.T) {
+	for _, c := range []struct{ group, version, resource, want string }{
+		{"policy", "v1beta1", "podsecuritypolicies", "policy/v1beta1 podsecuritypolicies"},
+		{"", "v1", "pods", "v1 pods"},
+		{"", "", "pods", "pods"},
+		{"apps", "v1", "", "apps/v1"},
+		{"", "", "", ""},
+	} {
+		if got := Name(c.group, c.version, c.resource); got != c.want {
+			t.Errorf("Name(%q, %q, %q) = %q, want %q", c.group, c.version, c.resource, got, c.want)
+		}
+	}
+}

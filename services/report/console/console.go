@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/kubeapi"
 	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
@@ -90,21 +91,7 @@ func (k BlockerKey) check() error {
 
 // API is "group/version resource" ("version resource" for the core group), or "" when the
 // key names no API.
-func (k BlockerKey) API() string {
-	gv := k.Version
-	if k.Group != "" {
-		gv = k.Group + "/" + k.Version
-	}
-	switch {
-	case gv == "" && k.Resource == "":
-		return ""
-	case gv == "":
-		return k.Resource
-	case k.Resource == "":
-		return gv
-	}
-	return gv + " " + k.Resource
-}
+func (k BlockerKey) API() string { return kubeapi.Name(k.Group, k.Version, k.Resource) }
 
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 

@@ -24,6 +24,8 @@ package weekly
 import (
 	"fmt"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
 )
 
 // Report is one week of findings for one cluster, judged against a target Kubernetes version.
@@ -84,21 +86,7 @@ type Key struct {
 
 // API is "group/version resource" ("v1 resource" for the core group), or "" when the key
 // names no API.
-func (k Key) API() string {
-	gv := k.APIVersion
-	if k.APIGroup != "" {
-		gv = k.APIGroup + "/" + k.APIVersion
-	}
-	switch {
-	case gv == "" && k.Resource == "":
-		return ""
-	case gv == "":
-		return k.Resource
-	case k.Resource == "":
-		return gv
-	}
-	return gv + " " + k.Resource
-}
+func (k Key) API() string { return kubeapi.Name(k.APIGroup, k.APIVersion, k.Resource) }
 
 // Blocker is one thing that breaks on the upgrade, with who still relies on it.
 type Blocker struct {

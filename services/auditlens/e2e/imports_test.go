@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"services/ingest/firehose":   {"services/ingest/metrics"},
 	"services/ingest/pubsub":     {"services/ingest/metrics"},
 	"services/ingest/kafka":      {"services/ingest/metrics"},
-	"services/ingest/cloudwatch": {"services/ingest/metrics"},
+	"services/ingest/cloudwatch": {"services/ingest/checkpoint", "services/ingest/metrics"},
 
 	"services/classify/rules":     {},
 	"services/classify/dedup":     {},

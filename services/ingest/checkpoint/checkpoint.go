@@ -55,33 +55,42 @@ func (s *Store) Load() (p tail.Position, ok bool, err error) {
 	return p, true, nil
 }
 
-// Save replaces the checkpoint atomically: write a temporary file, fsync, rename, fsync the
-// directory. A crash leaves either the old or the new checkpoint.
+// Save replaces the checkpoint atomically (see Replace).
 func (s *Store) Save(p tail.Position) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	tmp, err := os.CreateTemp(s.dir, s.name+".tmp*")
+	if err := Replace(s.Path(), append(b, '\n')); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Replace replaces the file at path with data atomically: write a temporary file beside it,
+// fsync, rename, fsync the directory. A crash leaves either the old content or the new.
+func Replace(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write checkpoint: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("sync checkpoint: %w", err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp.Name(), s.Path()); err != nil {
-		return fmt.Errorf("replace checkpoint: %w", err)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
 	}
-	if d, err := os.Open(s.dir); err == nil {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 )
 
 // Position is where reading resumes: the next scan asks for events from From (epoch
@@ -60,36 +62,15 @@ func (s *store) load() (p Position, ok bool, err error) {
 	return p, true, nil
 }
 
-// save replaces the position atomically (temporary file, fsync, rename, fsync of the
-// directory): a crash leaves the old position or the new one.
+// save replaces the position atomically (checkpoint.Replace): a crash leaves the old
+// position or the new one.
 func (s *store) save(p *Position) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("encode the CloudWatch position: %w", err)
 	}
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write the CloudWatch position: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write the CloudWatch position: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync the CloudWatch position: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write the CloudWatch position: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("replace the CloudWatch position: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if err := checkpoint.Replace(s.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("save the CloudWatch position: %w", err)
 	}
 	return nil
 }

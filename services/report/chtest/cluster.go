@@ -285,10 +285,7 @@ func (z *ZooKeeper) Stop() {
 	}
 	p := z.cmd.Process
 	z.cmd = nil
-	_ = p.Kill()
-	for p.Signal(syscall.Signal(0)) == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	killAndWait(p)
 }
 
 // DB is a connection to s alone, closed when t ends.

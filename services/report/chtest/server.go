@@ -158,10 +158,7 @@ func (s *Server) Kill() {
 	}
 	p := s.cmd.Process
 	s.cmd = nil
-	_ = p.Kill()
-	for p.Signal(syscall.Signal(0)) == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	killAndWait(p)
 	for i := 0; i < 250 && s.ping() == nil; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -372,4 +369,12 @@ func OpenMigrated(t testing.TB, dsn string) *store.Store {
 		t.Fatalf("migrate: %v", err)
 	}
 	return st
+}
+
+// killAndWait sends p SIGKILL and waits until the process is gone.
+func killAndWait(p *os.Process) {
+	_ = p.Kill()
+	for p.Signal(syscall.Signal(0)) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
 }

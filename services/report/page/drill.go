@@ -37,6 +37,11 @@ func keyQuery(k console.BlockerKey, kv ...string) []string {
 	return append([]string{"rule", k.Rule, "group", k.Group, "version", k.Version, "resource", k.Resource}, kv...)
 }
 
+// callerQuery names one caller behind one blocker: the parameters of /requests.
+func callerQuery(k console.BlockerKey, user, agent, ip string) []string {
+	return keyQuery(k, "user", user, "agent", agent, "ip", ip)
+}
+
 // crumbs are the links above a drill-down page: the index and the scope's report, then more.
 func (s scope) crumbs(more ...render.Link) []render.Link {
 	return append([]render.Link{
@@ -84,7 +89,7 @@ func (h *Handler) callers(w http.ResponseWriter, r *http.Request) error {
 		Pager pager
 	}{}
 	for _, c := range rows {
-		body.Rows = append(body.Rows, row{Caller: c, Requests: s.link("/requests", keyQuery(key, "user", c.Username, "agent", c.UserAgent, "ip", c.SourceIP)...)})
+		body.Rows = append(body.Rows, row{Caller: c, Requests: s.link("/requests", callerQuery(key, c.Username, c.UserAgent, c.SourceIP)...)})
 	}
 	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 		return s.link("/callers", keyQuery(key, "offset", strconv.Itoa(o))...)
@@ -137,7 +142,7 @@ func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
 	for _, rq := range rows {
 		body.Rows = append(body.Rows, row{Request: rq, URL: s.link("/request", "audit-id", rq.AuditID)})
 	}
-	caller := keyQuery(key, "user", q.Username, "agent", q.UserAgent, "ip", q.SourceIP)
+	caller := callerQuery(key, q.Username, q.UserAgent, q.SourceIP)
 	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 		return s.link("/requests", append(caller, "offset", strconv.Itoa(o))...)
 	})
@@ -169,7 +174,7 @@ func (h *Handler) request(w http.ResponseWriter, r *http.Request) error {
 		k := fs[0].Key
 		crumbs = append(crumbs, render.Link{Label: "Callers of " + keyTitle(k), URL: s.link("/callers", keyQuery(k)...)},
 			render.Link{Label: "Requests of " + printable.Truncate(fs[0].Username, 120),
-				URL: s.link("/requests", keyQuery(k, "user", fs[0].Username, "agent", fs[0].UserAgent, "ip", fs[0].SourceIP)...)})
+				URL: s.link("/requests", callerQuery(k, fs[0].Username, fs[0].UserAgent, fs[0].SourceIP)...)})
 	}
 	body := struct{ Findings []console.Finding }{fs}
 	return show(w, "request", view{Title: "Request " + printable.Truncate(id, 120), Crumbs: s.crumbs(crumbs...), Body: body})
@@ -223,7 +228,7 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, m := range rows {
-			body.Rows = append(body.Rows, row{Match: m, Requests: s.link("/requests", keyQuery(m.Key, "user", m.Username, "agent", m.UserAgent, "ip", m.SourceIP)...)})
+			body.Rows = append(body.Rows, row{Match: m, Requests: s.link("/requests", callerQuery(m.Key, m.Username, m.UserAgent, m.SourceIP)...)})
 		}
 		body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 			return s.link("/search", "by", string(by), "q", text, "offset", strconv.Itoa(o))

@@ -53,16 +53,7 @@ func (v schemaVars) Engine(table, engine string) (string, error) {
 	if v.Cluster == "" {
 		return engine, nil
 	}
-	name, args, ok := strings.Cut(engine, "(")
-	if !ok || !strings.HasSuffix(args, ")") {
-		return "", fmt.Errorf("engine %q: want Name(args)", engine)
-	}
-	args = strings.TrimSuffix(args, ")")
-	zk := fmt.Sprintf("'/clickhouse/tables/{shard}/%s/%s', '{replica}'", v.DB, v.Local(table))
-	if args != "" {
-		zk += ", " + args
-	}
-	return "Replicated" + name + "(" + zk + ")", nil
+	return replicated(engine, fmt.Sprintf("/clickhouse/tables/{shard}/%s/%s", v.DB, v.Local(table)), "{replica}")
 }
 
 // EngineEverywhere is engine on a single server, and on a cluster its Replicated form with
@@ -72,12 +63,17 @@ func (v schemaVars) EngineEverywhere(table, engine string) (string, error) {
 	if v.Cluster == "" {
 		return engine, nil
 	}
+	return replicated(engine, fmt.Sprintf("/clickhouse/tables/all/%s/%s", v.DB, table), "{shard}-{replica}")
+}
+
+// replicated is engine ("Name(args)") as ReplicatedName('path', 'replica', args).
+func replicated(engine, path, replica string) (string, error) {
 	name, args, ok := strings.Cut(engine, "(")
 	if !ok || !strings.HasSuffix(args, ")") {
 		return "", fmt.Errorf("engine %q: want Name(args)", engine)
 	}
 	args = strings.TrimSuffix(args, ")")
-	zk := fmt.Sprintf("'/clickhouse/tables/all/%s/%s', '{shard}-{replica}'", v.DB, table)
+	zk := fmt.Sprintf("'%s', '%s'", path, replica)
 	if args != "" {
 		zk += ", " + args
 	}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,14 +141,7 @@ func (r *fleetRun) ready(ps []*proc) {
 				all = false
 				continue
 			}
-			resp, err := http.Get("http://" + metricsAddr(p) + "/readyz")
-			if err != nil {
-				all = false
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			all = all && resp.StatusCode == http.StatusOK
+			all = all && ready(metricsAddr(p))
 		}
 		// A process that failed to listen exits at once: look again before trusting a 200.
 		time.Sleep(200 * time.Millisecond)

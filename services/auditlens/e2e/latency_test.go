@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,11 +109,11 @@ func measureLatency(b *testing.B, db *sql.DB, dir, cluster, shape, dsn string, t
 		b.Fatal(err)
 	}
 	common := []string{"--cluster", cluster, "--log-format", "json", "--log-level", "warn"}
-	var ready []string
+	var addrs []string
 	switch shape {
 	case "all-in-one":
 		addr := freeAddr(b)
-		ready = append(ready, addr)
+		addrs = append(addrs, addr)
 		start(b, dir, "auditlens", append(common, "--metrics-addr", addr, "--data-root", filepath.Join(dir, "data"),
 			"--audit-log", log, "--clickhouse-dsn", dsn)...)
 	case "services":
@@ -134,19 +133,12 @@ func measureLatency(b *testing.B, db *sql.DB, dir, cluster, shape, dsn string, t
 			{"report", []string{"--clickhouse-dsn", dsn}},
 		} {
 			addr := freeAddr(b)
-			ready = append(ready, addr)
+			addrs = append(addrs, addr)
 			start(b, dir, svc.name, append(append([]string{"--metrics-addr", addr}, common...), svc.args...)...)
 		}
 	}
-	for _, addr := range ready {
-		testkit.Eventually(b, time.Minute, addr+" ready", func() bool {
-			resp, err := http.Get("http://" + addr + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+	for _, addr := range addrs {
+		testkit.Eventually(b, time.Minute, addr+" ready", func() bool { return ready(addr) })
 	}
 
 	w := &latencyWatch{written: map[string]time.Time{}, seen: map[string]time.Time{}}

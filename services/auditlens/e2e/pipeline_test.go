@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,6 +180,17 @@ func (p *proc) kill() {
 		_ = p.cmd.Wait()
 		p.cmd = nil
 	}
+}
+
+// ready says whether the process serving metrics on addr answers 200 on /readyz.
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func freeAddr(t testing.TB) string {

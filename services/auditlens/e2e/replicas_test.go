@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,12 +65,7 @@ func TestReplicasShareTheWork(t *testing.T) {
 			// however long the bus and the processes took to start.
 			testkit.Eventually(t, 90*time.Second, "every replica ready", func() bool {
 				for _, a := range append(append([]string{}, classifyAddrs...), reportAddrs...) {
-					r, err := http.Get("http://" + a + "/readyz")
-					if err != nil {
-						return false
-					}
-					r.Body.Close()
-					if r.StatusCode != http.StatusOK {
+					if !ready(a) {
 						return false
 					}
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/auditlens/internal/procstat"
+	"github.com/auditlens/auditlens/services/report/chdb"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
@@ -83,7 +84,7 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 // BenchmarkAllInOneThroughput runs the all-in-one binary (ingest, classify and report in one
 // process over its embedded NATS server) on the same input as BenchmarkPipelineThroughput,
 // into a ClickHouse 18.16 server and, when libchdb is at hand (CHDB_LIB_PATH, else the
-// repository's .cache/chdb), into embedded chDB. The input is appended to the log the
+// repository's .cache/chdb: chdb.LibraryPath), into embedded chDB. The input is appended to the log the
 // binary follows once it is ready (started, schema migrated), and the clock and its CPU
 // time run from there until classify has seen every event (events/s) and report has written
 // every finding (stored-events/s). -throughput.baseline runs another build beside it.
@@ -112,12 +113,9 @@ func BenchmarkAllInOneThroughput(b *testing.B) {
 	}
 }
 
-// chdbLib finds libchdb.so: CHDB_LIB_PATH, else the repository's .cache/chdb.
+// chdbLib returns where libchdb.so is (chdb.LibraryPath), or skips.
 func chdbLib(b *testing.B) string {
-	lib := os.Getenv("CHDB_LIB_PATH")
-	if lib == "" {
-		lib, _ = filepath.Abs("../../../.cache/chdb/libchdb.so")
-	}
+	lib := chdb.LibraryPath()
 	if _, err := os.Stat(lib); err != nil {
 		enginetest.Unavailable(b, "chDB (make chdb)", err)
 	}

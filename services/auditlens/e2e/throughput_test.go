@@ -38,7 +38,8 @@ func builds() []struct{ suffix, dir string } {
 // nats-server (the binaries TestMain built) into ClickHouse 18.16, on one audit log of ~200k
 // genuine events, from ingest's start until classify has classified every event (events/s)
 // and until report has written every finding (stored-events/s), and reports the processor
-// time per event of each process and the page faults (first touches of memory) of them all.
+// time per event of each process (cpu-us/event their sum; the ClickHouse server's apart,
+// clickhouse-cpu-us/event) and the page faults (first touches of memory) of them all.
 // The cases differ only in how ingest publishes: one message per event (the format before
 // batches, --bus-batch-max-events 1: the baseline), and EventBatch messages with each
 // compression. With -throughput.baseline DIR each case runs with DIR's binaries too: a
@@ -68,7 +69,7 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 			b.Run(tc.name+build.suffix, func(b *testing.B) {
 				for range b.N {
 					dsn := ch.DSN(fmt.Sprintf("throughput%d_%d", i, time.Now().UnixNano()))
-					r := runThroughput(b, build.dir, input, tc.events, dsn, tc.args)
+					r := runThroughput(b, ch, build.dir, input, tc.events, dsn, tc.args)
 					r.metrics(b, events)
 					per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(events) }
 					b.ReportMetric(per(r.ingest), "ingest-cpu-us/event")
@@ -87,7 +88,9 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 // repository's .cache/chdb: chdb.LibraryPath), into embedded chDB. The input is appended to the log the
 // binary follows once it is ready (started, schema migrated), and the clock and its CPU
 // time run from there until classify has seen every event (events/s) and report has written
-// every finding (stored-events/s). -throughput.baseline runs another build beside it.
+// every finding (stored-events/s); with chDB, cpu-us/event holds ClickHouse's work too, with
+// the server it is apart (clickhouse-cpu-us/event). -throughput.baseline runs another build
+// beside it.
 //
 //	flock /work/bench.lock go test -run '^$' -bench AllInOneThroughput -benchtime 1x ./e2e/
 func BenchmarkAllInOneThroughput(b *testing.B) {
@@ -97,15 +100,16 @@ func BenchmarkAllInOneThroughput(b *testing.B) {
 		for _, build := range builds() {
 			b.Run(engine+build.suffix, func(b *testing.B) {
 				var args, env []string
+				var ch *chtest.Server
 				switch engine {
 				case "clickhouse-server":
-					ch := chtest.StartServer(b)
+					ch = chtest.StartServer(b)
 					args = []string{"--clickhouse-dsn", ch.DSN(fmt.Sprintf("aio_%d", time.Now().UnixNano()))}
 				case "chdb":
 					env = []string{"CHDB_LIB_PATH=" + chdbLib(b)}
 				}
 				for range b.N {
-					r := runAllInOneThroughput(b, build.dir, input, events, args, env)
+					r := runAllInOneThroughput(b, ch, build.dir, input, events, args, env)
 					r.metrics(b, events)
 				}
 			})
@@ -143,6 +147,7 @@ type throughput struct {
 	elapsed, stored                time.Duration // until classified, until written
 	ingest, classify, nats, report time.Duration // processor time (the all-in-one's in ingest)
 	faults                         int64         // minor page faults of every process
+	clickhouse                     time.Duration // processor time of the ClickHouse server, if one
 }
 
 // metrics reports what every throughput case shares.
@@ -152,6 +157,9 @@ func (r throughput) metrics(b *testing.B, events int) {
 	total := r.ingest + r.classify + r.nats + r.report
 	b.ReportMetric(float64(total.Nanoseconds())/1000/float64(events), "cpu-us/event")
 	b.ReportMetric(float64(r.faults)/float64(events)*1000, "page-faults/1k-events")
+	if r.clickhouse > 0 {
+		b.ReportMetric(float64(r.clickhouse.Nanoseconds())/1000/float64(events), "clickhouse-cpu-us/event")
+	}
 }
 
 // usage is the CPU time and page faults of processes since a start.
@@ -235,7 +243,7 @@ func waitStored(b *testing.B, classifyAddr, reportAddr string, events int, begin
 	return elapsed, stored
 }
 
-func runThroughput(b *testing.B, binDir, input string, events int, dsn string, ingestArgs []string) throughput {
+func runThroughput(b *testing.B, ch *chtest.Server, binDir, input string, events int, dsn string, ingestArgs []string) throughput {
 	dir := b.TempDir()
 	natsAddr := freeAddr(b)
 	host, port, _ := net.SplitHostPort(natsAddr)
@@ -256,18 +264,21 @@ func runThroughput(b *testing.B, binDir, input string, events int, dsn string, i
 	})
 	u := usage{b: b}
 	u.start(classify, nats, report)
+	ch0 := ch.CPU()
 	begin := time.Now()
 	ingest := startFrom(b, binDir, dir, "ingest", append(append([]string{"--audit-log", input, "--checkpoint-dir", filepath.Join(dir, "cp"), "--metrics-addr", ""}, common...), ingestArgs...)...)
 	var r throughput
 	r.elapsed, r.stored = waitStored(b, classifyMetrics, reportMetrics, events, begin)
 	r.ingest, r.classify = u.since(ingest, &r.faults), u.since(classify, &r.faults)
 	r.nats, r.report = u.since(nats, &r.faults), u.since(report, &r.faults)
+	r.clickhouse = ch.CPU() - ch0
 	return r
 }
 
-// runAllInOneThroughput starts the all-in-one of binDir with args and env on an empty log,
-// appends input to it once the binary is ready and measures until every finding is stored.
-func runAllInOneThroughput(b *testing.B, binDir, input string, events int, args, env []string) throughput {
+// runAllInOneThroughput starts the all-in-one of binDir with args and env on an empty log
+// (writing to ch, nil for chDB), appends input to it once the binary is ready and measures
+// until every finding is stored.
+func runAllInOneThroughput(b *testing.B, ch *chtest.Server, binDir, input string, events int, args, env []string) throughput {
 	dir := b.TempDir()
 	log := filepath.Join(dir, "audit.log")
 	if err := os.WriteFile(log, nil, 0o644); err != nil {
@@ -288,11 +299,18 @@ func runAllInOneThroughput(b *testing.B, binDir, input string, events int, args,
 	testkit.Eventually(b, 2*time.Minute, "auditlens ready", func() bool { return ready(addr) })
 	u := usage{b: b}
 	u.start(p)
+	var ch0 time.Duration
+	if ch != nil {
+		ch0 = ch.CPU()
+	}
 	begin := time.Now()
 	appendFile(b, log, input)
 	var r throughput
 	r.elapsed, r.stored = waitStored(b, addr, addr, events, begin)
 	r.ingest = u.since(p, &r.faults)
+	if ch != nil {
+		r.clickhouse = ch.CPU() - ch0
+	}
 	return r
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -19,8 +20,10 @@ import (
 // next (reset): the message being filled grows in data, kept, and is copied out at its
 // exact size when sealed, so filling a message allocates nothing once warm.
 type findingBatch struct {
-	cluster  string
-	maxBytes int
+	cluster     string
+	maxBytes    int
+	compression string // of each message: eventbatch.Compression*
+	scratch     []byte // compression's output, reused
 	// data is the FindingBatch being filled, in wire format: each finding as field 1.
 	data []byte
 	// ids hashes the identity keys of the findings in data: the message id.
@@ -29,8 +32,8 @@ type findingBatch struct {
 	sealed []bus.Message
 }
 
-func newFindingBatch(cluster string, maxBytes int) *findingBatch {
-	return &findingBatch{cluster: cluster, maxBytes: maxBytes, ids: sha256.New()}
+func newFindingBatch(cluster string, maxBytes int, compression string) *findingBatch {
+	return &findingBatch{cluster: cluster, maxBytes: maxBytes, compression: compression, ids: sha256.New()}
 }
 
 // reset empties b for the findings of cluster, keeping its buffer unless a finding larger
@@ -74,8 +77,16 @@ func (b *findingBatch) seal() {
 		return
 	}
 	id := b.cluster + "/batch/" + hex.EncodeToString(b.ids.Sum(nil)[:16])
-	b.sealed = append(b.sealed, bus.Message{Stream: bus.Findings, Cluster: b.cluster, ID: id, Data: bytes.Clone(b.data),
-		Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}})
+	h := map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}
+	var data []byte
+	switch b.compression {
+	case eventbatch.CompressionS2, eventbatch.CompressionZstd:
+		data, b.scratch = eventbatch.Compress(b.compression, b.data, b.scratch)
+		h[eventbatch.HeaderEncoding] = b.compression
+	default:
+		data = bytes.Clone(b.data)
+	}
+	b.sealed = append(b.sealed, bus.Message{Stream: bus.Findings, Cluster: b.cluster, ID: id, Data: data, Header: h})
 	b.data, b.n = b.data[:0], 0
 	b.ids.Reset()
 }

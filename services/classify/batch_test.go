@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -21,8 +22,14 @@ func testFinding(i int, extra string) *auditlensv1.Finding {
 }
 
 func TestFindingBatchBoundsMessages(t *testing.T) {
+	for _, c := range []string{eventbatch.CompressionNone, eventbatch.CompressionS2, eventbatch.CompressionZstd} {
+		t.Run(c, func(t *testing.T) { testFindingBatchBoundsMessages(t, c) })
+	}
+}
+
+func testFindingBatchBoundsMessages(t *testing.T, compression string) {
 	const maxBytes = 1024
-	fb := newFindingBatch("prod", maxBytes)
+	fb := newFindingBatch("prod", maxBytes, compression)
 	var want []string
 	for i := range 40 {
 		extra := ""
@@ -52,12 +59,22 @@ func TestFindingBatchBoundsMessages(t *testing.T) {
 			t.Errorf("message id %s twice", m.ID)
 		}
 		ids[m.ID] = true
-		var batch auditlensv1.FindingBatch
-		if err := proto.Unmarshal(m.Data, &batch); err != nil {
+		if got := m.Header[eventbatch.HeaderEncoding]; got != compression && (got != "" || compression != eventbatch.CompressionNone) {
+			t.Errorf("message %s: encoding %q, want %q", m.ID, got, compression)
+		}
+		raw, _, err := eventbatch.Decompress(m.Header, m.Data, nil)
+		if err != nil {
 			t.Fatalf("message %s: %v", m.ID, err)
 		}
-		if len(m.Data) > maxBytes && len(batch.Findings) != 1 {
-			t.Errorf("message %s of %d bytes holds %d findings", m.ID, len(m.Data), len(batch.Findings))
+		if compression != eventbatch.CompressionNone && len(m.Data) >= len(raw) {
+			t.Errorf("message %s: %d bytes compressed with %s from %d", m.ID, len(m.Data), compression, len(raw))
+		}
+		var batch auditlensv1.FindingBatch
+		if err := proto.Unmarshal(raw, &batch); err != nil {
+			t.Fatalf("message %s: %v", m.ID, err)
+		}
+		if len(raw) > maxBytes && len(batch.Findings) != 1 {
+			t.Errorf("message %s of %d bytes holds %d findings", m.ID, len(raw), len(batch.Findings))
 		}
 		for _, f := range batch.Findings {
 			got = append(got, f.AuditId)
@@ -69,8 +86,8 @@ func TestFindingBatchBoundsMessages(t *testing.T) {
 
 	// The id depends on the findings a message holds: the same ones again (a retried
 	// publish) get the same id, another composition (after a restart) another id.
-	again := newFindingBatch("prod", maxBytes)
-	other := newFindingBatch("prod", 1<<20)
+	again := newFindingBatch("prod", maxBytes, compression)
+	other := newFindingBatch("prod", 1<<20, compression)
 	for i := range 40 {
 		extra := ""
 		if i == 17 {

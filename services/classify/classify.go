@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/services/classify/dedup"
@@ -41,6 +42,9 @@ type Config struct {
 	AckWait time.Duration
 	// FindingsMessageBytes bounds one FindingBatch message.
 	FindingsMessageBytes int
+	// FindingsCompression compresses each FindingBatch message (eventbatch.CompressionS2,
+	// CompressionZstd or CompressionNone); report reads all three.
+	FindingsCompression string
 }
 
 // DefaultFindingsMessageBytes is the default of --classify-findings-message-bytes: about 45
@@ -64,6 +68,7 @@ func DefaultConfig() Config {
 		MaxUnacked:           4096,
 		AckWait:              10 * time.Second,
 		FindingsMessageBytes: DefaultFindingsMessageBytes,
+		FindingsCompression:  eventbatch.CompressionS2,
 	}
 }
 
@@ -82,6 +87,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AckWait, "classify-ack-wait", c.AckWait, "after a crash, how long the events it held wait before they are redelivered (a running classify keeps what it holds)")
 	fs.IntVar(&c.FindingsMessageBytes, "classify-findings-message-bytes", c.FindingsMessageBytes,
 		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --report-max-finding-bytes")
+	fs.StringVar(&c.FindingsCompression, "classify-findings-compression", c.FindingsCompression,
+		"compression of a message of findings: s2, zstd or none (report before this version reads only none: upgrade report first)")
 }
 
 // Validate checks c and never changes it. The rule files must be readable; they are loaded
@@ -111,6 +118,11 @@ func (c Config) Validate() error {
 	}
 	if c.FindingsMessageBytes > 1<<20 {
 		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --report-max-finding-bytes default)", c.FindingsMessageBytes)
+	}
+	switch c.FindingsCompression {
+	case eventbatch.CompressionNone, eventbatch.CompressionS2, eventbatch.CompressionZstd:
+	default:
+		return fmt.Errorf("--classify-findings-compression %q: want s2, zstd or none", c.FindingsCompression)
 	}
 	if c.BatchSize > c.MaxUnacked {
 		return fmt.Errorf("--classify-batch-size %d is larger than --classify-max-unacked %d", c.BatchSize, c.MaxUnacked)

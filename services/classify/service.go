@@ -177,7 +177,7 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 			}
 		}
 		if len(clusters) == len(w.findings) {
-			w.findings = append(w.findings, newFindingBatch(cluster, s.cfg.FindingsMessageBytes))
+			w.findings = append(w.findings, newFindingBatch(cluster, s.cfg.FindingsMessageBytes, s.cfg.FindingsCompression))
 		}
 		fb := w.findings[len(clusters)]
 		fb.reset(cluster)

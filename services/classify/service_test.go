@@ -14,6 +14,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/reason"
@@ -225,8 +226,12 @@ func findingsIn(t *testing.T, ds []*bus.Delivery) []*auditlensv1.Finding {
 		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType || !strings.HasPrefix(d.ID, d.Cluster+"/batch/") {
 			t.Errorf("message %s: headers %v", d.ID, d.Header)
 		}
+		raw, _, err := eventbatch.Decompress(d.Header, d.Data, nil)
+		if err != nil {
+			t.Fatalf("message %s: %v", d.ID, err)
+		}
 		var batch auditlensv1.FindingBatch
-		if err := proto.Unmarshal(d.Data, &batch); err != nil {
+		if err := proto.Unmarshal(raw, &batch); err != nil {
 			t.Fatalf("message %s: %v", d.ID, err)
 		}
 		for _, f := range batch.Findings {

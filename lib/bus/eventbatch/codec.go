@@ -6,9 +6,47 @@ import (
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/auditlens/auditlens/lib/bus"
 )
 
 // The codecs of a batch's payload, from github.com/klauspost/compress.
+
+// Compress returns raw compressed with compression (CompressionS2, CompressionZstd; any
+// other value: raw itself) as an exact-size copy, and scratch, grown as needed, for the next
+// call. Finding batches (classify) use it as the events' batches do; the header
+// HeaderEncoding tells a reader the compression (none when raw is returned).
+func Compress(compression string, raw, scratch []byte) (out, _ []byte) {
+	switch compression {
+	case CompressionS2:
+		return encodeS2(raw, scratch)
+	case CompressionZstd:
+		return encodeZstd(raw, scratch)
+	}
+	return raw, scratch
+}
+
+// Decompress returns the payload data sent with header h as it was before compression
+// (data itself when HeaderEncoding is absent or none), decompressed into buf when it is
+// large enough, and that buffer for the next call. A payload that does not decompress, has
+// an unknown encoding or is larger than MaxBytesLimit once decompressed is ErrBad.
+func Decompress(h map[string]string, data, buf []byte) (raw, _ []byte, err error) {
+	switch enc := h[HeaderEncoding]; enc {
+	case "", CompressionNone:
+		return data, buf, nil
+	case CompressionS2:
+		if raw, err = decodeS2(data, buf); err != nil {
+			return nil, buf, err
+		}
+	case CompressionZstd:
+		if raw, err = decodeZstd(data, buf); err != nil {
+			return nil, buf, err
+		}
+	default:
+		return nil, buf, fmt.Errorf("%w: encoding %q", ErrBad, bus.Short(enc, 40))
+	}
+	return raw, raw, nil
+}
 
 // encodeS2 compresses raw in scratch (grown as needed, returned for reuse) and returns an
 // exact-size copy: a message holds no more memory than its payload.

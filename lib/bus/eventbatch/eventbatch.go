@@ -222,23 +222,9 @@ var ErrBad = reason.New("unreadable batch of events", reason.BadBatch)
 // returned slices point into data or into buf (the decompressed payload, reused when large
 // enough), which is returned too: keep both until the events are no longer used.
 func Events(h map[string]string, data, buf []byte, dst [][]byte) ([][]byte, []byte, error) {
-	raw := data
-	switch enc := h[HeaderEncoding]; enc {
-	case "", CompressionNone:
-	case CompressionS2:
-		var err error
-		if raw, err = decodeS2(data, buf); err != nil {
-			return dst, buf, err
-		}
-		buf = raw
-	case CompressionZstd:
-		var err error
-		if raw, err = decodeZstd(data, buf); err != nil {
-			return dst, buf, err
-		}
-		buf = raw
-	default:
-		return dst, buf, fmt.Errorf("%w: encoding %q", ErrBad, bus.Short(enc, 40))
+	raw, buf, err := Decompress(h, data, buf)
+	if err != nil {
+		return dst, buf, err
 	}
 	for len(raw) > 0 {
 		num, typ, n := protowire.ConsumeTag(raw)

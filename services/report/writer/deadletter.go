@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -30,6 +31,13 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		}
 		w.m.pending.Inc()
 		b.ds = append(b.ds, d)
+		return
+	}
+	// Classify compresses the batch (--classify-findings-compression); the block copies what
+	// it keeps, so the decompressed bytes are not held past this call.
+	data, _, err := eventbatch.Decompress(d.Header, data, nil)
+	if err != nil {
+		w.invalid(ctx, d, fmt.Errorf("undecodable finding batch: %w", err))
 		return
 	}
 	n, err := b.blk.AppendBatch(data, d.Cluster, func(i int, f []byte, err error) error {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/lib/testkit"
@@ -80,6 +81,18 @@ func batchMsg(cluster, msgID string, fs ...*auditlensv1.Finding) bus.Message {
 	}
 	return bus.Message{Stream: bus.Findings, Cluster: cluster, ID: msgID, Data: data,
 		Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}}
+}
+
+// compressed is msgs with each payload compressed as classify's
+// --classify-findings-compression does.
+func compressed(compression string, msgs []bus.Message) []bus.Message {
+	out := make([]bus.Message, len(msgs))
+	for i, m := range msgs {
+		m.Data, _ = eventbatch.Compress(compression, m.Data, nil)
+		m.Header = map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType, eventbatch.HeaderEncoding: compression}
+		out[i] = m
+	}
+	return out
 }
 
 // batches is n findings (audit ids prefix-0 ...) in messages of perMsg findings.
@@ -167,10 +180,11 @@ func TestWritesEachFindingOnce(t *testing.T) {
 	})
 }
 
-// TestBatchMessagesCountOnce: findings arrive in FindingBatch messages, beside single-Finding
-// messages (a stream written before and after an upgrade of classify); a classify restart
-// re-publishes the same findings in batches of another composition (new message ids, which
-// the bus cannot de-duplicate): ClickHouse and its rollups still count each finding once.
+// TestBatchMessagesCountOnce: findings arrive in FindingBatch messages, uncompressed and
+// compressed (zstd, S2), beside single-Finding messages (a stream written before and after
+// an upgrade of classify); a classify restart re-publishes the same findings in batches of
+// another composition (new message ids, which the bus cannot de-duplicate): ClickHouse and
+// its rollups still count each finding once.
 func TestBatchMessagesCountOnce(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
 		b := openBus(t)
@@ -178,14 +192,14 @@ func TestBatchMessagesCountOnce(t *testing.T) {
 		c.BatchSize = 250 // smaller than some messages: a message is never split between inserts
 		w, _ := startWriter(t, c, st, b)
 		ctx := context.Background()
-		msgs := append(messages("b", 105), batches("b", 1000, 300)[1:]...) // b-0..b-104 single, b-300.. in batches
-		msgs = append(msgs, batches("b", 300, 7)[15:]...)                  // b-105..b-299 in batches of 7
+		msgs := append(messages("b", 105), batches("b", 1000, 300)[1:]...)                        // b-0..b-104 single, b-300.. in batches
+		msgs = append(msgs, compressed(eventbatch.CompressionZstd, batches("b", 300, 7)[15:])...) // b-105..b-299 in batches of 7
 		if err := b.Publish(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
 		testkit.Eventually(t, time.Minute, "1000 distinct findings", func() bool { return distinct(t, st) == 1000 })
 		// The restart: the same findings again, composed differently.
-		if err := b.Publish(ctx, batches("b", 1000, 64)...); err != nil {
+		if err := b.Publish(ctx, compressed(eventbatch.CompressionS2, batches("b", 1000, 64))...); err != nil {
 			t.Fatal(err)
 		}
 		testkit.Eventually(t, time.Minute, "the replay written", func() bool { return testutil.ToFloat64(w.m.written) >= 2000 })
@@ -228,15 +242,20 @@ func TestBadFindingsInABatch(t *testing.T) {
 	mixed.Data = protowire.AppendBytes(protowire.AppendTag(mixed.Data, 1, protowire.BytesType), good)
 	garbage := batchMsg("prod", "garbage")
 	garbage.Data = []byte("\x0a\xff\xff\xff\xff not protobuf")
-	if err := b.Publish(ctx, mixed, garbage); err != nil {
+	broken := compressed(eventbatch.CompressionS2, []bus.Message{batchMsg("prod", "broken", finding("prod", "lost", "psp"))})[0]
+	broken.Data = broken.Data[:len(broken.Data)-3] // S2 cut short
+	if err := b.Publish(ctx, mixed, garbage, broken); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, time.Minute, "three good findings", func() bool { return distinct(t, st) == 3 })
-	testkit.Eventually(t, time.Minute, "three dead letters", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
-	if n := testutil.ToFloat64(w.m.invalid); n != 3 {
-		t.Errorf("%v invalid, want 3", n)
+	testkit.Eventually(t, time.Minute, "four dead letters", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 4 })
+	if n := testutil.ToFloat64(w.m.invalid); n != 4 {
+		t.Errorf("%v invalid, want 4", n)
 	}
-	dl := deadLetters(t, b, 3)
+	dl := deadLetters(t, b, 4)
+	if r := dl["report/broken"]; !strings.Contains(r, "undecodable finding batch") {
+		t.Errorf("broken compression: %q", r)
+	}
 	if r := dl["report/mixed#1"]; !strings.Contains(r, "without cluster, audit_id or rule_id") {
 		t.Errorf("finding 1 (no audit id): %q", r)
 	}

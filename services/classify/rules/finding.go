@@ -90,6 +90,9 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
 		Source: source, ReplacementUnknown: m.ReplacementUnknown,
 	}
+	if m.Rule.msg != nil {
+		return render(m.Rule.msg, m.Origin, &d)
+	}
 	var b strings.Builder
 	if m.Origin != "" {
 		b.WriteString(m.Origin)

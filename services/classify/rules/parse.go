@@ -106,6 +106,9 @@ func parse(src Source) (*Catalogue, error) {
 			return nil, at(p+".message", "rule %s: message: %v", r.ID, err)
 		}
 		c.Rules[i].tmpl = t
+		if steps, ok := compileMessage(t); ok {
+			c.Rules[i].msg = steps
+		}
 	}
 	apis := map[gvr]bool{}
 	for i, a := range c.APIs {

@@ -22,53 +22,87 @@ type lineFunc func(name string, n int, line []byte, tooLong bool)
 // passes each line that is not empty to each. An error ends the input, after the lines read
 // before it were passed.
 func (s *scanner) input(name string, stdin io.Reader, each lineFunc) error {
-	var r io.Reader
-	if name == "-" {
-		r = stdin
-		name = "stdin"
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return err // *fs.PathError: "open NAME: why"
-		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
-		}
-		r = f
+	in, err := s.open(name, stdin)
+	if err != nil {
+		return err
 	}
-	br := bufio.NewReaderSize(countingReader{r, &s.bytesRead}, 256<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return fmt.Errorf("%s: gzip: %w", name, err)
-		}
-		defer zr.Close()
-		br = bufio.NewReaderSize(zr, 256<<10)
-	}
-	if document(br) {
-		data, err := readDocument(name, br)
-		if err != nil {
-			return err
-		}
-		each(name, 0, data, false)
+	defer in.close()
+	if in.doc != nil {
+		each(in.name, 0, in.doc, false)
 		return nil
 	}
 	var line []byte
 	for n := 1; ; n++ {
 		var err error
 		var tooLong bool
-		line, tooLong, err = readLine(br, line[:0], s.cfg.MaxEventSize)
+		line, tooLong, err = readLine(in.br, line[:0], s.cfg.MaxEventSize)
 		if len(line) > 0 || tooLong {
-			each(name, n, line, tooLong)
+			each(in.name, n, line, tooLong)
 		}
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
+			return fmt.Errorf("read %s: %w", in.name, err)
 		}
 	}
+}
+
+// opened is an input ready to read: a pretty-printed document read whole (doc), or lines
+// from br. raw is what br reads from (the file or the gzip stream), for the parallel reader
+// that reads large blocks straight into its chunks once br's buffer is empty.
+type opened struct {
+	name  string
+	br    *bufio.Reader
+	raw   io.Reader
+	doc   []byte
+	close func()
+}
+
+// open opens one input (see input).
+func (s *scanner) open(name string, stdin io.Reader) (*opened, error) {
+	var r io.Reader
+	var closers []func() error
+	if name == "-" {
+		r = stdin
+		name = "stdin"
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err // *fs.PathError: "open NAME: why"
+		}
+		closers = append(closers, f.Close)
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			f.Close()
+			return nil, fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
+		}
+		r = f
+	}
+	in := &opened{name: name, raw: countingReader{r, &s.bytesRead}, close: func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}}
+	in.br = bufio.NewReaderSize(in.raw, 256<<10)
+	if magic, _ := in.br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(in.br)
+		if err != nil {
+			in.close()
+			return nil, fmt.Errorf("%s: gzip: %w", name, err)
+		}
+		closers = append(closers, zr.Close)
+		in.raw = zr
+		in.br = bufio.NewReaderSize(zr, 256<<10)
+	}
+	if document(in.br) {
+		data, err := readDocument(name, in.br)
+		if err != nil {
+			in.close()
+			return nil, err
+		}
+		in.doc = data
+	}
+	return in, nil
 }
 
 // readLine reads one line without its newline into buf. A line longer than max is

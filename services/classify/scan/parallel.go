@@ -105,6 +105,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 				}
 				close(c.done)
 			}
+			w.flushEvents()
 		})
 	}
 	wg.Go(func() {

@@ -83,6 +83,14 @@ func (s *scanner) isNull() (bool, error) {
 // str reads a JSON string. Control characters are let through (encoding/json rejects them;
 // the fast decoder is lenient there).
 func (s *scanner) str() (string, error) {
+	if b, i := s.b, s.i; i < len(b) && b[i] == '"' {
+		// The common case in one piece: the quote is next and the string has no escape.
+		start := i + 1
+		if j := start + stringEnd(b[start:]); j < len(b) && b[j] == '"' {
+			s.i = j + 1
+			return b2s(b[start:j]), nil
+		}
+	}
 	if err := s.expect('"'); err != nil {
 		return "", err
 	}
@@ -151,8 +159,10 @@ func (s *scanner) strSlow(start int) (string, error) {
 			*s.arena = a
 			return b2s(a[off:len(a):len(a)]), nil
 		case c != '\\':
-			a = append(a, c)
-			s.i++
+			// The run up to the next quote or escape, at once.
+			j := s.i + stringEnd(s.b[s.i:])
+			a = append(a, s.b[s.i:j]...)
+			s.i = j
 			continue
 		}
 		if s.i+1 >= len(s.b) {
@@ -380,6 +390,17 @@ func (s *scanner) objBegin(depth int) (bool, error) {
 
 // objKey reads a member's key and the colon after it.
 func (s *scanner) objKey() (string, error) {
+	if b, i := s.b, s.i; i < len(b) && b[i] == '"' {
+		// The common case in one piece: "key": with no escape and no space before the colon.
+		start := i + 1
+		if j := start + stringEnd(b[start:]); j+1 < len(b) && b[j] == '"' && b[j+1] == ':' {
+			s.i = j + 2
+			if s.i < len(b) && b[s.i] <= ' ' {
+				s.ws()
+			}
+			return b2s(b[start:j]), nil
+		}
+	}
 	if s.peek() != '"' {
 		return "", s.errorf("want an object key")
 	}

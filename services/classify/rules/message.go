@@ -15,7 +15,10 @@ import (
 
 // msgStep is one step of a compiled message: text, a field printed, or a branch.
 type msgStep struct {
-	text string
+	// text is a text's words, each run of white space in it already one space; spaceBefore
+	// and spaceAfter say whether it began or ended with white space (or is only that).
+	text                    string
+	spaceBefore, spaceAfter bool
 	// field reads the string field printed (or, for a branch, tested); boolField a bool one.
 	field     func(*TemplateData) string
 	boolField func(*TemplateData) bool
@@ -57,7 +60,7 @@ func compileList(l *tparse.ListNode) ([]msgStep, bool) {
 	for _, n := range l.Nodes {
 		switch n := n.(type) {
 		case *tparse.TextNode:
-			out = append(out, msgStep{text: string(n.Text)})
+			out = append(out, textStep(string(n.Text)))
 		case *tparse.ActionNode:
 			st, ok := fieldOf(n.Pipe)
 			if !ok {
@@ -102,6 +105,28 @@ func fieldOf(p *tparse.PipeNode) (msgStep, bool) {
 	return msgStep{}, false
 }
 
+// textStep is the step writing text: collapsed once here, not at every finding.
+func textStep(text string) msgStep {
+	var c collapser
+	c.write(text)
+	if len(c.out) == 0 {
+		return msgStep{spaceBefore: text != "", spaceAfter: text != ""}
+	}
+	return msgStep{
+		text:        string(c.out),
+		spaceBefore: isSpace(text[0]),
+		spaceAfter:  isSpace(text[len(text)-1]),
+	}
+}
+
+func isSpace(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', '\v', '\f':
+		return true
+	}
+	return false
+}
+
 // collapser appends text with each run of white space turned into one space and none at the
 // start; a run at the end is dropped (collapseSpace, written as it goes).
 type collapser struct {
@@ -110,17 +135,39 @@ type collapser struct {
 }
 
 func (c *collapser) write(s string) {
-	for i := 0; i < len(s); i++ {
-		switch ch := s[i]; ch {
-		case ' ', '\t', '\n', '\r', '\v', '\f':
+	for i := 0; i < len(s); {
+		if isSpace(s[i]) {
 			c.space = len(c.out) > 0
-		default:
-			if c.space {
-				c.out = append(c.out, ' ')
-				c.space = false
-			}
-			c.out = append(c.out, ch)
+			i++
+			continue
 		}
+		j := i + 1
+		for j < len(s) && !isSpace(s[j]) {
+			j++
+		}
+		if c.space {
+			c.out = append(c.out, ' ')
+			c.space = false
+		}
+		c.out = append(c.out, s[i:j]...)
+		i = j
+	}
+}
+
+// words writes a text step (see msgStep).
+func (c *collapser) words(st *msgStep) {
+	if st.spaceBefore {
+		c.space = len(c.out) > 0
+	}
+	if st.text != "" {
+		if c.space {
+			c.out = append(c.out, ' ')
+			c.space = false
+		}
+		c.out = append(c.out, st.text...)
+	}
+	if st.spaceAfter {
+		c.space = len(c.out) > 0
 	}
 }
 
@@ -149,7 +196,7 @@ func (c *collapser) run(steps []msgStep, d *TemplateData) {
 				c.write("false")
 			}
 		default:
-			c.write(st.text)
+			c.words(st)
 		}
 	}
 }

@@ -78,6 +78,9 @@ func TestCompiledMessagesMatchTextTemplate(t *testing.T) {
 		"{{- .Name -}} x {{ .Namespace }}\n\n{{if .Name}}\n  {{.Verb}}\n{{end}}",
 		"{{if .Name}}{{if .Namespace}}{{.Namespace}}/{{end}}{{.Name}}{{else}}-{{end}}",
 		"{{/* a comment */}}{{.Name}}",
+		"\u00a0non-breaking\u00a0{{.Name}}\u00a0 \u0085 x\v{{.Verb}}\f",
+		" \n ",
+		"{{.Name}} \t {{.Verb}}",
 	} {
 		tmpl := template.Must(template.New("t").Option("missingkey=error").Parse(src))
 		steps, ok := compileMessage(tmpl)

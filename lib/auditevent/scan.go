@@ -84,10 +84,24 @@ func (s *scanner) isNull() (bool, error) {
 // the fast decoder is lenient there).
 func (s *scanner) str() (string, error) {
 	if b, i := s.b, s.i; i < len(b) && b[i] == '"' {
-		// The common case in one piece: the quote is next and the string has no escape.
-		if j := shortString(b, i+1); j > 0 && b[j] == '"' {
-			s.i = j + 1
-			return b2s(b[i+1 : j]), nil
+		// The common case in one piece: the quote is next; the end is found without a call
+		// when it is near, and the first 64 bytes are not searched again when it is not.
+		start := i + 1
+		j := shortString(b, start)
+		if j == 0 {
+			if start+64 <= len(b) {
+				j = start + 64 + stringEnd(b[start+64:])
+			} else {
+				j = start + stringEnd(b[start:])
+			}
+		}
+		if j < len(b) {
+			if b[j] == '"' {
+				s.i = j + 1
+				return b2s(b[start:j]), nil
+			}
+			s.i = j
+			return s.strSlow(start)
 		}
 	}
 	return s.strGeneral()

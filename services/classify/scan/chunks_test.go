@@ -15,7 +15,7 @@ import (
 func readLines(t *testing.T, s *scanner, stdin io.Reader) ([]string, error) {
 	t.Helper()
 	var out []string
-	err := s.input("-", stdin, func(_ string, n int, line []byte, tooLong bool) {
+	err := s.inputByLines("-", stdin, func(_ string, n int, line []byte, tooLong bool) {
 		out = append(out, spanText(n, line, tooLong))
 	})
 	return out, err

@@ -3,7 +3,6 @@ package scan
 import (
 	"bufio"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,33 +18,22 @@ import (
 type lineFunc func(name string, n int, line []byte, tooLong bool)
 
 // input reads one input, a path or "-" (stdin), plain or gzip (detected by content), and
-// passes each line that is not empty to each. An error ends the input, after the lines read
-// before it were passed.
+// passes each line that is not empty to each, in this goroutine (--parallel 1): the input is
+// read in chunks (readChunks) and their lines passed in turn. An error ends the input, after
+// the lines read before it were passed.
 func (s *scanner) input(name string, stdin io.Reader, each lineFunc) error {
-	in, err := s.open(name, stdin)
-	if err != nil {
-		return err
+	if s.freeChunks == nil {
+		s.freeChunks = make(chan *chunk, 1) // the one chunk, read again and again
 	}
-	defer in.close()
-	if in.doc != nil {
-		each(in.name, 0, in.doc, false)
-		return nil
-	}
-	var line []byte
-	for n := 1; ; n++ {
-		var err error
-		var tooLong bool
-		line, tooLong, err = readLine(in.br, line[:0], s.cfg.MaxEventSize)
-		if len(line) > 0 || tooLong {
-			each(in.name, n, line, tooLong)
+	return s.readChunks(name, stdin, func(c *chunk) {
+		for _, l := range c.lines {
+			each(c.name, l.n, c.data[l.start:l.end], l.tooLong)
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
+		if len(c.lines) == 1 && c.lines[0].n == 0 {
+			c.data = nil // a document read whole: each may keep it
 		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", in.name, err)
-		}
-	}
+		s.free(c)
+	})
 }
 
 // opened is an input ready to read: a pretty-printed document read whole (doc), or lines
@@ -103,31 +91,6 @@ func (s *scanner) open(name string, stdin io.Reader) (*opened, error) {
 		in.doc = data
 	}
 	return in, nil
-}
-
-// readLine reads one line without its newline into buf. A line longer than max is
-// consumed and dropped, reporting tooLong.
-func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(chunk) > max+2 {
-				tooLong, buf = true, buf[:0]
-			} else {
-				buf = append(buf, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if tooLong {
-			return nil, true, err
-		}
-		for len(buf) > 0 && (buf[len(buf)-1] == '\n' || buf[len(buf)-1] == '\r') {
-			buf = buf[:len(buf)-1]
-		}
-		return buf, false, err
-	}
 }
 
 // countingReader counts the bytes read from a file for the progress bar.

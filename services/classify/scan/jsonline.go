@@ -24,11 +24,11 @@ func appendJSON(dst []byte, f *auditlensv1.Finding) []byte {
 	str("severity", SeverityName(f.Severity))
 	str("cluster", f.Cluster)
 	str("audit_id", f.AuditId)
-	ts := ""
+	dst = append(dst, `,"event_time":"`...)
 	if f.EventTime != nil {
-		ts = f.EventTime.AsTime().UTC().Format(time.RFC3339Nano)
+		dst = f.EventTime.AsTime().UTC().AppendFormat(dst, time.RFC3339Nano) // nothing to escape
 	}
-	str("event_time", ts)
+	dst = append(dst, '"')
 	str("verb", f.Verb)
 	str("request_uri", f.RequestUri)
 	str("api_group", f.ApiGroup)

@@ -112,7 +112,7 @@ func TestReadChunksCutsTheSameLines(t *testing.T) {
 			r    func() io.Reader
 		}{
 			{"whole", func() io.Reader { return bytes.NewReader(log) }},
-			{"trickle", func() io.Reader { return &trickle{data: log, n: 1 + round%7} }},
+			{"trickle", func() io.Reader { return &feed{data: log, n: 1 + round%7} }},
 			{"gzip", func() io.Reader { return bytes.NewReader(gz.Bytes()) }},
 		} {
 			want, werr := readLines(t, s, in.r())
@@ -130,30 +130,22 @@ func TestReadChunksCutsTheSameLines(t *testing.T) {
 	}
 }
 
-// trickle returns its data n bytes per read.
-type trickle struct {
+// feed returns its data n bytes per read (0: as much as asked), then err (nil: io.EOF).
+type feed struct {
 	data []byte
 	n    int
-}
-
-func (r *trickle) Read(p []byte) (int, error) {
-	if len(r.data) == 0 {
-		return 0, io.EOF
-	}
-	k := copy(p[:min(len(p), r.n)], r.data)
-	r.data = r.data[k:]
-	return k, nil
-}
-
-// failing returns its data, then err.
-type failing struct {
-	data []byte
 	err  error
 }
 
-func (r *failing) Read(p []byte) (int, error) {
+func (r *feed) Read(p []byte) (int, error) {
 	if len(r.data) == 0 {
+		if r.err == nil {
+			return 0, io.EOF
+		}
 		return 0, r.err
+	}
+	if r.n > 0 && len(p) > r.n {
+		p = p[:r.n]
 	}
 	k := copy(p, r.data)
 	r.data = r.data[k:]
@@ -168,8 +160,8 @@ func TestReadChunksStopsAtAReadError(t *testing.T) {
 	log = log[:len(log)*2/3]
 	broken := errors.New("disk gone")
 	s, _, _ := newScanner([]string{"--max-event-size", "1024", "x"}, io.Discard, io.Discard)
-	want, werr := readLines(t, s, &failing{data: log, err: broken})
-	got, _, gerr := chunkLines(t, s, &failing{data: log, err: broken})
+	want, werr := readLines(t, s, &feed{data: log, err: broken})
+	got, _, gerr := chunkLines(t, s, &feed{data: log, err: broken})
 	if !errors.Is(werr, broken) || !errors.Is(gerr, broken) || werr.Error() != gerr.Error() {
 		t.Fatalf("errors %v and %v, want both %v", werr, gerr, broken)
 	}
@@ -181,7 +173,7 @@ func TestReadChunksStopsAtAReadError(t *testing.T) {
 	var outs, errs []string
 	for _, n := range []string{"1", "2"} {
 		var o, e bytes.Buffer
-		code := Main([]string{"--parallel", n, "--progress", "never", "-"}, &failing{data: []byte(ev[:len(ev)-7]), err: broken}, &o, &e)
+		code := Main([]string{"--parallel", n, "--progress", "never", "-"}, &feed{data: []byte(ev[:len(ev)-7]), err: broken}, &o, &e)
 		if code != ExitError {
 			t.Errorf("--parallel %s: exit %d, want %d", n, code, ExitError)
 		}

@@ -33,16 +33,21 @@ func (s *scanner) microTime(dst *time.Time, field string) error {
 	}
 }
 
-// parseTime parses "2006-01-02T15:04:05.000000Z" quickly and other RFC 3339 forms with time.Parse.
+// parseTime parses "2006-01-02T15:04:05.000000Z" (the apiserver's MicroTime) and
+// "2006-01-02T15:04:05Z" (v1beta1's timestamp) quickly, other RFC 3339 forms with time.Parse.
 func parseTime(v string) (time.Time, error) {
-	if len(v) == 27 && v[4] == '-' && v[7] == '-' && v[10] == 'T' && v[13] == ':' && v[16] == ':' && v[19] == '.' && v[26] == 'Z' {
+	if (len(v) == 27 && v[19] == '.' || len(v) == 20) && v[len(v)-1] == 'Z' &&
+		v[4] == '-' && v[7] == '-' && v[10] == 'T' && v[13] == ':' && v[16] == ':' {
 		y, ok1 := digits(v[0:4])
 		mo, ok2 := digits(v[5:7])
 		d, ok3 := digits(v[8:10])
 		h, ok4 := digits(v[11:13])
 		mi, ok5 := digits(v[14:16])
 		sec, ok6 := digits(v[17:19])
-		us, ok7 := digits(v[20:26])
+		us, ok7 := 0, true
+		if len(v) == 27 {
+			us, ok7 = digits(v[20:26])
+		}
 		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && mo >= 1 && mo <= 12 && d >= 1 && d <= daysIn(mo, y) && h < 24 && mi < 60 && sec < 60 {
 			return time.Unix(unixDays(y, mo, d)*86400+int64(h*3600+mi*60+sec), int64(us)*1000).UTC(), nil
 		}

@@ -92,10 +92,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 	s.freeChunks = make(chan *chunk, 2*n+2)
 	var wg sync.WaitGroup
 	for range n {
-		out := &chunkSink{s: s}
-		if s.enc != nil {
-			out.enc = newJSONLines()
-		}
+		out := &chunkSink{s: s, json: s.enc != nil}
 		w := s.newWorker(out)
 		wg.Go(func() {
 			for c := range work {
@@ -159,17 +156,17 @@ func (s *scanner) merge(c *chunk) {
 // chunkSink keeps what a worker finds in the chunk it reads: every match as a finding (and
 // its JSON line), since whether it was seen before is known only in input order.
 type chunkSink struct {
-	s   *scanner
-	c   *chunk
-	enc *jsonLines
+	s    *scanner
+	c    *chunk
+	json bool // --format json: the lines are written into the chunk
 }
 
 func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match) {
 	cluster := k.s.cfg.Cluster
 	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
-	if k.enc != nil {
+	if k.json {
 		start := len(k.c.json)
-		k.c.json = append(k.c.json, k.enc.encode(r.f)...)
+		k.c.json = appendJSON(k.c.json, r.f)
 		r.line = [2]int{start, len(k.c.json)}
 	}
 	k.c.recs = append(k.c.recs, r)

@@ -183,3 +183,21 @@ func TestReadChunksStopsAtAReadError(t *testing.T) {
 		t.Fatalf("sequential and parallel differ:\n%s\n%s", errs[0], errs[1])
 	}
 }
+
+// FuzzReadChunks: whatever the input, chunk size and cap, the chunks hold the lines the
+// line reader reads.
+func FuzzReadChunks(f *testing.F) {
+	f.Add([]byte("a\nb\r\n\n\r\r\nlast"), uint16(1), uint16(0))
+	f.Add(randomLog(rand.New(rand.NewPCG(7, 8)), 40, 1024), uint16(300), uint16(100))
+	f.Fuzz(func(t *testing.T, log []byte, size, extra uint16) {
+		smallChunks(t, 1+int(size)%8192)
+		max := 1024 + int(extra)%4096
+		s := &scanner{cfg: Config{MaxEventSize: max}, freeChunks: make(chan *chunk, 2)} // reading, without a catalogue
+		want, werr := readLines(t, s, &feed{data: log, n: 1 + int(extra)%977})
+		got, _, gerr := chunkLines(t, s, &feed{data: log, n: 1 + int(size)%1013})
+		if fmt.Sprint(werr) != fmt.Sprint(gerr) || strings.Join(want, "\n") != strings.Join(got, "\n") {
+			t.Fatalf("chunks %d, cap %d: lines differ at %s (errors %v, %v)", chunkBytes, max,
+				firstDiff(strings.Join(want, "\n"), strings.Join(got, "\n")), werr, gerr)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
@@ -70,5 +71,40 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecodeCorpus decodes the real-world corpus's events of 1 to 1.5 KB (the events of
+// classify's BenchmarkScanParallel) one after another; the metric is per event.
+func BenchmarkDecodeCorpus(b *testing.B) {
+	files, _ := filepath.Glob("testdata/real-world/*.jsonl")
+	var events [][]byte
+	size := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range bytes.Split(data, []byte{'\n'}) {
+			if ref, err := Peek(l, 0); err == nil && ref.AuditID != "" && len(l) >= 1000 && len(l) <= 1500 {
+				events = append(events, l)
+				size += len(l)
+			}
+		}
+	}
+	if len(events) < 100 {
+		b.Fatalf("%d events", len(events))
+	}
+	d := NewDecoder(1 << 20)
+	b.SetBytes(int64(size / len(events)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := d.DecodeEvent(events[i]); err != nil {
+			b.Fatal(err)
+		}
+		if i++; i == len(events) {
+			i = 0
+		}
 	}
 }

@@ -331,6 +331,12 @@ func FuzzDecodeAgreesWithReference(f *testing.F) {
 	for _, c := range edgeCases {
 		f.Add([]byte(c))
 	}
+	for _, c := range fastPathEdgeCases {
+		f.Add([]byte(c))
+	}
+	for _, c := range decodeCases {
+		f.Add([]byte(c.in))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkAgainstReference(t, data, false)
 	})

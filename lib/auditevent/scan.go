@@ -83,6 +83,47 @@ func (s *scanner) isNull() (bool, error) {
 // str reads a JSON string. Control characters are let through (encoding/json rejects them;
 // the fast decoder is lenient there).
 func (s *scanner) str() (string, error) {
+	if b, i := s.b, s.i; i < len(b) && b[i] == '"' {
+		// The common case in one piece: the quote is next; the end is found without a call
+		// when it is near, and the first 64 bytes are not searched again when it is not.
+		start := i + 1
+		j := shortString(b, start)
+		if j == 0 {
+			if start+64 <= len(b) {
+				j = start + 64 + stringEnd(b[start+64:])
+			} else {
+				j = start + stringEnd(b[start:])
+			}
+		}
+		if j < len(b) {
+			if b[j] == '"' {
+				s.i = j + 1
+				return b2s(b[start:j]), nil
+			}
+			s.i = j
+			return s.strSlow(start)
+		}
+	}
+	return s.strGeneral()
+}
+
+// shortString returns the index of the first quote or backslash in b from start when it
+// comes within 64 bytes, else 0: quoteOrEscape's loop, small enough for the compiler to
+// inline into the callers that read most strings (b[k] == '"' there: a string without escapes).
+func shortString(b []byte, start int) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	const quotes, escapes = lo * '"', lo * '\\'
+	for j := start; j+8 <= len(b) && j < start+64; j += 8 {
+		x := binary.LittleEndian.Uint64(b[j:])
+		if m := ((x^quotes-lo)&^(x^quotes) | (x^escapes-lo)&^(x^escapes)) & hi; m != 0 {
+			return j + bits.TrailingZeros64(m)>>3
+		}
+	}
+	return 0
+}
+
+// strGeneral is str for any input: white space first, escapes, errors.
+func (s *scanner) strGeneral() (string, error) {
 	if err := s.expect('"'); err != nil {
 		return "", err
 	}
@@ -151,8 +192,10 @@ func (s *scanner) strSlow(start int) (string, error) {
 			*s.arena = a
 			return b2s(a[off:len(a):len(a)]), nil
 		case c != '\\':
-			a = append(a, c)
-			s.i++
+			// The run up to the next quote or escape, at once.
+			j := s.i + stringEnd(s.b[s.i:])
+			a = append(a, s.b[s.i:j]...)
+			s.i = j
 			continue
 		}
 		if s.i+1 >= len(s.b) {
@@ -221,6 +264,10 @@ func getu4(b []byte) rune {
 
 // skipString passes over a string, checking escapes.
 func (s *scanner) skipString() error {
+	if j := shortString(s.b, s.i+1); j > 0 && s.b[j] == '"' {
+		s.i = j + 1
+		return nil
+	}
 	s.i++ // opening quote, checked by the caller
 	b := s.b
 	for {
@@ -380,6 +427,16 @@ func (s *scanner) objBegin(depth int) (bool, error) {
 
 // objKey reads a member's key and the colon after it.
 func (s *scanner) objKey() (string, error) {
+	if b, i := s.b, s.i; i < len(b) && b[i] == '"' {
+		// The common case in one piece: "key": with no escape and no space before the colon.
+		if j := shortString(b, i+1); j > 0 && b[j] == '"' && j+1 < len(b) && b[j+1] == ':' {
+			s.i = j + 2
+			if s.i < len(b) && b[s.i] <= ' ' {
+				s.ws()
+			}
+			return b2s(b[i+1 : j]), nil
+		}
+	}
 	if s.peek() != '"' {
 		return "", s.errorf("want an object key")
 	}

@@ -115,3 +115,16 @@ func TestBenchInputsAreWhatTheyClaim(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoad measures loading the embedded catalogue and preparing its engine: what every
+// `classify scan` pays once before its first event.
+func BenchmarkLoad(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := Load()
+		if err != nil {
+			b.Fatal(err)
+		}
+		NewEngine(c)
+	}
+}

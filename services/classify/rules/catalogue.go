@@ -85,6 +85,8 @@ type RuleSpec struct {
 	IgnoreUsers []string `yaml:"ignore_users"`
 
 	tmpl *template.Template
+	// msg is tmpl compiled (message.go), nil when it uses more than fields and ifs.
+	msg []msgStep
 }
 
 // APISpec is one removed or deprecated API version.

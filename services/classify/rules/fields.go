@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // UnknownFieldsError names every unknown field of a catalogue document, top-level keys and
@@ -45,12 +44,11 @@ var knownFields = func() map[string]map[string]bool {
 	}
 }()
 
-// unknownFields reports every key the schema does not know. A document that does not parse
-// is left to the decoder, which says why.
-func unknownFields(src Source) error {
-	file, err := parser.ParseBytes(src.Data, 0)
-	if err != nil || len(file.Docs) == 0 {
-		return nil //nolint:nilerr // the decoder reports why the document does not parse
+// unknownFields reports every key the schema does not know in file, the parsed src. A
+// document that does not parse (file nil) is left to the decoder, which says why.
+func unknownFields(src Source, file *ast.File) error {
+	if file == nil || len(file.Docs) == 0 {
+		return nil
 	}
 	var bad []*PosError
 	pairs := func(n ast.Node) []*ast.MappingValueNode {

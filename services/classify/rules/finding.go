@@ -33,45 +33,96 @@ func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, sour
 	f := &auditlensv1.Finding{
 		RuleId:       m.Rule.ID,
 		Severity:     m.Severity,
-		Cluster:      strings.Clone(cluster),
-		AuditId:      strings.Clone(ev.AuditID),
-		Verb:         strings.Clone(ev.Verb),
-		RequestUri:   strings.Clone(ev.RequestURI),
-		ApiGroup:     strings.Clone(m.APIGroup),
-		ApiVersion:   strings.Clone(m.APIVersion),
-		Resource:     strings.Clone(m.Resource),
-		Username:     strings.Clone(ev.User.Username),
-		UserAgent:    strings.Clone(ev.UserAgent),
 		DeprecatedIn: m.DeprecatedIn,
-		RemovedIn:    strings.Clone(m.RemovedIn),
 		Replacement:  m.Replacement,
-		Stage:        strings.Clone(ev.Stage),
-		Node:         strings.Clone(node),
 		Confidence:   m.Confidence,
 	}
+	// The strings of the event and the match are copied into one allocation (a finding is
+	// one unit: they live and die together), not one each.
+	var c copier
+	c.add(&f.Cluster, cluster)
+	c.add(&f.AuditId, ev.AuditID)
+	c.add(&f.Verb, ev.Verb)
+	c.add(&f.RequestUri, ev.RequestURI)
+	c.add(&f.ApiGroup, m.APIGroup)
+	c.add(&f.ApiVersion, m.APIVersion)
+	c.add(&f.Resource, m.Resource)
+	c.add(&f.Username, ev.User.Username)
+	c.add(&f.UserAgent, ev.UserAgent)
+	c.add(&f.RemovedIn, m.RemovedIn)
+	c.add(&f.Stage, ev.Stage)
+	c.add(&f.Node, node)
 	if t := ev.EventTime(); !t.IsZero() {
 		f.EventTime = timestamppb.New(t)
 	}
 	if r := ev.ObjectRef; r != nil {
-		f.Subresource = strings.Clone(r.Subresource)
-		f.Namespace = strings.Clone(r.Namespace)
-		f.Name = strings.Clone(r.Name)
+		c.add(&f.Subresource, r.Subresource)
+		c.add(&f.Namespace, r.Namespace)
+		c.add(&f.Name, r.Name)
 	}
 	if len(ev.SourceIPs) > 0 {
-		f.SourceIp = strings.Clone(ev.SourceIPs[0])
+		c.add(&f.SourceIp, ev.SourceIPs[0])
 	}
 	if st := ev.ResponseStatus; st != nil {
 		f.ResponseCode = st.Code
 	}
-	for _, x := range m.Evidence {
-		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: strings.Clone(x.Path), Value: strings.Clone(x.Value)})
+	env, hasEnv := ev.Annotation(auditevent.EnvelopeAnnotation)
+	if n := len(m.Evidence); n > 0 || hasEnv {
+		if hasEnv {
+			n++
+		}
+		evidence := make([]auditlensv1.Evidence, n)
+		f.Evidence = make([]*auditlensv1.Evidence, n)
+		for i, x := range m.Evidence {
+			c.add(&evidence[i].Path, x.Path)
+			c.add(&evidence[i].Value, x.Value)
+			f.Evidence[i] = &evidence[i]
+		}
+		if hasEnv {
+			// The cloud envelope the event came in (lib/envelope): where the finding came from.
+			evidence[n-1].Path = EnvelopeEvidencePath
+			c.add(&evidence[n-1].Value, env)
+			f.Evidence[n-1] = &evidence[n-1]
+		}
 	}
-	if v, ok := ev.Annotation(auditevent.EnvelopeAnnotation); ok {
-		// The cloud envelope the event came in (lib/envelope): where the finding came from.
-		f.Evidence = append(f.Evidence, &auditlensv1.Evidence{Path: EnvelopeEvidencePath, Value: strings.Clone(v)})
-	}
+	c.copy()
 	f.Message = e.message(f, m, source)
 	return f
+}
+
+// copier copies strings into one allocation: add each with where its copy goes, then copy.
+type copier struct {
+	dst []*string
+	src []string
+	n   int
+	// fixed holds the first pairs without an allocation: a finding has about twenty.
+	fixedDst [24]*string
+	fixedSrc [24]string
+}
+
+func (c *copier) add(dst *string, src string) {
+	if src == "" {
+		return
+	}
+	if c.dst == nil {
+		c.dst, c.src = c.fixedDst[:0], c.fixedSrc[:0]
+	}
+	c.dst, c.src = append(c.dst, dst), append(c.src, src)
+	c.n += len(src)
+}
+
+// copy sets each destination to its copy of the string added.
+func (c *copier) copy() {
+	var b strings.Builder
+	b.Grow(c.n)
+	for _, s := range c.src {
+		b.WriteString(s)
+	}
+	all, at := b.String(), 0
+	for i, s := range c.src {
+		*c.dst[i] = all[at : at+len(s)]
+		at += len(s)
+	}
 }
 
 // EnvelopeEvidencePath is the evidence path of the cloud envelope an event came in.
@@ -89,6 +140,9 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 		DeprecatedIn: f.DeprecatedIn, RemovedIn: f.RemovedIn, Replacement: f.Replacement,
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
 		Source: source, ReplacementUnknown: m.ReplacementUnknown,
+	}
+	if m.Rule.msg != nil {
+		return render(m.Rule.msg, m.Origin, &d)
 	}
 	var b strings.Builder
 	if m.Origin != "" {

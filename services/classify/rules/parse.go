@@ -37,10 +37,22 @@ func isRelease(s string) bool {
 // parse decodes one document strictly and checks each entry, reporting line:column.
 func parse(src Source) (*Catalogue, error) {
 	var c Catalogue
-	if err := unknownFields(src); err != nil {
+	// Parsed once: the unknown keys, the decoding and the positions of errors all read this
+	// tree (the YAML parse is most of the time a scan takes to start).
+	file, perr := parser.ParseBytes(src.Data, 0)
+	if perr != nil {
+		file = nil
+	}
+	if err := unknownFields(src, file); err != nil {
 		return nil, err
 	}
-	if err := yaml.UnmarshalWithOptions(src.Data, &c, yaml.Strict()); err != nil {
+	var err error
+	if file != nil && len(file.Docs) == 1 && file.Docs[0].Body != nil {
+		err = yaml.NodeToValue(file.Docs[0].Body, &c, yaml.Strict())
+	} else {
+		err = yaml.UnmarshalWithOptions(src.Data, &c, yaml.Strict())
+	}
+	if err != nil {
 		var ye yaml.Error
 		if errors.As(err, &ye) && ye.GetToken() != nil {
 			p := ye.GetToken().Position
@@ -48,9 +60,8 @@ func parse(src Source) (*Catalogue, error) {
 		}
 		return nil, &PosError{File: src.Name, Msg: err.Error()}
 	}
-	file, err := parser.ParseBytes(src.Data, 0)
-	if err != nil {
-		return nil, &PosError{File: src.Name, Msg: err.Error()}
+	if perr != nil {
+		return nil, &PosError{File: src.Name, Msg: perr.Error()}
 	}
 	at := func(path string, format string, args ...any) error {
 		e := &PosError{File: src.Name, Msg: fmt.Sprintf(format, args...)}
@@ -106,6 +117,9 @@ func parse(src Source) (*Catalogue, error) {
 			return nil, at(p+".message", "rule %s: message: %v", r.ID, err)
 		}
 		c.Rules[i].tmpl = t
+		if steps, ok := compileMessage(t); ok {
+			c.Rules[i].msg = steps
+		}
 	}
 	apis := map[gvr]bool{}
 	for i, a := range c.APIs {

@@ -24,11 +24,11 @@ func appendJSON(dst []byte, f *auditlensv1.Finding) []byte {
 	str("severity", SeverityName(f.Severity))
 	str("cluster", f.Cluster)
 	str("audit_id", f.AuditId)
-	ts := ""
+	dst = append(dst, `,"event_time":"`...)
 	if f.EventTime != nil {
-		ts = f.EventTime.AsTime().UTC().Format(time.RFC3339Nano)
+		dst = f.EventTime.AsTime().UTC().AppendFormat(dst, time.RFC3339Nano) // nothing to escape
 	}
-	str("event_time", ts)
+	dst = append(dst, '"')
 	str("verb", f.Verb)
 	str("request_uri", f.RequestUri)
 	str("api_group", f.ApiGroup)
@@ -75,6 +75,10 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		i = plainRun(s, i)
+		if i >= len(s) {
+			break
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' && b != 0x7f {
@@ -119,4 +123,20 @@ func appendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// plainRun returns the index after the whole eight-byte words of s from i that need no
+// escaping (printable ASCII but '"' and '\\'), checked eight bytes at a time.
+func plainRun(s string, i int) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		q, e, del := x^(lo*'"'), x^(lo*'\\'), x^(lo*0x7f)
+		// A byte below 0x20, equal to '"', '\\' or DEL, or not ASCII, stops the run.
+		if ((x-lo*0x20)|(q-lo)|(e-lo)|(del-lo)|x)&hi != 0 {
+			return i
+		}
+	}
+	return i
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -82,4 +83,23 @@ func FuzzAppendString(f *testing.F) {
 			t.Fatalf("%q:\n%s\n%s", s, got, want)
 		}
 	})
+}
+
+// appendString checks eight bytes at a time: each byte that needs escaping, at every place
+// in a word and across words, is escaped as encoding/json and lib/printable escape it.
+func TestAppendStringWordByWord(t *testing.T) {
+	specials := []string{`"`, `\`, "\x00", "\x1f", " ", "\x7f", "\u0080", "\u009b", "\u2028", "é", "\xff", "~", "!"}
+	for _, sp := range specials {
+		for pos := range 26 {
+			s := strings.Repeat("a", pos) + sp + strings.Repeat("b", 25-pos)
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(s)
+			want := bytes.TrimSuffix(printable.JSON(nil, buf.Bytes()), []byte("\n"))
+			if got := appendString(nil, s); !bytes.Equal(got, want) {
+				t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
+			}
+		}
+	}
 }

@@ -1,7 +1,11 @@
 package scan
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
@@ -56,7 +60,7 @@ func (s *scanner) newChunk(name string) *chunk {
 		c = &chunk{}
 	}
 	if cap(c.data) == 0 {
-		c.data = make([]byte, 0, chunkBytes+64<<10)
+		c.data = make([]byte, 0, chunkBytes+2*tailRead)
 	}
 	c.name, c.data, c.lines, c.err, c.recs, c.json = name, c.data[:0], c.lines[:0], nil, c.recs[:0], c.json[:0]
 	c.done = make(chan struct{})
@@ -88,10 +92,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 	s.freeChunks = make(chan *chunk, 2*n+2)
 	var wg sync.WaitGroup
 	for range n {
-		out := &chunkSink{s: s}
-		if s.enc != nil {
-			out.enc = newJSONLines()
-		}
+		out := &chunkSink{s: s, json: s.enc != nil}
 		w := s.newWorker(out)
 		wg.Go(func() {
 			for c := range work {
@@ -101,43 +102,26 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 				}
 				close(c.done)
 			}
+			w.flushEvents()
 		})
 	}
 	wg.Go(func() {
 		defer close(pending)
 		defer close(work)
-		var c *chunk
-		send := func() {
-			if c != nil && (len(c.lines) > 0 || c.err != nil) {
+		send := func(c *chunk) {
+			if len(c.lines) > 0 || c.err != nil {
 				pending <- c
 				work <- c
+			} else {
+				s.free(c)
 			}
-			c = nil
 		}
 		for _, f := range files {
-			err := s.input(f, stdin, func(name string, n int, line []byte, tooLong bool) {
-				if c == nil {
-					c = s.newChunk(name)
-				}
-				if n == 0 { // a document read whole, the input's only line: the chunk takes it as it is
-					c.data = line
-					c.lines = append(c.lines, span{end: len(line)})
-					return
-				}
-				start := len(c.data)
-				c.data = append(c.data, line...)
-				c.lines = append(c.lines, span{n: n, start: start, end: len(c.data), tooLong: tooLong})
-				if len(c.data) >= chunkBytes {
-					send()
-				}
-			})
-			if err != nil {
-				if c == nil {
-					c = s.newChunk(f)
-				}
+			if err := s.readChunks(f, stdin, send); err != nil {
+				c := s.newChunk(f)
 				c.err = err
+				send(c)
 			}
-			send() // a chunk holds lines of one input
 		}
 	})
 	for c := range pending {
@@ -172,17 +156,17 @@ func (s *scanner) merge(c *chunk) {
 // chunkSink keeps what a worker finds in the chunk it reads: every match as a finding (and
 // its JSON line), since whether it was seen before is known only in input order.
 type chunkSink struct {
-	s   *scanner
-	c   *chunk
-	enc *jsonLines
+	s    *scanner
+	c    *chunk
+	json bool // --format json: the lines are written into the chunk
 }
 
 func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match) {
 	cluster := k.s.cfg.Cluster
 	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
-	if k.enc != nil {
+	if k.json {
 		start := len(k.c.json)
-		k.c.json = append(k.c.json, k.enc.encode(r.f)...)
+		k.c.json = appendJSON(k.c.json, r.f)
 		r.line = [2]int{start, len(k.c.json)}
 	}
 	k.c.recs = append(k.c.recs, r)
@@ -190,4 +174,120 @@ func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match) {
 
 func (k *chunkSink) bad(pos string, err error) {
 	k.c.recs = append(k.c.recs, record{pos: pos, err: err})
+}
+
+// tailRead is how much the reader reads at a time once a chunk holds chunkBytes, looking for
+// the end of the line that crosses it: what is read past that line moves to the next chunk.
+const tailRead = 16 << 10
+
+// readChunks reads one input (see input) into chunks of whole lines and passes each to send,
+// in order; an error ends the input after the chunks of the lines before it. Lines are read
+// straight into a chunk's buffer in large blocks (once the reader's buffer, filled to tell
+// gzip and documents apart, is empty) and cut there, so the one reading goroutine copies
+// nothing: the worker that takes the chunk decodes the lines where they are. Lines are
+// numbered, trimmed and capped as input does: a chunk ends after the line that takes it to
+// chunkBytes, and a line over --max-event-size is dropped as it is read (tooLong), so a
+// chunk holds at most one such line's cap plus a block.
+func (s *scanner) readChunks(name string, stdin io.Reader, send func(*chunk)) error {
+	in, err := s.open(name, stdin)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	if in.doc != nil { // a document read whole: the chunk takes it as it is
+		c := s.newChunk(in.name)
+		c.data = in.doc
+		c.lines = append(c.lines, span{end: len(in.doc)})
+		send(c)
+		return nil
+	}
+	limit := s.cfg.MaxEventSize
+	c := s.newChunk(in.name)
+	n := 1              // the number of the line being read
+	start, from := 0, 0 // it starts at c.data[start]; from is where to look for its end
+	skipping := false   // it is over the cap: its bytes are dropped as they come
+	drained := false    // in.br's buffer is empty: read in.raw
+	// line ends the line being read at c.data[end] (its newline, or the end of the input);
+	// the next starts at next.
+	line := func(end, next int) {
+		raw := end - start
+		if end < len(c.data) {
+			raw++ // the newline
+		}
+		switch {
+		case skipping || raw > limit+2:
+			c.lines = append(c.lines, span{n: n, start: start, end: start, tooLong: true})
+		default:
+			e := end
+			for e > start && (c.data[e-1] == '\r' || c.data[e-1] == '\n') {
+				e--
+			}
+			if e > start {
+				c.lines = append(c.lines, span{n: n, start: start, end: e})
+			}
+		}
+		n++
+		skipping = false
+		start, from = next, next
+	}
+	for {
+		want := max(chunkBytes-len(c.data), tailRead)
+		c.data = slices.Grow(c.data, want)
+		var k int
+		var err error
+		if !drained {
+			if b := in.br.Buffered(); b > 0 {
+				k, err = in.br.Read(c.data[len(c.data) : len(c.data)+min(want, b)])
+			} else {
+				drained = true
+				_, err = in.br.Read(nil) // an error met while filling the buffer
+			}
+		}
+		if drained && err == nil {
+			k, err = in.raw.Read(c.data[len(c.data) : len(c.data)+want])
+		}
+		c.data = c.data[:len(c.data)+k]
+		for {
+			i := bytes.IndexByte(c.data[from:], '\n')
+			if i < 0 {
+				break
+			}
+			if skipping {
+				// Drop the rest of the long line: the bytes after it move up.
+				rest := copy(c.data[start:], c.data[from+i+1:])
+				c.data = c.data[:start+rest]
+				line(start, start)
+				continue
+			}
+			line(from+i, from+i+1)
+			if start >= chunkBytes {
+				// What was read past the line moves to the next chunk, taken after this one
+				// is sent (so no more chunks are held than before; it may be this one again,
+				// then the bytes move to its front).
+				rest := c.data[start:]
+				c.data = c.data[:start]
+				send(c)
+				c = s.newChunk(in.name)
+				c.data = append(c.data, rest...)
+				start, from = 0, 0
+			}
+		}
+		if !skipping && len(c.data)-start > limit+2 {
+			skipping = true
+		}
+		if skipping {
+			c.data = c.data[:start]
+		}
+		from = len(c.data)
+		if err != nil {
+			if skipping || start < len(c.data) {
+				line(len(c.data), len(c.data))
+			}
+			send(c)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read %s: %w", in.name, err)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package scan
 import (
 	"bufio"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,81 +18,79 @@ import (
 type lineFunc func(name string, n int, line []byte, tooLong bool)
 
 // input reads one input, a path or "-" (stdin), plain or gzip (detected by content), and
-// passes each line that is not empty to each. An error ends the input, after the lines read
-// before it were passed.
+// passes each line that is not empty to each, in this goroutine (--parallel 1): the input is
+// read in chunks (readChunks) and their lines passed in turn. An error ends the input, after
+// the lines read before it were passed.
 func (s *scanner) input(name string, stdin io.Reader, each lineFunc) error {
+	if s.freeChunks == nil {
+		s.freeChunks = make(chan *chunk, 1) // the one chunk, read again and again
+	}
+	return s.readChunks(name, stdin, func(c *chunk) {
+		for _, l := range c.lines {
+			each(c.name, l.n, c.data[l.start:l.end], l.tooLong)
+		}
+		if len(c.lines) == 1 && c.lines[0].n == 0 {
+			c.data = nil // a document read whole: each may keep it
+		}
+		s.free(c)
+	})
+}
+
+// opened is an input ready to read: a pretty-printed document read whole (doc), or lines
+// from br. raw is what br reads from (the file or the gzip stream), for the parallel reader
+// that reads large blocks straight into its chunks once br's buffer is empty.
+type opened struct {
+	name  string
+	br    *bufio.Reader
+	raw   io.Reader
+	doc   []byte
+	close func()
+}
+
+// open opens one input (see input).
+func (s *scanner) open(name string, stdin io.Reader) (*opened, error) {
 	var r io.Reader
+	var closers []func() error
 	if name == "-" {
 		r = stdin
 		name = "stdin"
 	} else {
 		f, err := os.Open(name)
 		if err != nil {
-			return err // *fs.PathError: "open NAME: why"
+			return nil, err // *fs.PathError: "open NAME: why"
 		}
-		defer f.Close()
+		closers = append(closers, f.Close)
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
+			f.Close()
+			return nil, fmt.Errorf("%s is a directory: give audit log files", printable.String(name))
 		}
 		r = f
 	}
-	br := bufio.NewReaderSize(countingReader{r, &s.bytesRead}, 256<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
+	in := &opened{name: name, raw: countingReader{r, &s.bytesRead}, close: func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}}
+	in.br = bufio.NewReaderSize(in.raw, 256<<10)
+	if magic, _ := in.br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(in.br)
 		if err != nil {
-			return fmt.Errorf("%s: gzip: %w", name, err)
+			in.close()
+			return nil, fmt.Errorf("%s: gzip: %w", name, err)
 		}
-		defer zr.Close()
-		br = bufio.NewReaderSize(zr, 256<<10)
+		closers = append(closers, zr.Close)
+		in.raw = zr
+		in.br = bufio.NewReaderSize(zr, 256<<10)
 	}
-	if document(br) {
-		data, err := readDocument(name, br)
+	if document(in.br) {
+		data, err := readDocument(name, in.br)
 		if err != nil {
-			return err
+			in.close()
+			return nil, err
 		}
-		each(name, 0, data, false)
-		return nil
+		in.doc = data
 	}
-	var line []byte
-	for n := 1; ; n++ {
-		var err error
-		var tooLong bool
-		line, tooLong, err = readLine(br, line[:0], s.cfg.MaxEventSize)
-		if len(line) > 0 || tooLong {
-			each(name, n, line, tooLong)
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-	}
-}
-
-// readLine reads one line without its newline into buf. A line longer than max is
-// consumed and dropped, reporting tooLong.
-func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(chunk) > max+2 {
-				tooLong, buf = true, buf[:0]
-			} else {
-				buf = append(buf, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if tooLong {
-			return nil, true, err
-		}
-		for len(buf) > 0 && (buf[len(buf)-1] == '\n' || buf[len(buf)-1] == '\r') {
-			buf = buf[:len(buf)-1]
-		}
-		return buf, false, err
-	}
+	return in, nil
 }
 
 // countingReader counts the bytes read from a file for the progress bar.

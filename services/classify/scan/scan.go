@@ -207,6 +207,7 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 				s.inputFailed(err)
 			}
 		}
+		w.flushEvents()
 	}
 	stopProgress()
 	if s.rows != nil {

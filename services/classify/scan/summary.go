@@ -75,7 +75,9 @@ func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
 	}
 	a := r.apis[api]
 	if a == nil {
-		a = &apiSum{api: api, removedIn: printable.String(f.RemovedIn), deprecatedIn: printable.String(f.DeprecatedIn),
+		// A finding's strings share one allocation: what the summary keeps is cloned, so it
+		// does not keep whole findings alive.
+		a = &apiSum{api: strings.Clone(api), removedIn: strings.Clone(printable.String(f.RemovedIn)), deprecatedIn: printable.String(f.DeprecatedIn),
 			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[caller]*tally{}}
 		r.apis[api] = a
 	}
@@ -85,7 +87,7 @@ func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
 	t := a.callers[c]
 	if t == nil {
 		t = &tally{}
-		a.callers[c] = t
+		a.callers[caller{strings.Clone(c.user), strings.Clone(c.agent)}] = t
 	}
 	t.count++
 	if blocking {

@@ -31,7 +31,11 @@ type worker struct {
 	out          sink
 	maxEventSize int
 	matches      []rules.Match
-	events       *atomic.Int64
+	// events is the scan's count of events, shared by the workers and read by the progress
+	// line: counted adds up here and goes there every eventBatch events (and at the end), not
+	// once per event, which two workers would contend for.
+	events  *atomic.Int64
+	counted int64
 	// metadataOnly counts, by resource, writes logged without the body a rule reads.
 	metadataOnly map[string]*int
 	// skipped counts envelope records without audit events, by reason.
@@ -49,6 +53,15 @@ func (s *scanner) newWorker(out sink) *worker {
 	}
 	s.workers = append(s.workers, w)
 	return w
+}
+
+// eventBatch is how many events a worker counts before adding them to the scan's count.
+const eventBatch = 256
+
+// flushEvents adds the events counted to the scan's count.
+func (w *worker) flushEvents() {
+	w.events.Add(w.counted)
+	w.counted = 0
 }
 
 // read classifies one line of an input (a lineFunc).
@@ -83,7 +96,9 @@ func (w *worker) pos() string {
 }
 
 func (w *worker) event(ev *auditevent.Event) error {
-	w.events.Add(1)
+	if w.counted++; w.counted == eventBatch {
+		w.flushEvents()
+	}
 	if ev.RequestObjectRaw == nil && rules.NeedsBody(ev) && (ev.Level == "Metadata" || ev.Level == "None" || ev.Level == "") {
 		// Look up, never assign, with the event's string: an assignment would store it as the
 		// key, and it lives only until the next line.

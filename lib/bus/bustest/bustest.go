@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 // Opener opens a fresh, empty bus for one subtest; it registers its own cleanup.
@@ -359,5 +360,53 @@ func Run(t *testing.T, open Opener) {
 			t.Fatalf("distinct=%d want %d", d, n)
 		}
 		t.Logf("split %d / %d", da, dc)
+	})
+
+	// The backlog ingest holds publishing back with: everything ahead of a group that has not
+	// started, then only what it has not acknowledged, down to zero.
+	t.Run("BacklogIsWhatTheGroupHasNotAcked", func(t *testing.T) {
+		b := open(t)
+		br, ok := b.(bus.BacklogReader)
+		if !ok {
+			t.Fatalf("%T does not report a backlog (bus.BacklogReader)", b)
+		}
+		backlog := func() int64 {
+			n, err := br.Backlog(ctx, bus.Events, "gb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		const n, acked = 30, 10
+		if got := backlog(); got != 0 {
+			t.Fatalf("backlog of an empty stream: %d", got)
+		}
+		if err := b.Publish(ctx, Messages(bus.Events, "bl", n, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		if got := backlog(); got != n {
+			t.Fatalf("backlog before the group started: %d, want %d", got, n)
+		}
+		col := NewCollector()
+		var mu sync.Mutex
+		var held []*bus.Delivery
+		consume(t, b, bus.Events, "gb", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+			mu.Lock()
+			defer mu.Unlock()
+			if d2, _ := col.Counts(); d2 < acked {
+				_ = d.Ack(ctx)
+			} else {
+				held = append(held, d)
+			}
+			col.Add(d.ID)
+		})
+		col.WaitDistinct(t, n, 30*time.Second)
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a backlog of the %d held messages", n-acked), func() bool { return backlog() == n-acked })
+		mu.Lock()
+		for _, d := range held {
+			_ = d.Ack(ctx)
+		}
+		mu.Unlock()
+		testkit.Eventually(t, 10*time.Second, "a backlog of 0 once all are acknowledged", func() bool { return backlog() == 0 })
 	})
 }

@@ -76,9 +76,13 @@ const (
 	readTimeout = 5 * time.Second
 )
 
-// poll spaces the backlog requests of a wait: soon again while the backlog shrinks, up to
-// once a second while it does not move (classify stopped).
+// poll spaces the backlog requests of a wait: every 10 ms while the backlog shrank within the
+// last idleAfter (classify settles its deliveries in bursts: a bound of a few hundred
+// messages may be a second of its work, which a slower look would leave it idle for), then
+// backing off to once a second while it does not move (classify stopped).
 var poll = backoff.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+
+const idleAfter = 5 * time.Second
 
 // Gate is a bus.Publisher that, before publishing messages of the events stream, waits while
 // the backlog is at or over the bound. Other streams (dead letters) pass at once. A read of
@@ -163,9 +167,9 @@ func (g *Gate) wait(ctx context.Context) error {
 	if fresh {
 		return nil
 	}
-	var start time.Time
+	var start, moved time.Time
 	prev := int64(-1)
-	for attempt := 1; ; {
+	for attempt := 0; ; {
 		asked := time.Now()
 		n, err := g.backlog(ctx, asked)
 		if err != nil && ctx.Err() != nil {
@@ -186,12 +190,15 @@ func (g *Gate) wait(ctx context.Context) error {
 			g.held(start)
 		}
 		g.report(n)
-		if prev >= 0 && n < prev {
+		if n < prev || moved.IsZero() {
+			moved = time.Now()
+		}
+		prev = n
+		if time.Since(moved) < idleAfter {
 			attempt = 1 // classify is draining: look again soon
 		} else {
 			attempt++
 		}
-		prev = n
 		t := time.NewTimer(poll.Delay(attempt))
 		select {
 		case <-t.C:

@@ -37,7 +37,7 @@ func DefaultConfig() Config { return Config{Group: "classify"} }
 // RegisterFlags adds --bus-max-backlog and --bus-backlog-group to fs, each defaulting to the
 // current value of its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Int64Var(&c.Max, "bus-max-backlog", c.Max, "hold publishing back while the consumer group --bus-backlog-group has more than this many `messages` of the events stream unacknowledged; the audit log waits on disk, the webhook answers 429 past --webhook-publish-timeout (0: off, the bus buffers everything)")
+	fs.Int64Var(&c.Max, "bus-max-backlog", c.Max, "hold publishing back while the consumer group --bus-backlog-group has this many `messages` of the events stream unacknowledged, or more; the audit log waits on disk, the webhook answers 429 past --webhook-publish-timeout (0: off, the bus buffers everything)")
 	fs.StringVar(&c.Group, "bus-backlog-group", c.Group, "consumer `group` whose backlog --bus-max-backlog bounds (classify's --classify-group; the all-in-one binary uses that)")
 }
 

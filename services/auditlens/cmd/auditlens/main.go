@@ -38,9 +38,10 @@ const classifyReportMemory = 64 << 20
 // maxBacklog is the all-in-one's --bus-max-backlog: ingest reads the audit log about 4 times
 // as fast as classify classifies it, and every message the embedded NATS server stores ahead
 // of classify is memory (its file-store blocks stay cached 10 s after their last use, the
-// client buffers what it pulled), so ingest waits while classify has more than this many
-// messages of events (EventBatches of up to 1024 events) not yet acknowledged. Measured in
-// BenchmarkMemory (README: all-in-one peak memory).
+// client buffers what it pulled), so ingest waits while classify has this many messages of
+// events (EventBatches of up to 1024 events, ~200 of the sample's events) or more not yet
+// acknowledged: about a second of classify's work. Measured in BenchmarkMemory (README:
+// all-in-one peak memory).
 const maxBacklog = 256
 
 func main() { os.Exit(run(os.Args[1:])) }

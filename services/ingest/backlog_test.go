@@ -26,16 +26,8 @@ func TestFileInputWaitsForTheBacklog(t *testing.T) {
 	n := testnats.Start(t)
 	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
-	w := testlog.NewWriter(t, path)
 	const lines = 200
-	var want []string
-	for i := range lines {
-		line, id := ev.Event(i)
-		if err := w.Line(line); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, id)
-	}
+	want := testlog.NewWriter(t, path).Events(t, ev, 0, lines)
 	cfg := ingest.DefaultConfig(t.TempDir())
 	cfg.File.Path, cfg.File.BatchSize, cfg.File.Publishers = path, 20, 2
 	cfg.Batch.MaxEvents = 10 // two messages per read batch

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/bustest"
 	"github.com/auditlens/auditlens/lib/bus/kafkabus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/testkit"
@@ -83,45 +83,27 @@ func gate(t *testing.T, b bus.Bus, max int64) (*backlog.Gate, *prometheus.Regist
 	return g, reg, stop
 }
 
-// classify consumes the events stream as group "classify", acknowledging every message and
-// counting each id, until the returned stop.
-func classify(t *testing.T, b bus.Bus) (seen func() map[string]int, stop func()) {
+// classify consumes the events stream as group "classify", acknowledging and recording
+// every message.
+func classify(t *testing.T, b bus.Bus) *bustest.Collector {
 	t.Helper()
-	c, err := b.Consumer(bus.Events, "classify", bus.ConsumerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	ids := map[string]int{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
-			mu.Lock()
-			ids[d.ID]++
-			mu.Unlock()
-			_ = d.Ack(ctx)
-		})
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("consume: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		out := make(map[string]int, len(ids))
-		for k, v := range ids {
-			out[k] = v
+	col := bustest.NewCollector()
+	bustest.Consume(t, b, bus.Events, "classify", bus.ConsumerOptions{}, bustest.AckAll(col))
+	return col
+}
+
+// returned waits for a publish running in the background to return, and fails t unless it
+// returns nil.
+func returned(t *testing.T, published <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-published:
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
-	}, stop
+	case <-time.After(30 * time.Second):
+		t.Fatal(what)
+	}
 }
 
 // metric is the value of the counter or gauge name on reg (0 when absent).
@@ -184,21 +166,12 @@ func TestPublishWaitsOverTheBoundAndResumesWhenDrained(t *testing.T) {
 			if err := g.Publish(ctx, dl); err != nil {
 				t.Fatalf("a dead letter waited for the events backlog: %v", err)
 			}
-			seen, _ := classify(t, b)
-			select {
-			case err := <-published:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("publishing did not resume once classify consumed")
-			}
-			testkit.Eventually(t, 30*time.Second, "every message delivered", func() bool { return len(seen()) == len(msgs) })
+			col := classify(t, b)
+			returned(t, published, "publishing did not resume once classify consumed")
+			col.WaitDistinct(t, len(msgs), 30*time.Second)
 			testkit.Eventually(t, 10*time.Second, "a backlog of 0", func() bool { return backlogOf(t, b) == 0 })
-			for _, m := range msgs {
-				if n := seen()[m.ID]; n != 1 {
-					t.Errorf("%s delivered %d times, want once", m.ID, n)
-				}
+			if distinct, total := col.Counts(); distinct != len(msgs) || total != len(msgs) {
+				t.Errorf("%d distinct messages in %d deliveries, want each of the %d once", distinct, total, len(msgs))
 			}
 			if s := metric(t, reg, "auditlens_ingest_backlog_wait_seconds_total"); s <= 0 {
 				t.Errorf("wait seconds %v, want more than 0", s)
@@ -228,14 +201,7 @@ func TestWaitEndsWithTheContextAndAtShutdown(t *testing.T) {
 			published := make(chan error, 1)
 			go func() { published <- g.Publish(context.Background(), msgs[2:]...) }()
 			stop()
-			select {
-			case err := <-published:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("a publish still waits after the gate's stage stopped")
-			}
+			returned(t, published, "a publish still waits after the gate's stage stopped")
 			if n := backlogOf(t, b); n != 4 {
 				t.Fatalf("backlog %d after the release, want all 4 published", n)
 			}

@@ -208,6 +208,19 @@ func (f *fixture) post(body []byte, tok string, cert *tls.Certificate) *http.Res
 	return resp
 }
 
+// retry posts body with the token as the apiserver retries a batch: again every 100 ms until
+// it is taken (200), at most 50 times; it returns the last answer.
+func (f *fixture) retry(body []byte) *http.Response {
+	f.t.Helper()
+	for i := 0; ; i++ {
+		resp := f.post(body, token, nil)
+		if resp.StatusCode == http.StatusOK || i == 50 {
+			return resp
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // count returns the number of events (messages, on another stream than events) in stream s:
 // an EventBatch counts the events it holds.
 func (f *fixture) count(s bus.Stream) int {
@@ -417,14 +430,7 @@ func TestWebhookBusOutage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The apiserver retries the batch; parts of it may have been stored before the outage.
-	for i := 0; ; i++ {
-		resp = f.post(eventList(ev, 10, 20), token, nil)
-		if resp.StatusCode == http.StatusOK || i == 50 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if resp.StatusCode != http.StatusOK {
+	if resp := f.retry(eventList(ev, 10, 20)); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d after the bus came back", resp.StatusCode)
 	}
 	if got := f.count(bus.Events); got != 20 {
@@ -465,14 +471,7 @@ func TestWebhookAnswers429WhileClassifyIsBehind(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) { _ = d.Ack(ctx) }) })
 	defer func() { cancel(); wg.Wait() }()
-	for i := 0; ; i++ {
-		resp = f.post(eventList(ev, 10, 20), token, nil)
-		if resp.StatusCode == http.StatusOK || i == 50 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if resp.StatusCode != http.StatusOK {
+	if resp := f.retry(eventList(ev, 10, 20)); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d once classify consumed, want 200", resp.StatusCode)
 	}
 	if got := f.count(bus.Events); got != 20 {

@@ -44,7 +44,7 @@ type Config struct {
 	MaxEventSize int
 	// NodeName is sent with every event.
 	NodeName string
-	// Batch bounds the EventBatch messages the file input and the webhook publish events in.
+	// Batch bounds the EventBatch messages every input publishes events in.
 	Batch eventbatch.Config
 	// Backlog holds every input's publishing back while classify is too far behind.
 	Backlog  backlog.Config
@@ -184,28 +184,28 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		comps = append(comps, s)
 	}
 	if cfg.Firehose.On() {
-		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.PubSub.On() {
-		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.Kafka.On() {
-		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.CloudWatch.On() {
-		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m})
+		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}

@@ -43,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -141,6 +142,9 @@ type Options struct {
 	MaxEventSize  int
 	Logger        *slog.Logger
 	Metrics       *metrics.Ingest
+	// Batch packs the events of what the source publishes at once into EventBatch messages
+	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 }
 
 // API is the CloudWatch Logs call the reader makes.
@@ -202,6 +206,9 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
 	}
 	st, err := openStore(opt.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
 	if err != nil {
@@ -323,7 +330,7 @@ func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) erro
 		}
 	}
 	return s.opt.Metrics.PublishUntilStored(ctx, s.bus, s.opt.Logger, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, "the CloudWatch position",
-		metrics.Batch{Msgs: msgs, Events: events, Bad: bad})
+		metrics.Batch{Msgs: eventbatch.Pack(s.opt.Batch, msgs), Events: events, Bad: bad})
 }
 
 // messages turns one log event into event messages (named cluster/auditID/stage) or a dead

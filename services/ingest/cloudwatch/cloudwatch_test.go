@@ -137,6 +137,9 @@ func TestSource(t *testing.T) {
 
 	msgs := n.Messages(t, bus.Events)
 	testnats.CheckExactlyOnce(t, msgs, want)
+	if stored := n.Stored(t, bus.Events); stored*10 > uint64(len(want)) {
+		t.Errorf("%d messages on the bus for %d events: want a page's events in batches", stored, len(want))
+	}
 	for _, msg := range msgs {
 		if !strings.HasSuffix(msg.Subject, "."+cluster) {
 			t.Fatalf("event on %s, want the cluster of the log group (%s)", msg.Subject, cluster)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -109,6 +110,9 @@ type Options struct {
 	MaxEventSize int
 	Logger       *slog.Logger
 	Metrics      *metrics.Ingest
+	// Batch packs the events of what the source publishes at once into EventBatch messages
+	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 }
 
 // Server is the Firehose endpoint.
@@ -132,6 +136,9 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
 	}
 	key, err := os.ReadFile(cfg.AccessKeyFile)
 	if err != nil {
@@ -253,18 +260,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs, events, bad := s.messages(id, &req)
+	msgs = eventbatch.Pack(s.opt.Batch, msgs)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	if len(msgs) > 0 {
 		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "firehose", "firehose:"+id, s.opt.Node, func(m *bus.Message) {
 			s.opt.Logger.Warn("Firehose event larger than the bus accepts; sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+			n := eventbatch.Count(m.Header)
 			if m.Stream == bus.Events {
-				events--
+				events -= n
 			}
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad[metrics.TooLargeForBus]++
+			bad[metrics.TooLargeForBus] += n
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()

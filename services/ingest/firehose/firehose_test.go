@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,88 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
-	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
-}
-
-type natsServer struct {
-	dir, addr string
-	srv       *server.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &natsServer{dir: t.TempDir(), addr: l.Addr().String()}
-	l.Close()
-	n.start(t)
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsServer) start(t *testing.T) {
-	srv, err := natsbus.StartServer(n.dir, n.addr)
-	if err != nil {
-		enginetest.Unavailable(t, "embedded nats", err)
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-// messages returns every message of stream s.
-func (n *natsServer) messages(t *testing.T, s bus.Stream) []jetstream.Msg {
-	nc, err := nats.Connect("nats://" + n.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, natsbus.StreamName(s))
-	if err != nil {
-		return nil
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return nil
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []jetstream.Msg
-	for uint64(len(out)) < info.State.Msgs {
-		batch, err := c.Fetch(int(info.State.Msgs)-len(out), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // realEvents are genuine audit events (the EKS envelopes around them are BUILT: no
@@ -188,8 +117,8 @@ func post(t *testing.T, addr, key, id string, body []byte, gz bool) (int, respon
 // log group; a wrong key gets 401, a body that is no delivery 400, both in the documented
 // JSON.
 func TestDelivery(t *testing.T) {
-	n := startNATS(t)
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: "nats://" + n.addr})
+	n := testnats.Start(t)
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,16 +129,19 @@ func TestDelivery(t *testing.T) {
 	if code, r := post(t, e.s.Addr(), "s3cret-key", "req-1", body, false); code != 200 || r.ErrorMessage != "" {
 		t.Fatalf("delivery: %d %+v", code, r)
 	}
-	msgs := n.messages(t, bus.Events)
+	msgs := n.Messages(t, bus.Events)
 	if len(msgs) != len(events) {
 		t.Fatalf("%d events on the bus, want %d", len(msgs), len(events))
 	}
+	if got := n.Stored(t, bus.Events); got != 1 {
+		t.Errorf("%d messages on the bus for one request: want its events in one batch", got)
+	}
 	for _, m := range msgs {
-		if m.Subject() != "auditlens.events."+envelopetest.Cluster || !strings.HasPrefix(m.Headers().Get(jetstream.MsgIDHeader), envelopetest.Cluster+"/") {
-			t.Errorf("subject %s, id %s: want the log group's cluster %s", m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), envelopetest.Cluster)
+		if m.Subject != "auditlens.events."+envelopetest.Cluster || !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), envelopetest.Cluster+"/") {
+			t.Errorf("subject %s, id %s: want the log group's cluster %s", m.Subject, m.Header.Get(jetstream.MsgIDHeader), envelopetest.Cluster)
 		}
-		if !bytes.Contains(m.Data(), []byte(`"eks/gzip/cloudwatch-subscription"`)) {
-			t.Errorf("event without the envelope annotation: %.200s", m.Data())
+		if !bytes.Contains(m.Data, []byte(`"eks/gzip/cloudwatch-subscription"`)) {
+			t.Errorf("event without the envelope annotation: %.200s", m.Data)
 		}
 	}
 	// Firehose retries the same request (same id) when it did not see the answer: nothing doubles.
@@ -217,7 +149,7 @@ func TestDelivery(t *testing.T) {
 	if code, _ := post(t, e.s.Addr(), "s3cret-key", "req-1", gzBody, true); code != 200 {
 		t.Fatalf("retry: %d", code)
 	}
-	if got := len(n.messages(t, bus.Events)); got != len(events) {
+	if got := len(n.Messages(t, bus.Events)); got != len(events) {
 		t.Fatalf("after a retry %d events, want %d", got, len(events))
 	}
 	if code, r := post(t, e.s.Addr(), "wrong", "req-2", body, false); code != 401 || r.ErrorMessage == "" {
@@ -231,7 +163,7 @@ func TestDelivery(t *testing.T) {
 	if code, _ := post(t, e.s.Addr(), "s3cret-key", "req-4", bad, false); code != 200 {
 		t.Fatalf("bad record: %d", code)
 	}
-	if dl := n.messages(t, bus.DeadLetter); len(dl) != 1 || dl[0].Headers().Get(bus.HeaderSource) != "firehose:req-4" {
+	if dl := n.Messages(t, bus.DeadLetter); len(dl) != 1 || dl[0].Header.Get(bus.HeaderSource) != "firehose:req-4" {
 		t.Fatalf("dead letters: %d", len(dl))
 	}
 }
@@ -239,8 +171,8 @@ func TestDelivery(t *testing.T) {
 // TestBusOutage: while the bus is down the answer is 503 (Firehose retries); the retry
 // after it is back stores every event once.
 func TestBusOutage(t *testing.T) {
-	n := startNATS(t)
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: "nats://" + n.addr, StallWait: time.Second, AckTimeout: time.Second})
+	n := testnats.Start(t)
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL(), StallWait: time.Second, AckTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,11 +180,11 @@ func TestBusOutage(t *testing.T) {
 	e := startEndpoint(t, b)
 	events := realEvents(t)
 	body := envelopetest.FirehoseBody("req-9", envelopetest.Gzip(envelopetest.Subscription(events)))
-	n.stop()
+	n.Stop()
 	if code, r := post(t, e.s.Addr(), "s3cret-key", "req-9", body, false); code != 503 || r.ErrorMessage == "" {
 		t.Fatalf("bus down: %d %+v", code, r)
 	}
-	n.start(t)
+	n.Start()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, _ := post(t, e.s.Addr(), "s3cret-key", "req-9", body, false)
@@ -264,7 +196,7 @@ func TestBusOutage(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // Firehose's back-off, shortened
 	}
-	if got := len(n.messages(t, bus.Events)); got != len(events) {
+	if got := len(n.Messages(t, bus.Events)); got != len(events) {
 		t.Fatalf("%d events, want %d", got, len(events))
 	}
 }
@@ -273,18 +205,8 @@ func TestBusOutage(t *testing.T) {
 // payload is below --max-event-size) is dead-lettered alone; the other events of the request
 // are stored and the answer is 200, so Firehose does not retry the request for ever.
 func TestEventLargerThanTheBus(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Host: "127.0.0.1", Port: -1,
-		MaxPayload: 256 << 10, NoSigs: true, NoLog: true})
-	if err != nil {
-		enginetest.Unavailable(t, "nats-server", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	n := &natsServer{addr: srv.Addr().String()}
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: srv.ClientURL()})
+	n := testnats.StartMaxPayload(t, 256<<10)
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,12 +222,12 @@ func TestEventLargerThanTheBus(t *testing.T) {
 	if code, r := post(t, e.s.Addr(), "s3cret-key", "req-big", body, false); code != 200 || r.ErrorMessage != "" {
 		t.Fatalf("answer %d %+v, want 200", code, r)
 	}
-	if got, want := len(n.messages(t, bus.Events)), len(events)-1; got != want {
+	if got, want := len(n.Messages(t, bus.Events)), len(events)-1; got != want {
 		t.Errorf("%d events stored, want the %d that fit", got, want)
 	}
-	dl := n.messages(t, bus.DeadLetter)
-	if len(dl) != 1 || !strings.Contains(dl[0].Headers().Get(bus.HeaderReason), "larger than the bus accepts") ||
-		dl[0].Headers().Get(bus.HeaderTruncated) == "" || len(dl[0].Data()) > bus.DeadLetterMaxData {
+	dl := n.Messages(t, bus.DeadLetter)
+	if len(dl) != 1 || !strings.Contains(dl[0].Header.Get(bus.HeaderReason), "larger than the bus accepts") ||
+		dl[0].Header.Get(bus.HeaderTruncated) == "" || len(dl[0].Data) > bus.DeadLetterMaxData {
 		t.Fatalf("dead letters: %d (want 1, truncated, naming the size)", len(dl))
 	}
 }

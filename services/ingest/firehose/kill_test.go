@@ -19,6 +19,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
 // TestKill9 kills the ingest process -9 while a Firehose client (retrying every request
@@ -34,7 +35,7 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("build ingest: %v\n%s", err, out)
 	}
 	ev := testlog.Load(t)
-	n := startNATS(t)
+	n := testnats.Start(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func() *exec.Cmd {
-		cmd := exec.Command(bin, "--firehose-addr", addr, "--firehose-access-key-file", key, "--nats-url", "nats://"+n.addr,
+		cmd := exec.Command(bin, "--firehose-addr", addr, "--firehose-access-key-file", key, "--nats-url", n.URL(),
 			"--cluster", "fallback", "--metrics-addr", "", "--log-format", "json")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -112,9 +113,9 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
 	got := map[string]int{}
-	msgs := n.messages(t, bus.Events)
+	msgs := n.Messages(t, bus.Events)
 	for _, m := range msgs {
-		got[strings.TrimPrefix(m.Headers().Get(jetstream.MsgIDHeader), envelopetest.Cluster+"/")]++
+		got[strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), envelopetest.Cluster+"/")]++
 	}
 	if len(msgs) != len(want) {
 		t.Errorf("%d messages, want %d", len(msgs), len(want))

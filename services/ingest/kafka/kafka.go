@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -165,6 +166,9 @@ type Options struct {
 	MaxEventSize int
 	Logger       *slog.Logger
 	Metrics      *metrics.Ingest
+	// Batch packs the events of what the source publishes at once into EventBatch messages
+	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 }
 
 // Source reads one topic.
@@ -193,6 +197,9 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
 	}
 	conn, err := cfg.resolve()
 	if err != nil {
@@ -270,8 +277,11 @@ func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
 	events := 0
 	bad := map[string]int{}
 	for _, r := range recs {
+		// Each record's events are packed on their own: a record is the same after a
+		// restart, a poll is not, so its batches get the ids they had before the crash and
+		// the bus drops them.
 		m, n, label := s.messages(r)
-		msgs = append(msgs, m...)
+		msgs = append(msgs, eventbatch.Pack(s.opt.Batch, m)...)
 		events += n
 		if label != "" {
 			bad[label]++

@@ -20,9 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -33,6 +30,7 @@ import (
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/kafka"
 )
 
@@ -129,72 +127,13 @@ func aksBodies(t *testing.T, n, per int) (bodies [][]byte, want []string) {
 		for range per {
 			line, key := ev.Event(k)
 			k++
-			want = append(want, "aks-prod/"+key)
+			want = append(want, "auditlens.events.aks-prod aks-prod/"+key)
 			recs = append(recs, map[string]any{"category": "kube-audit", "resourceId": id, "properties": map[string]any{"log": string(line) + "\n"}})
 		}
 		b, _ := json.Marshal(map[string]any{"records": recs})
 		bodies = append(bodies, b)
 	}
 	return bodies, want
-}
-
-type natsServer struct {
-	addr string
-	srv  *server.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &natsServer{addr: l.Addr().String()}
-	l.Close()
-	n.srv, err = natsbus.StartServer(t.TempDir(), n.addr)
-	if err != nil {
-		enginetest.Unavailable(t, "embedded nats", err)
-	}
-	t.Cleanup(func() { n.srv.Shutdown(); n.srv.WaitForShutdown() })
-	return n
-}
-
-func (n *natsServer) ids(t *testing.T) (map[string]int, int) {
-	nc, err := nats.Connect("nats://" + n.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := map[string]int{}
-	st, err := js.Stream(ctx, natsbus.StreamName(bus.Events))
-	if err != nil {
-		return out, 0
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return out, 0
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for uint64(total) < info.State.Msgs {
-		batch, err := c.Fetch(int(info.State.Msgs)-total, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			total++
-			if m.Subject() != "auditlens.events.aks-prod" {
-				t.Fatalf("subject %s: want the cluster named by the resource id", m.Subject())
-			}
-			out[m.Headers().Get(jetstream.MsgIDHeader)]++
-		}
-	}
-	return out, total
 }
 
 func checkOnce(t *testing.T, got map[string]int, total int, want []string) {
@@ -213,10 +152,10 @@ func checkOnce(t *testing.T, got map[string]int, total int, want []string) {
 // reads nothing.
 func TestEventHubs(t *testing.T) {
 	e := startEventHubs(t)
-	n := startNATS(t)
+	n := testnats.Start(t)
 	bodies, want := aksBodies(t, 40, 10)
 	e.produce(t, bodies)
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: "nats://" + n.addr})
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,12 +167,15 @@ func TestEventHubs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	testkit.Eventually(t, 2*time.Minute, "every event", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event", func() bool { _, total := n.IDs(t, bus.Events); return total >= len(want) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got, total := n.ids(t)
+	if got := n.Stored(t, bus.Events); got != uint64(len(bodies)) {
+		t.Errorf("%d messages on the bus for %d records: want each record's events in one batch", got, len(bodies))
+	}
+	got, total := n.IDs(t, bus.Events)
 	checkOnce(t, got, total, want)
 
 	wrong := filepath.Join(t.TempDir(), "conn")
@@ -249,7 +191,7 @@ func TestEventHubs(t *testing.T) {
 	if err := s.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, after := n.ids(t); after != total {
+	if _, after := n.IDs(t, bus.Events); after != total {
 		t.Fatalf("a wrong connection string stored %d events", after-total)
 	}
 }
@@ -266,36 +208,46 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("build ingest: %v\n%s", err, out)
 	}
 	e := startEventHubs(t)
-	n := startNATS(t)
+	n := testnats.Start(t)
 	bodies, want := aksBodies(t, 1500, 20)
-	e.produce(t, bodies)
 	run := func() *exec.Cmd {
 		cmd := exec.Command(bin, "--eventhubs-connection-string-file", e.connFile, "--kafka-source-tls-ca", e.caFile,
-			"--nats-url", "nats://"+n.addr, "--cluster", "fallback", "--metrics-addr", "", "--log-format", "json")
+			"--nats-url", n.URL(), "--cluster", "fallback", "--metrics-addr", "", "--log-format", "json")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		return cmd
 	}
+	// The hub fills while ingest reads it; ingest is killed once a third of the records are
+	// on the bus (each record's events are one batch message), or half-way through
+	// producing, and the rest is produced while it is down.
 	cmd := run()
-	testkit.Eventually(t, 2*time.Minute, "part of the hub stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	e.produce(t, bodies[:50])
+	testkit.Eventually(t, 2*time.Minute, "the first records stored", func() bool { return n.Stored(t, bus.Events) >= 1 })
+	killed := false
+	for i := 50; i < len(bodies); i += 50 {
+		e.produce(t, bodies[i:min(i+50, len(bodies))])
+		if !killed && (n.Stored(t, bus.Events) >= uint64(len(bodies)/3) || i >= len(bodies)/2) {
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			killed = true
+		}
 	}
-	_ = cmd.Wait()
-	_, at := n.ids(t)
+	_, at := n.IDs(t, bus.Events)
 	t.Logf("killed after %d of %d events", at, len(want))
-	if at >= len(want) {
-		t.Fatal("everything was stored before the kill; produce more")
+	if at == 0 || at >= len(want) {
+		t.Fatalf("killed after %d of %d events: want a kill mid-way", at, len(want))
 	}
 	cmd = run()
-	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.IDs(t, bus.Events); return total >= len(want) })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
-	got, total := n.ids(t)
+	got, total := n.IDs(t, bus.Events)
 	checkOnce(t, got, total, want)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 )
 
 // Batch is what a pulling source (Kafka, CloudWatch) publishes at once: msgs, of which events
@@ -30,10 +31,11 @@ func (m *Ingest) PublishUntilStored(ctx context.Context, p bus.Publisher, log *s
 	for attempt := 1; ; attempt++ {
 		err := bus.PublishOrDeadLetter(ctx, p, b.Msgs, bus.TooLargeDeadLetter(b.Msgs, input, source, node, func(msg *bus.Message) {
 			log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "input", input, "bytes", len(msg.Data), "id", bus.Short(msg.ID, 100))
+			n := eventbatch.Count(msg.Header) // a batch refused is all its events
 			if msg.Stream == bus.Events {
-				b.Events--
+				b.Events -= n
 			}
-			b.Bad[TooLargeForBus]++
+			b.Bad[TooLargeForBus] += n
 		}))
 		if err == nil {
 			break

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -77,6 +78,9 @@ type Options struct {
 	MaxEventSize int
 	Logger       *slog.Logger
 	Metrics      *metrics.Ingest
+	// Batch packs the events of what the source publishes at once into EventBatch messages
+	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
+	Batch eventbatch.Config
 	// ClientOptions are passed to the Pub/Sub client (tests: the pstest server).
 	ClientOptions []option.ClientOption
 }
@@ -105,6 +109,9 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
+	}
+	if opt.Batch == (eventbatch.Config{}) {
+		opt.Batch = eventbatch.DefaultConfig()
 	}
 	project := subscriptionRE.FindStringSubmatch(cfg.Subscription)[1]
 	client, err := gpubsub.NewClient(ctx, project, opt.ClientOptions...)
@@ -141,11 +148,12 @@ func (s *Source) Run(ctx context.Context) error {
 // publish nacks it for redelivery.
 func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 	msgs, events, bad := s.messages(m)
+	msgs = eventbatch.Pack(s.opt.Batch, msgs)
 	if len(msgs) > 0 {
 		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "pubsub", "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message) {
 			s.opt.Logger.Warn("Pub/Sub event larger than the bus accepts; sent to the dead-letter stream", "message", m.ID, "bytes", len(dm.Data), "id", bus.Short(dm.ID, 100))
 			if dm.Stream == bus.Events {
-				events--
+				events -= eventbatch.Count(dm.Header)
 			}
 			bad = metrics.TooLargeForBus
 		}))

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +15,6 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -26,8 +22,8 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
-	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/pubsub"
 )
 
@@ -43,64 +39,6 @@ func TestMain(m *testing.M) {
 		// stream keep-alive, which notices the end of Receive only at its next ping tick.
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"))
-}
-
-type natsServer struct {
-	dir, addr string
-	srv       *server.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &natsServer{dir: t.TempDir(), addr: l.Addr().String()}
-	l.Close()
-	srv, err := natsbus.StartServer(n.dir, n.addr)
-	if err != nil {
-		enginetest.Unavailable(t, "embedded nats", err)
-	}
-	n.srv = srv
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	return n
-}
-
-// ids returns the message ids of the events stream and how often each is there.
-func (n *natsServer) ids(t *testing.T) (map[string]int, int) {
-	nc, err := nats.Connect("nats://" + n.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := map[string]int{}
-	st, err := js.Stream(ctx, natsbus.StreamName(bus.Events))
-	if err != nil {
-		return out, 0
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return out, 0
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for uint64(total) < info.State.Msgs {
-		batch, err := c.Fetch(int(info.State.Msgs)-total, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			total++
-			out[m.Subject()+" "+m.Headers().Get(jetstream.MsgIDHeader)]++
-		}
-	}
-	return out, total
 }
 
 // entries are n GKE LogEntries, each a genuine sample with a unique operation id (and so
@@ -158,9 +96,9 @@ func fakePubSub(t *testing.T) (*pstest.Server, []option.ClientOption) {
 // the cluster their entry names, each acknowledged; a message that is no audit log entry is
 // dead-lettered and acknowledged too.
 func TestSource(t *testing.T) {
-	n := startNATS(t)
+	n := testnats.Start(t)
 	srv, opts := fakePubSub(t)
-	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: "nats://" + n.addr})
+	b, err := natsbus.Open(context.Background(), natsbus.Config{URL: n.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +129,7 @@ func TestSource(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got, total := n.ids(t)
+	got, total := n.IDs(t, bus.Events)
 	if total != len(want) {
 		t.Fatalf("%d events on the bus, want %d", total, len(want))
 	}
@@ -224,14 +162,14 @@ func TestKill9(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ingest").CombinedOutput(); err != nil {
 		t.Fatalf("build ingest: %v\n%s", err, out)
 	}
-	n := startNATS(t)
+	n := testnats.Start(t)
 	srv, _ := fakePubSub(t)
 	data, want := entries(t, 3000)
 	for _, d := range data {
 		srv.Publish(topic, d, nil)
 	}
 	run := func() *exec.Cmd {
-		cmd := exec.Command(bin, "--pubsub-subscription", subName, "--nats-url", "nats://"+n.addr,
+		cmd := exec.Command(bin, "--pubsub-subscription", subName, "--nats-url", n.URL(),
 			"--cluster", "fallback", "--metrics-addr", "", "--log-format", "json", "--pubsub-max-outstanding", "100")
 		cmd.Env = append(os.Environ(), "PUBSUB_EMULATOR_HOST="+srv.Addr)
 		if err := cmd.Start(); err != nil {
@@ -240,25 +178,25 @@ func TestKill9(t *testing.T) {
 		return cmd
 	}
 	cmd := run()
-	testkit.Eventually(t, 2*time.Minute, "part of the subscription stored", func() bool { _, total := n.ids(t); return total >= len(want)/10 })
+	testkit.Eventually(t, 2*time.Minute, "part of the subscription stored", func() bool { _, total := n.IDs(t, bus.Events); return total >= len(want)/10 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	_, at := n.ids(t)
+	_, at := n.IDs(t, bus.Events)
 	t.Logf("killed after %d of %d events", at, len(want))
 	if at >= len(want) {
 		t.Fatal("everything was stored before the kill; publish more")
 	}
 	cmd = run()
-	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.ids(t); return total >= len(want) })
+	testkit.Eventually(t, 2*time.Minute, "every event after the restart", func() bool { _, total := n.IDs(t, bus.Events); return total >= len(want) })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("ingest after SIGTERM: %v", err)
 	}
-	got, total := n.ids(t)
+	got, total := n.IDs(t, bus.Events)
 	if total != len(want) {
 		t.Errorf("%d events, want %d", total, len(want))
 	}

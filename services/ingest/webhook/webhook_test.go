@@ -4,14 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +24,7 @@ import (
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/services/ingest/backlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
+	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
 )
@@ -52,66 +48,19 @@ type pki struct {
 func newPKI(t *testing.T) *pki {
 	t.Helper()
 	p := &pki{dir: t.TempDir()}
-	ca, caKey := mkCert(t, "auditlens test CA", nil, nil, true)
+	ca, caKey := testpki.Cert(t, "auditlens test CA", nil, nil, true)
 	p.caPool = x509.NewCertPool()
 	p.caPool.AddCert(ca)
 	p.ca, p.caKey = ca, caKey
-	srv, srvKey := mkCert(t, "localhost", ca, caKey, false)
-	p.serverCert, p.serverKey = p.write(t, "server", srv, srvKey)
-	p.clientCA, _ = p.write(t, "ca", ca, caKey)
-	cli, cliKey := mkCert(t, "kube-apiserver", ca, caKey, false)
+	srv, srvKey := testpki.Cert(t, "localhost", ca, caKey, false)
+	p.serverCert, p.serverKey = testpki.WriteFiles(t, p.dir, "server", srv, srvKey)
+	p.clientCA, _ = testpki.WriteFiles(t, p.dir, "ca", ca, caKey)
+	cli, cliKey := testpki.Cert(t, "kube-apiserver", ca, caKey, false)
 	p.client = tls.Certificate{Certificate: [][]byte{cli.Raw}, PrivateKey: cliKey}
-	other, otherKey := mkCert(t, "other CA", nil, nil, true)
-	oc, ocKey := mkCert(t, "intruder", other, otherKey, false)
+	other, otherKey := testpki.Cert(t, "other CA", nil, nil, true)
+	oc, ocKey := testpki.Cert(t, "intruder", other, otherKey, false)
 	p.otherClient = tls.Certificate{Certificate: [][]byte{oc.Raw}, PrivateKey: ocKey}
 	return p
-}
-
-func mkCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		IsCA:         isCA, BasicConstraintsValid: true,
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, key
-}
-
-func (p *pki) write(t *testing.T, name string, c *x509.Certificate, k *ecdsa.PrivateKey) (string, string) {
-	t.Helper()
-	kb, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, kf := filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
-	if err := os.WriteFile(cf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kf, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cf, kf
 }
 
 type fixture struct {
@@ -358,10 +307,10 @@ func TestWebhookReloadsTokenAndCertificate(t *testing.T) {
 	}
 	tokFile := filepath.Join(f.pki.dir, "token")
 	replace(tokFile, []byte("rotated-token\n"))
-	ca, caKey := mkCert(t, "renewal CA", nil, nil, true)
+	ca, caKey := testpki.Cert(t, "renewal CA", nil, nil, true)
 	f.pki.caPool.AddCert(ca)
-	srv, srvKey := mkCert(t, "localhost", ca, caKey, false)
-	crt, key := f.pki.write(t, "renewed", srv, srvKey)
+	srv, srvKey := testpki.Cert(t, "localhost", ca, caKey, false)
+	crt, key := testpki.WriteFiles(t, f.pki.dir, "renewed", srv, srvKey)
 	for _, pair := range [][2]string{{crt, f.pki.serverCert}, {key, f.pki.serverKey}} {
 		data, err := os.ReadFile(pair[0])
 		if err != nil {

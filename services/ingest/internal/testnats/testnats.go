@@ -29,9 +29,9 @@ type Server struct {
 	dir  string
 	addr string
 	srv  *server.Server
-	// stock: a server as shipped (nats-server's default 1 MiB max payload), not the
-	// embedded server's 8 MiB.
-	stock bool
+	// maxPayload > 0: a server as shipped (nats-server's defaults) with this max payload,
+	// not the embedded server (8 MiB).
+	maxPayload int32
 }
 
 // FreeAddr is a local TCP address nothing listens on.
@@ -57,7 +57,14 @@ func Start(t testing.TB) *Server {
 // as an external server runs unless told otherwise.
 func StartStock(t testing.TB) *Server {
 	t.Helper()
-	n := &Server{t: t, dir: t.TempDir(), addr: FreeAddr(t), stock: true}
+	return StartMaxPayload(t, 1<<20)
+}
+
+// StartMaxPayload starts a JetStream server with nats-server's defaults but a max payload of
+// size bytes.
+func StartMaxPayload(t testing.TB, size int32) *Server {
+	t.Helper()
+	n := &Server{t: t, dir: t.TempDir(), addr: FreeAddr(t), maxPayload: size}
 	n.Start()
 	t.Cleanup(n.Stop)
 	return n
@@ -66,10 +73,10 @@ func StartStock(t testing.TB) *Server {
 // Start starts the server again, on the same store and port.
 func (n *Server) Start() {
 	n.t.Helper()
-	if n.stock {
+	if n.maxPayload > 0 {
 		host, port, _ := net.SplitHostPort(n.addr)
 		p, _ := strconv.Atoi(port)
-		srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: n.dir, Host: host, Port: p, NoSigs: true, NoLog: true})
+		srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: n.dir, Host: host, Port: p, MaxPayload: n.maxPayload, NoSigs: true, NoLog: true})
 		if err != nil {
 			enginetest.Unavailable(n.t, "nats-server", err)
 		}
@@ -150,6 +157,22 @@ func (n *Server) Messages(t testing.TB, s bus.Stream) []*nats.Msg {
 		}
 	}
 	return out
+}
+
+// IDs counts the message ids of the events on stream s, "<subject> <id>" (events of a batch
+// under their own ids, as Messages gives them), and returns the total; empty while the
+// stream is not there yet, for polling.
+func (n *Server) IDs(t testing.TB, s bus.Stream) (map[string]int, int) {
+	t.Helper()
+	out := map[string]int{}
+	if n.count(t, s) == 0 {
+		return out, 0
+	}
+	msgs := n.Messages(t, s)
+	for _, m := range msgs {
+		out[m.Subject+" "+m.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	return out, len(msgs)
 }
 
 // HeaderBatchID is set by Messages on an event that came in a batch: the batch's id.

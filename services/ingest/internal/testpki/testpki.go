@@ -1,4 +1,4 @@
-// Package testpki writes a throwaway CA and server key pair for tests of the webhook.
+// Package testpki makes throwaway CAs and key pairs for tests of the webhook.
 package testpki
 
 import (
@@ -25,16 +25,18 @@ type Files struct {
 // Write creates a CA and a server certificate for localhost and 127.0.0.1 in dir.
 func Write(t testing.TB, dir string) Files {
 	t.Helper()
-	ca, caKey := cert(t, "testpki CA", nil, nil, true)
-	srv, srvKey := cert(t, "localhost", ca, caKey, false)
+	ca, caKey := Cert(t, "testpki CA", nil, nil, true)
+	srv, srvKey := Cert(t, "localhost", ca, caKey, false)
 	f := Files{Pool: x509.NewCertPool()}
 	f.Pool.AddCert(ca)
-	f.CA, _ = write(t, dir, "ca", ca, caKey)
-	f.ServerCert, f.ServerKey = write(t, dir, "server", srv, srvKey)
+	f.CA, _ = WriteFiles(t, dir, "ca", ca, caKey)
+	f.ServerCert, f.ServerKey = WriteFiles(t, dir, "server", srv, srvKey)
 	return f
 }
 
-func cert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+// Cert makes a certificate for localhost and 127.0.0.1, usable by a server and a client, signed
+// by parent (self-signed when parent is nil).
+func Cert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -46,7 +48,7 @@ func cert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.Pr
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		IsCA:         isCA, BasicConstraintsValid: true,
@@ -65,7 +67,8 @@ func cert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.Pr
 	return c, key
 }
 
-func write(t testing.TB, dir, name string, c *x509.Certificate, k *ecdsa.PrivateKey) (string, string) {
+// WriteFiles writes c and k as PEM files dir/name.crt and dir/name.key and returns their paths.
+func WriteFiles(t testing.TB, dir, name string, c *x509.Certificate, k *ecdsa.PrivateKey) (string, string) {
 	t.Helper()
 	kb, err := x509.MarshalECPrivateKey(k)
 	if err != nil {

@@ -91,6 +91,8 @@ type Gate struct {
 	Bus
 	cfg Config
 	log *slog.Logger
+	// stallAfter is the stallAfter constant (tests shorten it).
+	stallAfter time.Duration
 
 	waits, waitSeconds, readErrors prometheus.Counter
 
@@ -115,7 +117,7 @@ func New(cfg Config, b Bus, log *slog.Logger, reg prometheus.Registerer) *Gate {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{Bus: b, cfg: cfg, log: log.With("part", "backlog"), released: make(chan struct{}),
+	g := &Gate{Bus: b, cfg: cfg, log: log.With("part", "backlog"), stallAfter: stallAfter, released: make(chan struct{}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_backlog_waits_total",
 			Help: "Publishes of events that waited because the consumer group's backlog was at --bus-max-backlog."}),
 		waitSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_backlog_wait_seconds_total",
@@ -310,7 +312,7 @@ func (g *Gate) Stalled() error {
 	g.mu.Lock()
 	since := g.holding
 	g.mu.Unlock()
-	if !since.IsZero() && time.Since(since) > stallAfter {
+	if !since.IsZero() && time.Since(since) > g.stallAfter {
 		return fmt.Errorf("publishing has waited %s for consumer group %s to acknowledge the events backlog below --bus-max-backlog %d",
 			time.Since(since).Round(time.Second), g.cfg.Group, g.cfg.Max)
 	}

@@ -209,21 +209,40 @@ func TestWaitEndsWithTheContextAndAtShutdown(t *testing.T) {
 	}
 }
 
-// Readiness fails only after publishing has waited without a break for a long time: a
-// short wait is the normal pace of a busy pipeline.
-func TestShortWaitKeepsReady(t *testing.T) {
+// Readiness fails only after publishing has waited without a break for long (a minute; here
+// shortened): a short wait is the normal pace of a busy pipeline. It names the group, and
+// is back as soon as a publish found the backlog below the bound.
+func TestReadinessFailsOnlyOnALongWait(t *testing.T) {
 	b := engines[0].open(t)
 	g, _, _ := gate(t, b, 1)
 	if err := g.Publish(context.Background(), events("r", 1)...); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if err := g.Publish(ctx, events("r2", 1)...); !errors.Is(err, bus.ErrBacklog) {
-		t.Fatalf("publish past the bound: %v", err)
+	overBound := func(d time.Duration) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		if err := g.Publish(ctx, events("r2", 1)...); !errors.Is(err, bus.ErrBacklog) {
+			t.Fatalf("publish past the bound: %v", err)
+		}
+	}
+	overBound(200 * time.Millisecond)
+	if err := g.Stalled(); err != nil {
+		t.Fatalf("not ready after a 200ms wait: %v", err)
+	}
+	g.SetStallAfter(300 * time.Millisecond)
+	overBound(500 * time.Millisecond)
+	if err := g.Stalled(); err == nil || !strings.Contains(err.Error(), "classify") {
+		t.Fatalf("readiness after waiting past the bound: %v, want an error naming the group", err)
+	}
+	col := classify(t, b)
+	col.WaitDistinct(t, 1, 30*time.Second)
+	testkit.Eventually(t, 10*time.Second, "a backlog of 0", func() bool { return backlogOf(t, b) == 0 })
+	if err := g.Publish(context.Background(), events("r3", 1)...); err != nil {
+		t.Fatal(err)
 	}
 	if err := g.Stalled(); err != nil {
-		t.Fatalf("ready after a 200ms wait: %v", err)
+		t.Fatalf("not ready once publishing went on: %v", err)
 	}
 }
 

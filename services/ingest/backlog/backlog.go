@@ -166,7 +166,7 @@ func (g *Gate) wait(ctx context.Context) error {
 	g.mu.Lock()
 	fresh := g.count < g.cfg.Max && time.Since(g.read) < refresh
 	g.mu.Unlock()
-	if fresh {
+	if fresh || g.isReleased() {
 		return nil
 	}
 	var start, moved time.Time

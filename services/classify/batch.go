@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
@@ -14,7 +15,9 @@ import (
 
 // findingBatch packs the findings of one cluster into FindingBatch messages of at most
 // maxBytes each (a finding larger than that goes alone), so the bus stores and acknowledges
-// one message per many findings.
+// one message per many findings. A worker keeps its findingBatches from one settle to the
+// next (reset): the message being filled grows in data, kept, and is copied out at its
+// exact size when sealed, so filling a message allocates nothing once warm.
 type findingBatch struct {
 	cluster  string
 	maxBytes int
@@ -28,6 +31,17 @@ type findingBatch struct {
 
 func newFindingBatch(cluster string, maxBytes int) *findingBatch {
 	return &findingBatch{cluster: cluster, maxBytes: maxBytes, ids: sha256.New()}
+}
+
+// reset empties b for the findings of cluster, keeping its buffer unless a finding larger
+// than a message grew it beyond that.
+func (b *findingBatch) reset(cluster string) {
+	b.cluster, b.n, b.sealed = cluster, 0, nil
+	b.data = b.data[:0]
+	if cap(b.data) > 2*b.maxBytes {
+		b.data = nil
+	}
+	b.ids.Reset()
 }
 
 // add appends f, identified by key, starting a new message first when f would not fit.
@@ -60,9 +74,9 @@ func (b *findingBatch) seal() {
 		return
 	}
 	id := b.cluster + "/batch/" + hex.EncodeToString(b.ids.Sum(nil)[:16])
-	b.sealed = append(b.sealed, bus.Message{Stream: bus.Findings, Cluster: b.cluster, ID: id, Data: b.data,
+	b.sealed = append(b.sealed, bus.Message{Stream: bus.Findings, Cluster: b.cluster, ID: id, Data: bytes.Clone(b.data),
 		Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}})
-	b.data, b.n = nil, 0
+	b.data, b.n = b.data[:0], 0
 	b.ids.Reset()
 }
 

@@ -1,13 +1,16 @@
 package classify
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/classify/dedup"
 )
@@ -44,6 +47,57 @@ func BenchmarkSettle(b *testing.B) {
 		svc.seen = dedup.New(cfg.DedupWindow) // every round finds what the last one did
 		svc.settle(w, batch)
 	}
+}
+
+// BenchmarkSettleRealBatches measures the consumer's path of the end-to-end benchmark
+// (services/auditlens/e2e BenchmarkPipelineThroughput) without a bus: the genuine events of
+// examples/audit.log, each copy with new audit ids, in EventBatch messages as ingest packs
+// them (S2, default bounds), settled BatchSize events at a time as a worker does:
+// decompressed, decoded, classified, findings packed and handed to a bus that keeps nothing,
+// acked. Reported per event.
+func BenchmarkSettleRealBatches(b *testing.B) {
+	src, err := os.ReadFile("../../examples/audit.log")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(src), []byte("\n"))
+	cfg := DefaultConfig()
+	svc, err := newService(cfg, daemon.Deps{Bus: discardBus{}, Cluster: "default"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := eventbatch.NewPacker(eventbatch.DefaultConfig(), "prod", "prod/file/fp", eventbatch.ByRange, nil)
+	var msgs []bus.Message
+	events := 0
+	for i := range 24 { // ~4000 events
+		for j, line := range lines {
+			ev := bytes.Replace(line, []byte(`"auditID":"`), []byte(fmt.Sprintf(`"auditID":"%d-`, i)), 1)
+			msgs = p.Add(msgs, ev, fmt.Sprint(i*len(lines)+j))
+			events++
+		}
+	}
+	msgs = p.Flush(msgs)
+	// The settles of a worker: deliveries until BatchSize events.
+	var settles [][]*bus.Delivery
+	n := cfg.BatchSize
+	for _, m := range msgs {
+		if n >= cfg.BatchSize {
+			settles, n = append(settles, nil), 0
+		}
+		d := &bus.Delivery{Acker: noAcker{}, Delivered: 1}
+		d.Stream, d.Cluster, d.ID, d.Data, d.Header, d.Position = bus.Events, m.Cluster, m.ID, m.Data, m.Header, "AUDIT_EVENTS:"+m.ID
+		settles[len(settles)-1] = append(settles[len(settles)-1], d)
+		n += eventbatch.Count(m.Header)
+	}
+	w := &work{dec: auditevent.NewDecoder(cfg.MaxEventSize)}
+	b.ReportAllocs()
+	for b.Loop() {
+		svc.seen = dedup.New(cfg.DedupWindow) // every round finds what the last one did
+		for _, batch := range settles {
+			svc.settle(w, batch)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1000/float64(b.N*events), "us/event")
 }
 
 // discardBus accepts every publish and keeps nothing.

@@ -146,6 +146,8 @@ type work struct {
 	matches []rules.Match
 	events  [][]byte
 	bufs    [][]byte // decompressed batches, one per delivery of the settle
+	// findings holds a FindingBatch per cluster of a settle.
+	findings []*findingBatch
 }
 
 // events returns the events of delivery i of a settle: one for a single-event message, every
@@ -165,16 +167,21 @@ func (w *work) eventsOf(d *bus.Delivery, i int) ([][]byte, error) {
 func (s *service) settle(w *work, batch []*bus.Delivery) {
 	var out []bus.Message
 	var keys []string
-	// The findings, per cluster in order of appearance, packed into FindingBatch messages.
-	var clusters []*findingBatch
+	// The findings, per cluster in order of appearance, packed into FindingBatch messages
+	// (the worker's, reused).
+	clusters := w.findings[:0]
 	findingsOf := func(cluster string) *findingBatch {
 		for _, fb := range clusters {
 			if fb.cluster == cluster {
 				return fb
 			}
 		}
-		fb := newFindingBatch(cluster, s.cfg.FindingsMessageBytes)
-		clusters = append(clusters, fb)
+		if len(clusters) == len(w.findings) {
+			w.findings = append(w.findings, newFindingBatch(cluster, s.cfg.FindingsMessageBytes))
+		}
+		fb := w.findings[len(clusters)]
+		fb.reset(cluster)
+		clusters = w.findings[:len(clusters)+1]
 		return fb
 	}
 	inBatch := map[string]bool{}

@@ -138,14 +138,22 @@ func expected(t testing.TB, input string) scanned {
 
 type proc struct {
 	t    testing.TB
+	bin  string // directory of the binary
 	name string
 	args []string
+	env  []string // added to the test's environment
 	cmd  *exec.Cmd
 	log  *os.File
 }
 
 func start(t testing.TB, dir, name string, args ...string) *proc {
-	p := &proc{t: t, name: name, args: args}
+	return startFrom(t, bin, dir, name, args...)
+}
+
+// startFrom starts binary name of the directory binDir (start: the binaries TestMain built),
+// its output in dir/name.log.
+func startFrom(t testing.TB, binDir, dir, name string, args ...string) *proc {
+	p := &proc{t: t, bin: binDir, name: name, args: args}
 	var err error
 	p.log, err = os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -165,8 +173,11 @@ func start(t testing.TB, dir, name string, args ...string) *proc {
 }
 
 func (p *proc) start() {
-	p.cmd = exec.Command(filepath.Join(bin, p.name), p.args...)
+	p.cmd = exec.Command(filepath.Join(p.bin, p.name), p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if p.env != nil {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

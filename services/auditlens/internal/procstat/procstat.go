@@ -18,7 +18,13 @@ import (
 // unreachable page gives an empty map (the process may still be starting).
 func Scrape(addr string) map[string]float64 {
 	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
+	// Uncompressed: a benchmark polls often, and gzip would charge the process it watches.
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return out
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return out
 	}
@@ -65,16 +71,9 @@ const clockTicks = 100
 
 // CPU returns the user plus system CPU time process pid has used so far.
 func CPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := stat(pid)
 	if err != nil {
 		return 0, fmt.Errorf("read cpu time of process %d: %w", pid, err)
-	}
-	// The fields after the command name (in parentheses, which may hold spaces): utime and
-	// stime are the 12th and 13th of them.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("read cpu time of process %d: unexpected stat %q", pid, b)
 	}
 	var ticks int64
 	for _, v := range f[11:13] {
@@ -85,6 +84,38 @@ func CPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// PageFaults returns the minor page faults of process pid so far: each a first touch of a
+// page of memory (on a virtual machine that backs memory lazily, tens of microseconds each).
+func PageFaults(pid int) (int64, error) {
+	f, err := stat(pid)
+	if err != nil {
+		return 0, fmt.Errorf("read page faults of process %d: %w", pid, err)
+	}
+	n, err := strconv.ParseInt(f[7], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read page faults of process %d: %w", pid, err)
+	}
+	return n, nil
+}
+
+// stat returns the fields of /proc/<pid>/stat after the command name (in parentheses, which
+// may hold spaces), at least 13: minflt is the 8th, utime and stime the 12th and 13th.
+func stat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("unexpected stat %q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return nil, fmt.Errorf("unexpected stat %q", b)
+	}
+	return f, nil
 }
 
 // PIDs lists the running processes whose command line contains s (for engines a test

@@ -74,3 +74,24 @@ func TestCPUAndPIDsOfAChild(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestPageFaultsGrowWhenMemoryIsTouched(t *testing.T) {
+	before, err := PageFaults(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	mem := make([]byte, 16<<20) // fresh pages: each first write faults
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 1
+	}
+	after, err := PageFaults(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 1000 {
+		t.Fatalf("page faults %d -> %d after touching 4096 fresh pages, want at least 1000 more", before, after)
+	}
+	if _, err := PageFaults(1 << 30); err == nil {
+		t.Fatal("PageFaults of a process that does not exist: no error")
+	}
+}

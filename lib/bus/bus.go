@@ -122,6 +122,16 @@ type Bus interface {
 	Close() error
 }
 
+// BacklogReader reports how far a consumer group is behind a stream; natsbus and kafkabus
+// implement it (ingest holds publishing back with it, see services/ingest/backlog).
+type BacklogReader interface {
+	// Backlog is the number of messages of stream s that group has not acknowledged yet:
+	// those not delivered yet plus those delivered but not settled (NATS: the consumer's
+	// pending plus ack pending; Kafka: the group's lag, summed over the partitions). A group
+	// that does not exist yet has the whole stream ahead of it.
+	Backlog(ctx context.Context, s Stream, group string) (int64, error)
+}
+
 // ConsumerOptions tunes a consumer. Zero values take defaults.
 type ConsumerOptions struct {
 	// MaxUnacked bounds deliveries handed out but not yet settled (default 4096).
@@ -171,6 +181,10 @@ func (o ConsumerOptions) WithDefaults() ConsumerOptions {
 
 // ErrUnavailable wraps errors caused by the bus being unreachable; callers back off and retry.
 var ErrUnavailable = errors.New("bus unavailable")
+
+// ErrBacklog wraps the error of a publish that waited for the consumers of its stream to catch
+// up (a bounded backlog, see BacklogReader) until its context ended: the bus is up, retry later.
+var ErrBacklog = errors.New("the consumers are too far behind")
 
 // ErrTooLarge wraps the refusal of a message larger than the bus accepts (NATS max_payload,
 // Kafka message.max.bytes). Retrying does not help: cap what is published below the limit.

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -81,6 +83,15 @@ func (i *instrumented) Consumer(s bus.Stream, group string, o bus.ConsumerOption
 			h(ctx, d)
 		})
 	}), nil
+}
+
+// Backlog implements bus.BacklogReader when the wrapped bus does.
+func (i *instrumented) Backlog(ctx context.Context, s bus.Stream, group string) (int64, error) {
+	br, ok := i.Bus.(bus.BacklogReader)
+	if !ok {
+		return 0, fmt.Errorf("%T cannot report a backlog: %w", i.Bus, errors.ErrUnsupported)
+	}
+	return br.Backlog(ctx, s, group)
 }
 
 type consumerFunc func(ctx context.Context, h bus.Handler) error

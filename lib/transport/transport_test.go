@@ -40,6 +40,14 @@ func TestOpenEmbeddedCountsPerStream(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "auditlens_bus_published_messages_total"); err != nil {
 		t.Fatal(err)
 	}
+	// The instrumented bus still reports the backlog ingest holds publishing back with.
+	br, ok := b.(bus.BacklogReader)
+	if !ok {
+		t.Fatalf("%T hides the bus's backlog", b)
+	}
+	if n, err := br.Backlog(context.Background(), bus.Events, "classify"); err != nil || n != 4 {
+		t.Fatalf("backlog of events: %d, %v; want 4", n, err)
+	}
 }
 
 func TestValidateNamesTheFlag(t *testing.T) {

@@ -7,13 +7,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/services/ingest/backlog"
 	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
 	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
@@ -42,7 +45,9 @@ type Config struct {
 	// NodeName is sent with every event.
 	NodeName string
 	// Batch bounds the EventBatch messages every input publishes events in.
-	Batch    eventbatch.Config
+	Batch eventbatch.Config
+	// Backlog holds every input's publishing back while classify is too far behind.
+	Backlog  backlog.Config
 	File     file.Config
 	Webhook  webhook.Config
 	Firehose firehose.Config
@@ -60,6 +65,7 @@ func DefaultConfig(dataRoot string) Config {
 		MaxEventSize: 1000000,
 		NodeName:     host,
 		Batch:        eventbatch.DefaultConfig(),
+		Backlog:      backlog.DefaultConfig(),
 		File:         file.DefaultConfig(dataRoot),
 		Webhook:      webhook.DefaultConfig(),
 		Firehose:     firehose.DefaultConfig(),
@@ -74,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxEventSize, "max-event-size", c.MaxEventSize, "largest audit event in `bytes`; larger lines go to the dead-letter stream (keep it below the bus's max payload)")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "name of this node, sent with every event")
 	c.Batch.RegisterFlags(fs)
+	c.Backlog.RegisterFlags(fs)
 	c.File.RegisterFlags(fs)
 	c.Webhook.RegisterFlags(fs)
 	c.Firehose.RegisterFlags(fs)
@@ -119,7 +126,7 @@ func (c Config) Validate() error {
 	if c.MaxEventSize <= 0 || c.File.BatchSize <= 0 || c.File.BatchBytes <= 0 || c.File.Publishers <= 0 {
 		return errors.New("--max-event-size, --audit-log-batch-size, --audit-log-batch-bytes and --audit-log-publishers must be positive")
 	}
-	for _, v := range []func() error{c.Batch.Validate, c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.CloudWatch.Validate, c.Webhook.Validate} {
+	for _, v := range []func() error{c.Batch.Validate, c.Backlog.Validate, c.Firehose.Validate, c.PubSub.Validate, c.Kafka.Validate, c.CloudWatch.Validate, c.Webhook.Validate} {
 		if err := v(); err != nil {
 			return err
 		}
@@ -131,7 +138,8 @@ func (c Config) Validate() error {
 }
 
 // New builds the inputs that are on: the file input, the webhook, the Firehose endpoint, the
-// Pub/Sub and Kafka sources, the CloudWatch Logs reader.
+// Pub/Sub and Kafka sources, the CloudWatch Logs reader; with Backlog on, they publish through
+// one backlog.Gate, run as the first stage (it lets the inputs drain at shutdown).
 func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -148,43 +156,56 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	m := metrics.New(reg)
 	var comps []daemon.Component
+	var pub interface {
+		bus.Publisher
+		Ready() error
+	} = d.Bus
+	if cfg.Backlog.On() {
+		b, ok := d.Bus.(backlog.Bus)
+		if !ok {
+			return nil, fmt.Errorf("--bus-max-backlog: the bus (%T) cannot report a consumer group's backlog", d.Bus)
+		}
+		g := backlog.New(cfg.Backlog, b, logger, reg)
+		comps = append(comps, daemon.ComponentFuncs{RunFunc: g.Run, ReadyFunc: g.Stalled})
+		pub = g
+	}
 	if cfg.File.On() {
-		in, err := file.New(cfg.File, d.Bus, file.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Registry: reg, Metrics: m, Batch: cfg.Batch})
+		in, err := file.New(cfg.File, pub, file.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Registry: reg, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, in)
 	}
 	if cfg.Webhook.On() {
-		s, err := webhook.New(cfg.Webhook, d.Bus, webhook.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := webhook.New(cfg.Webhook, pub, webhook.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.Firehose.On() {
-		s, err := firehose.New(cfg.Firehose, d.Bus, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.PubSub.On() {
-		s, err := pubsub.New(context.Background(), cfg.PubSub, d.Bus, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.Kafka.On() {
-		s, err := kafka.New(cfg.Kafka, d.Bus, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.CloudWatch.On() {
-		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, d.Bus, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
 		if err != nil {
 			return nil, err
 		}

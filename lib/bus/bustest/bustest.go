@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 // Opener opens a fresh, empty bus for one subtest; it registers its own cleanup.
@@ -86,8 +87,9 @@ func (c *Collector) WaitDistinct(t *testing.T, n int, timeout time.Duration) {
 	}
 }
 
-// consume runs a consumer in the background until the returned stop is called.
-func consume(t *testing.T, b bus.Bus, s bus.Stream, group string, o bus.ConsumerOptions, h bus.Handler) (stop func()) {
+// Consume runs a consumer of stream s for group in the background until the returned stop
+// is called (or the test ends).
+func Consume(t *testing.T, b bus.Bus, s bus.Stream, group string, o bus.ConsumerOptions, h bus.Handler) (stop func()) {
 	t.Helper()
 	c, err := b.Consumer(s, group, o)
 	if err != nil {
@@ -109,7 +111,8 @@ func consume(t *testing.T, b bus.Bus, s bus.Stream, group string, o bus.Consumer
 	return stop
 }
 
-func ackAll(col *Collector) bus.Handler {
+// AckAll is a handler that records every delivery in col and acknowledges it.
+func AckAll(col *Collector) bus.Handler {
 	return func(ctx context.Context, d *bus.Delivery) {
 		col.Add(d.ID)
 		_ = d.Ack(ctx)
@@ -136,9 +139,9 @@ func Run(t *testing.T, open Opener) {
 		col := NewCollector()
 		var hdrOK sync.Once
 		seenHeader := false
-		stop := consume(t, b, bus.Findings, "g1", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+		stop := Consume(t, b, bus.Findings, "g1", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
 			hdrOK.Do(func() { seenHeader = d.Header[bus.HeaderNode] == "node-a" && d.Cluster != "" && len(d.Data) == 1200 })
-			ackAll(col)(ctx, d)
+			AckAll(col)(ctx, d)
 		})
 		col.WaitDistinct(t, n, 30*time.Second)
 		time.Sleep(quiet)
@@ -160,7 +163,7 @@ func Run(t *testing.T, open Opener) {
 			t.Fatal(err)
 		}
 		col := NewCollector()
-		stop := consume(t, b, bus.Events, "g5", bus.ConsumerOptions{}, ackAll(col))
+		stop := Consume(t, b, bus.Events, "g5", bus.ConsumerOptions{}, AckAll(col))
 		col.WaitDistinct(t, n, 30*time.Second)
 		stop()
 	})
@@ -196,7 +199,7 @@ func Run(t *testing.T, open Opener) {
 				gaveUp++
 				mu.Unlock()
 			}}
-		stop := consume(t, b, bus.Events, "gp", opts, func(ctx context.Context, d *bus.Delivery) {
+		stop := Consume(t, b, bus.Events, "gp", opts, func(ctx context.Context, d *bus.Delivery) {
 			if d.ID == poison {
 				mu.Lock()
 				tries++
@@ -204,15 +207,15 @@ func Run(t *testing.T, open Opener) {
 				_ = d.Nak(10 * time.Millisecond)
 				return
 			}
-			ackAll(col)(ctx, d)
+			AckAll(col)(ctx, d)
 		})
 		dead := NewCollector()
 		var dl bus.Delivery
-		consume(t, b, bus.DeadLetter, "gpd", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+		Consume(t, b, bus.DeadLetter, "gpd", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
 			mu.Lock()
 			dl = *d
 			mu.Unlock()
-			ackAll(dead)(ctx, d)
+			AckAll(dead)(ctx, d)
 		})
 		col.WaitDistinct(t, n-1, 30*time.Second)
 		dead.WaitDistinct(t, 1, 30*time.Second)
@@ -242,7 +245,7 @@ func Run(t *testing.T, open Opener) {
 		var mu sync.Mutex
 		acked := map[string]bool{}
 		opts := bus.ConsumerOptions{AckWait: time.Second, DrainTimeout: time.Second}
-		stop := consume(t, b, bus.Events, "g2", opts, func(ctx context.Context, d *bus.Delivery) {
+		stop := Consume(t, b, bus.Events, "g2", opts, func(ctx context.Context, d *bus.Delivery) {
 			first.Add(d.ID)
 			mu.Lock()
 			defer mu.Unlock()
@@ -255,7 +258,7 @@ func Run(t *testing.T, open Opener) {
 		stop()
 
 		second := NewCollector()
-		consume(t, b, bus.Events, "g2", opts, ackAll(second))
+		Consume(t, b, bus.Events, "g2", opts, AckAll(second))
 		second.WaitDistinct(t, n-len(acked), 30*time.Second)
 		second.mu.Lock()
 		defer second.mu.Unlock()
@@ -280,7 +283,7 @@ func Run(t *testing.T, open Opener) {
 		var mu sync.Mutex
 		var held []*bus.Delivery
 		opts := bus.ConsumerOptions{AckWait: 300 * time.Millisecond, DrainTimeout: time.Second}
-		consume(t, b, bus.Events, "gh", opts, func(_ context.Context, d *bus.Delivery) {
+		Consume(t, b, bus.Events, "gh", opts, func(_ context.Context, d *bus.Delivery) {
 			col.Add(d.ID)
 			mu.Lock()
 			held = append(held, d)
@@ -314,7 +317,7 @@ func Run(t *testing.T, open Opener) {
 			}
 		}
 		col := NewCollector()
-		stop := consume(t, b, bus.Findings, "g3", bus.ConsumerOptions{}, ackAll(col))
+		stop := Consume(t, b, bus.Findings, "g3", bus.ConsumerOptions{}, AckAll(col))
 		col.WaitDistinct(t, 100, 30*time.Second)
 		time.Sleep(quiet)
 		stop()
@@ -337,8 +340,8 @@ func Run(t *testing.T, open Opener) {
 			}
 		}
 		opts := bus.ConsumerOptions{MaxUnacked: 64}
-		stopA := consume(t, b, bus.Events, "shared", opts, slow(a))
-		stopC := consume(t, b, bus.Events, "shared", opts, slow(c))
+		stopA := Consume(t, b, bus.Events, "shared", opts, slow(a))
+		stopC := Consume(t, b, bus.Events, "shared", opts, slow(c))
 		// Let both members join before publishing (Kafka assigns partitions on join).
 		time.Sleep(2 * time.Second)
 		msgs := Messages(bus.Events, "sh", n, 12)
@@ -359,5 +362,53 @@ func Run(t *testing.T, open Opener) {
 			t.Fatalf("distinct=%d want %d", d, n)
 		}
 		t.Logf("split %d / %d", da, dc)
+	})
+
+	// The backlog ingest holds publishing back with: everything ahead of a group that has not
+	// started, then only what it has not acknowledged, down to zero.
+	t.Run("BacklogIsWhatTheGroupHasNotAcked", func(t *testing.T) {
+		b := open(t)
+		br, ok := b.(bus.BacklogReader)
+		if !ok {
+			t.Fatalf("%T does not report a backlog (bus.BacklogReader)", b)
+		}
+		backlog := func() int64 {
+			n, err := br.Backlog(ctx, bus.Events, "gb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		const n, acked = 30, 10
+		if got := backlog(); got != 0 {
+			t.Fatalf("backlog of an empty stream: %d", got)
+		}
+		if err := b.Publish(ctx, Messages(bus.Events, "bl", n, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		if got := backlog(); got != n {
+			t.Fatalf("backlog before the group started: %d, want %d", got, n)
+		}
+		col := NewCollector()
+		var mu sync.Mutex
+		var held []*bus.Delivery
+		Consume(t, b, bus.Events, "gb", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+			mu.Lock()
+			defer mu.Unlock()
+			if d2, _ := col.Counts(); d2 < acked {
+				_ = d.Ack(ctx)
+			} else {
+				held = append(held, d)
+			}
+			col.Add(d.ID)
+		})
+		col.WaitDistinct(t, n, 30*time.Second)
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a backlog of the %d held messages", n-acked), func() bool { return backlog() == n-acked })
+		mu.Lock()
+		for _, d := range held {
+			_ = d.Ack(ctx)
+		}
+		mu.Unlock()
+		testkit.Eventually(t, 10*time.Second, "a backlog of 0 once all are acknowledged", func() bool { return backlog() == 0 })
 	})
 }

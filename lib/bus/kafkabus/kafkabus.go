@@ -59,7 +59,10 @@ type Bus struct {
 	closeOnce sync.Once
 }
 
-var _ bus.Bus = (*Bus)(nil)
+var (
+	_ bus.Bus           = (*Bus)(nil)
+	_ bus.BacklogReader = (*Bus)(nil)
+)
 
 // Open checks the brokers answer and creates the topics when configured to.
 func Open(ctx context.Context, cfg Config) (*Bus, error) {
@@ -424,4 +427,67 @@ func (t *tracker) done(p int, off int64) (int64, bool) {
 		ps.pending = ps.pending[1:]
 	}
 	return upTo, ok
+}
+
+// Backlog implements bus.BacklogReader: the group's lag on the stream's topic, summed over
+// its partitions (the end of each partition minus the group's committed offset there; a
+// partition the group never committed counts from its first offset, where a new group starts).
+func (b *Bus) Backlog(ctx context.Context, s bus.Stream, group string) (int64, error) {
+	topic := Topic(s)
+	fail := func(err error) (int64, error) {
+		return 0, fmt.Errorf("read the lag of %s on %s: %w", group, topic, err)
+	}
+	c := &kafka.Client{Addr: kafka.TCP(b.cfg.Brokers...), Transport: b.transport, Timeout: 10 * time.Second}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return fail(err)
+	}
+	var parts []int
+	var ends []kafka.OffsetRequest
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return fail(t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts = append(parts, p.ID)
+			ends = append(ends, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+		}
+	}
+	if len(parts) == 0 {
+		return 0, nil
+	}
+	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: ends}})
+	if err != nil {
+		return fail(err)
+	}
+	committed, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err == nil {
+		err = committed.Error
+	}
+	next := map[int]int64{}
+	switch {
+	case errors.Is(err, kafka.GroupIdNotFound):
+		// A group that never committed (Kafka answers -1 offsets, some brokers this error).
+		committed = &kafka.OffsetFetchResponse{}
+	case err != nil:
+		return fail(err)
+	}
+	for _, p := range committed.Topics[topic] {
+		if p.Error != nil {
+			return fail(p.Error)
+		}
+		next[p.Partition] = p.CommittedOffset // the next offset to read; -1: none committed
+	}
+	var lag int64
+	for _, p := range offs.Topics[topic] {
+		if p.Error != nil {
+			return fail(p.Error)
+		}
+		from, ok := next[p.Partition]
+		if !ok || from < p.FirstOffset {
+			from = p.FirstOffset
+		}
+		lag += max(p.LastOffset-from, 0)
+	}
+	return lag, nil
 }

@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -107,4 +108,24 @@ func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 // consumer), and never below two of the largest messages the server accepts.
 func (c *consumer) pullBytes() int {
 	return max(16<<20, 2*int(c.b.nc.MaxPayload()))
+}
+
+// Backlog implements bus.BacklogReader with one consumer info request: the messages not yet
+// delivered to group plus those delivered and not acknowledged. Before the group's durable
+// consumer exists (its first Consume creates it, delivering from the start), it is every
+// message of the stream.
+func (b *Bus) Backlog(ctx context.Context, s bus.Stream, group string) (int64, error) {
+	c, err := b.js.Consumer(ctx, StreamName(s), group)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		st, err := b.js.Stream(ctx, StreamName(s))
+		if err != nil {
+			return 0, fmt.Errorf("read the backlog of %s on %s: %w", group, StreamName(s), err)
+		}
+		return int64(st.CachedInfo().State.Msgs), nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the backlog of %s on %s: %w", group, StreamName(s), err)
+	}
+	info := c.CachedInfo()
+	return int64(info.NumPending) + int64(info.NumAckPending), nil
 }

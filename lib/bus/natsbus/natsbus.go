@@ -40,7 +40,10 @@ type Bus struct {
 	closeOnce sync.Once
 }
 
-var _ bus.Bus = (*Bus)(nil)
+var (
+	_ bus.Bus           = (*Bus)(nil)
+	_ bus.BacklogReader = (*Bus)(nil)
+)
 
 // Open connects (starting the embedded server when asked) and creates or updates the streams.
 func Open(ctx context.Context, cfg Config) (*Bus, error) {

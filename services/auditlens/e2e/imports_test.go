@@ -16,6 +16,7 @@ var allowed = map[string][]string{
 	"services/ingest/tail":       {},
 	"services/ingest/checkpoint": {"services/ingest/tail"},
 	"services/ingest/metrics":    {},
+	"services/ingest/backlog":    {},
 	"services/ingest/file":       {"services/ingest/tail", "services/ingest/checkpoint", "services/ingest/metrics"},
 	"services/ingest/webhook":    {"services/ingest/metrics"},
 	"services/ingest/firehose":   {"services/ingest/metrics"},

@@ -26,14 +26,7 @@ func TestSameRangeReadAgainIsStoredOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	const total = 2000
-	var want []string
-	for i := range total {
-		line, id := ev.Event(i)
-		want = append(want, id)
-		if err := w.Line(line); err != nil {
-			t.Fatal(err)
-		}
-	}
+	want := w.Events(t, ev, 0, total)
 	cfg := fileConfig(t, path)
 	cfg.BatchSize = 300
 	batch := eventbatch.DefaultConfig()
@@ -77,14 +70,7 @@ func TestBatchesOffPublishesOneMessagePerEvent(t *testing.T) {
 	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
-	var want []string
-	for i := range 300 {
-		line, id := ev.Event(i)
-		want = append(want, id)
-		if err := w.Line(line); err != nil {
-			t.Fatal(err)
-		}
-	}
+	want := w.Events(t, ev, 0, 300)
 	r := start(t, fileConfig(t, path), b, func(o *file.Options) { o.Batch.MaxEvents, o.Batch.MaxBytes, o.Batch.Compression = 1, 1, "none" })
 	testkit.Eventually(t, 90*time.Second, "every event on the bus", func() bool { return n.Stored(t, bus.Events) >= 300 })
 	r.stop(t)

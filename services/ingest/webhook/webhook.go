@@ -49,9 +49,10 @@ type Config struct {
 	// MaxInflightBytes caps the bytes of request bodies held at once (default 64 MiB, at
 	// least MaxBody); a request beyond it gets 429 with Retry-After.
 	MaxInflightBytes int64
-	// PublishTimeout bounds the wait for the bus; past it the answer is 503 (default 10s).
+	// PublishTimeout bounds the wait for the bus; past it the answer is 503, or 429 when the
+	// wait was for classify to catch up (--bus-max-backlog) (default 10s).
 	PublishTimeout time.Duration
-	// RetryAfter is the Retry-After of a 503 (default 5s).
+	// RetryAfter is the Retry-After of a 503 or 429 (default 5s).
 	RetryAfter time.Duration
 	// ReloadInterval is how often the key pair and the token file are checked for changes
 	// (default 10s).
@@ -80,7 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenFile, "webhook-token-file", c.TokenFile, "`file` holding the bearer token the apiserver must send")
 	fs.Int64Var(&c.MaxBody, "webhook-max-body", c.MaxBody, "largest accepted request body in `bytes` (larger: 413)")
 	fs.Int64Var(&c.MaxInflightBytes, "webhook-max-inflight-bytes", c.MaxInflightBytes, "most `bytes` of request bodies handled at once (more: 429 with Retry-After); the webhook's memory is about 3 to 5 times this (see services/ingest/README.md)")
-	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", c.PublishTimeout, "how long a request waits for the bus before answering 503")
+	fs.DurationVar(&c.PublishTimeout, "webhook-publish-timeout", c.PublishTimeout, "how long a request waits for the bus before answering 503 (429 when it waited for classify to catch up, see --bus-max-backlog)")
 }
 
 // On reports whether the webhook is configured.
@@ -422,6 +423,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			bad[metrics.TooLargeForBus] += n
 			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
 		})
+		if errors.Is(err, bus.ErrBacklog) {
+			// Classify is behind (--bus-max-backlog): the bus is fine, the apiserver retries.
+			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
+			s.answer(w, http.StatusTooManyRequests, "the pipeline is behind (--bus-max-backlog); retry later")
+			return
+		}
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
 			if !s.failed.Swap(true) {

@@ -22,6 +22,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/ingest/backlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -79,8 +80,9 @@ func setup(t *testing.T, maxBody int64) *fixture {
 	return setupWith(t, maxBody, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()})
 }
 
-// setupWith starts a webhook on a bus opened with nc; tune may hold func(*webhook.Config)
-// and func(*webhook.Options).
+// setupWith starts a webhook on a bus opened with nc; tune may hold func(*webhook.Config),
+// func(*webhook.Options) and func(*natsbus.Bus) webhook.Bus (what the webhook publishes
+// through instead of the bus itself).
 func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fixture {
 	t.Helper()
 	p := newPKI(t)
@@ -98,17 +100,20 @@ func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fix
 	cfg.Addr, cfg.TLSCert, cfg.TLSKey, cfg.ClientCA, cfg.TokenFile = "127.0.0.1:0", p.serverCert, p.serverKey, p.clientCA, tokFile
 	cfg.MaxBody, cfg.MaxInflightBytes, cfg.PublishTimeout = maxBody, max(webhook.DefaultMaxInflightBytes, maxBody), 3*time.Second
 	opt := webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m}
+	var pub webhook.Bus = b
 	for _, f := range tune {
 		switch f := f.(type) {
 		case func(*webhook.Config):
 			f(&cfg)
 		case func(*webhook.Options):
 			f(&opt)
+		case func(*natsbus.Bus) webhook.Bus:
+			pub = f(b)
 		default:
 			t.Fatalf("setupWith: cannot tune with %T", f)
 		}
 	}
-	srv, err := webhook.New(cfg, b, opt)
+	srv, err := webhook.New(cfg, pub, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +155,19 @@ func (f *fixture) post(body []byte, tok string, cert *tls.Certificate) *http.Res
 	}
 	resp.Body.Close()
 	return resp
+}
+
+// retry posts body with the token as the apiserver retries a batch: again every 100 ms until
+// it is taken (200), at most 50 times; it returns the last answer.
+func (f *fixture) retry(body []byte) *http.Response {
+	f.t.Helper()
+	for i := 0; ; i++ {
+		resp := f.post(body, token, nil)
+		if resp.StatusCode == http.StatusOK || i == 50 {
+			return resp
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // count returns the number of events (messages, on another stream than events) in stream s:
@@ -361,15 +379,49 @@ func TestWebhookBusOutage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The apiserver retries the batch; parts of it may have been stored before the outage.
-	for i := 0; ; i++ {
-		resp = f.post(eventList(ev, 10, 20), token, nil)
-		if resp.StatusCode == http.StatusOK || i == 50 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if resp.StatusCode != http.StatusOK {
+	if resp := f.retry(eventList(ev, 10, 20)); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d after the bus came back", resp.StatusCode)
+	}
+	if got := f.count(bus.Events); got != 20 {
+		t.Errorf("%d events on the bus, want 20", got)
+	}
+}
+
+// While classify is behind by --bus-max-backlog, a request waits at most
+// --webhook-publish-timeout, then gets 429 with Retry-After (the bus is fine: not 503); the
+// apiserver's retry is stored once classify caught up, and nothing twice.
+func TestWebhookAnswers429WhileClassifyIsBehind(t *testing.T) {
+	ev := testlog.Load(t)
+	f := setupWith(t, 1<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()},
+		func(c *webhook.Config) { c.PublishTimeout = 500 * time.Millisecond },
+		func(b *natsbus.Bus) webhook.Bus {
+			return backlog.New(backlog.Config{Max: 1, Group: "classify"}, b, nil, nil)
+		})
+	if resp := f.post(eventList(ev, 0, 10), token, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d below the bound, want 200", resp.StatusCode)
+	}
+	start := time.Now()
+	resp := f.post(eventList(ev, 10, 20), token, nil)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d Retry-After %q at the bound, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the request was held %s, past --webhook-publish-timeout", took)
+	}
+	if err := f.srv.Ready(); err != nil {
+		t.Errorf("not ready while only classify is behind: %v", err)
+	}
+	// classify consumes; the apiserver's retry goes through.
+	c, err := f.bus.Consumer(bus.Events, "classify", bus.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Consume(ctx, func(ctx context.Context, d *bus.Delivery) { _ = d.Ack(ctx) }) })
+	defer func() { cancel(); wg.Wait() }()
+	if resp := f.retry(eventList(ev, 10, 20)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d once classify consumed, want 200", resp.StatusCode)
 	}
 	if got := f.count(bus.Events); got != 20 {
 		t.Errorf("%d events on the bus, want 20", got)

@@ -35,6 +35,15 @@ checkpoints/, chdb/.`
 // runtime included, which the all-in-one holds once.
 const classifyReportMemory = 64 << 20
 
+// maxBacklog is the all-in-one's --bus-max-backlog: ingest reads the audit log about 4 times
+// as fast as classify classifies it, and every message the embedded NATS server stores ahead
+// of classify is memory (its file-store blocks stay cached 10 s after their last use, the
+// client buffers what it pulled), so ingest waits while classify has this many messages of
+// events (EventBatches of up to 1024 events, ~200 of the sample's events) or more not yet
+// acknowledged: about a second of classify's work. Measured in BenchmarkMemory (README:
+// all-in-one peak memory).
+const maxBacklog = 256
+
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
@@ -47,6 +56,7 @@ func run(args []string) int {
 		classify: classify.DefaultConfig(),
 		report:   report.DefaultConfig(root),
 	}
+	c.ingest.Backlog.Max = maxBacklog
 	return daemon.Main(daemon.Spec{
 		Name:               "auditlens",
 		Synopsis:           synopsis,
@@ -63,6 +73,8 @@ func run(args []string) int {
 		Validate: c.validate,
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
 			// Upstream first, so a shutdown drains ingest, then classify, then report.
+			// Ingest waits for this classify's group, whatever --bus-backlog-group says.
+			c.ingest.Backlog.Group = c.classify.Group
 			in, err := ingest.New(c.ingest, d)
 			if err != nil {
 				return nil, fmt.Errorf("ingest: %w", err)

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +24,11 @@ import (
 // (VmHWM), its resident memory and Go heap once everything is stored, and the input size: the
 // numbers the README's memory statement rests on; at the larger size also the peak as a
 // multiple of the smaller size's (peak-rss-x-50MB, ~1.0 when memory does not grow with the
-// input). It reports; it asserts nothing about them.
+// input), and the events per second from start to the last event classified. It reports; it
+// asserts nothing about them. -memory-mb picks the sizes (50,200 by default; the README's
+// rows also run 800).
 //
-//	flock /work/bench.lock go test -run '^$' -bench Memory -benchtime 1x ./cmd/auditlens/
+//	flock /work/bench.lock go test -run '^$' -bench Memory -benchtime 1x ./cmd/auditlens/ -args -memory-mb 50,200,800
 func BenchmarkMemory(b *testing.B) {
 	lib := chdbLib(b)
 	bin := filepath.Join(b.TempDir(), "auditlens")
@@ -33,7 +38,7 @@ func BenchmarkMemory(b *testing.B) {
 		b.Fatalf("build auditlens: %v", err)
 	}
 	var firstPeak int64 // at the smallest input
-	for _, mb := range []int{50, 200} {
+	for _, mb := range memorySizes(b) {
 		b.Run(fmt.Sprintf("input=%dMB", mb), func(b *testing.B) {
 			dir := b.TempDir()
 			input := filepath.Join(dir, "audit.log")
@@ -52,12 +57,32 @@ func BenchmarkMemory(b *testing.B) {
 				b.ReportMetric(float64(m.endRSS)/(1<<20), "end-rss-MB")
 				b.ReportMetric(float64(m.heap)/(1<<20), "end-heap-MB")
 				b.ReportMetric(float64(st.Size())/(1<<20), "input-MB")
+				b.ReportMetric(float64(lines)/m.took.Seconds(), "events/s")
 			}
 		})
 	}
 }
 
-type memory struct{ peakRSS, endRSS, heap int64 }
+var memoryMB = flag.String("memory-mb", "50,200", "audit log sizes of BenchmarkMemory in MB, comma-separated")
+
+// memorySizes parses -memory-mb.
+func memorySizes(b *testing.B) []int {
+	var sizes []int
+	for _, f := range strings.Split(*memoryMB, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-memory-mb %q: want sizes in MB, comma-separated", *memoryMB)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+type memory struct {
+	peakRSS, endRSS, heap int64
+	// took is the time from start until the last event was classified.
+	took time.Duration
+}
 
 // chdbLib finds libchdb.so (CHDB_LIB_PATH, else the repository's .cache/chdb).
 func chdbLib(b *testing.B) string {
@@ -126,6 +151,7 @@ func runAllInOne(b *testing.B, bin, lib, input string, lines int, dataDir string
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -155,6 +181,7 @@ func runAllInOne(b *testing.B, bin, lib, input string, lines int, dataDir string
 			stable++
 		} else {
 			last, stable = classified, 0
+			m.took = time.Since(start) // the last event classified, within a poll
 		}
 		if met["auditlens_ingest_lines_read_total"] >= float64(lines) && stable >= 4 && published > 0 &&
 			written >= published && met["auditlens_report_pending_findings"] == 0 {

@@ -99,6 +99,21 @@ func (w *Writer) Line(b []byte) error {
 	return w.Write(append(append(make([]byte, 0, len(b)+1), b...), '\n'))
 }
 
+// Events appends events from..to-1 of ev, one line each, and returns their ids
+// ("<auditID>/<stage>") in order.
+func (w *Writer) Events(t testing.TB, ev Events, from, to int) []string {
+	t.Helper()
+	ids := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		line, id := ev.Event(i)
+		if err := w.Line(line); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // stamp returns the rotation time, in lumberjack's resolution: the current time, waiting
 // for the next millisecond when the previous rotation had this one (lumberjack would
 // overwrite the earlier file).

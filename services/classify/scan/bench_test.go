@@ -69,9 +69,8 @@ func BenchmarkScanParallel(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	// The events built above are garbage now: collected and returned to the system here, so
-	// that the runtime does not do it while the scans are measured.
-	ev = nil
+	// The events built above are garbage now (ev is not used below): collected and returned
+	// to the system here, so that the runtime does not do it while the scans are measured.
 	debug.FreeOSMemory()
 	for _, n := range []int{1, runtime.GOMAXPROCS(0)} {
 		b.Run(fmt.Sprintf("parallel=%d", n), func(b *testing.B) {

@@ -229,7 +229,7 @@ func (g *Gate) backlog(ctx context.Context, asked time.Time) (int64, error) {
 	before := g.added
 	g.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
-	n, err := g.Bus.Backlog(rctx, bus.Events, g.cfg.Group)
+	n, err := g.Backlog(rctx, bus.Events, g.cfg.Group)
 	cancel()
 	if err != nil {
 		g.readErrors.Inc()

@@ -173,8 +173,9 @@ func TestCheckpointSaveFailureIsReported(t *testing.T) {
 	testkit.Eventually(t, 90*time.Second, "the first checkpoint", func() bool {
 		return metricValue(t, r.reg, "auditlens_ingest_checkpoint_last_saved_timestamp_seconds", "", "") > 0 && in.CheckpointAge() == 0
 	})
-	// The checkpoint directory becomes unusable: a file where it was.
-	if err := os.RemoveAll(cfg.CheckpointDir); err != nil {
+	// The checkpoint directory becomes unusable: a file where it was. Moved away in one step
+	// (RemoveAll races with a save creating its temporary file there).
+	if err := os.Rename(cfg.CheckpointDir, cfg.CheckpointDir+".gone"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(cfg.CheckpointDir, []byte("in the way"), 0o600); err != nil {

@@ -79,12 +79,11 @@ func (b *findingBatch) seal() {
 	id := b.cluster + "/batch/" + hex.EncodeToString(b.ids.Sum(nil)[:16])
 	h := map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.FindingBatchMessageType}
 	var data []byte
-	switch b.compression {
-	case eventbatch.CompressionS2, eventbatch.CompressionZstd:
-		data, b.scratch = eventbatch.Compress(b.compression, b.data, b.scratch)
+	data, b.scratch = eventbatch.Compress(b.compression, b.data, b.scratch)
+	if b.compression == eventbatch.CompressionNone {
+		data = bytes.Clone(data) // b.data is filled again
+	} else {
 		h[eventbatch.HeaderEncoding] = b.compression
-	default:
-		data = bytes.Clone(b.data)
 	}
 	b.sealed = append(b.sealed, bus.Message{Stream: bus.Findings, Cluster: b.cluster, ID: id, Data: data, Header: h})
 	b.data, b.n = b.data[:0], 0

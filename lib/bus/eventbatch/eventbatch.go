@@ -182,16 +182,11 @@ func (p *Packer) Flush(dst []bus.Message) []bus.Message {
 	h[HeaderMessageType] = MessageType
 	h[HeaderEvents] = strconv.Itoa(p.n)
 	data := p.data
-	switch p.cfg.Compression {
-	case CompressionS2:
-		data, p.scratch = encodeS2(data, p.scratch)
-		h[HeaderEncoding] = CompressionS2
+	if c := p.cfg.Compression; c != CompressionNone {
+		data, p.scratch = Compress(c, data, p.scratch)
+		h[HeaderEncoding] = c
 		p.data = p.data[:0] // the raw buffer is ours again
-	case CompressionZstd:
-		data, p.scratch = encodeZstd(data, p.scratch)
-		h[HeaderEncoding] = CompressionZstd
-		p.data = p.data[:0]
-	default:
+	} else {
 		p.data = nil // the message keeps it
 	}
 	p.n = 0

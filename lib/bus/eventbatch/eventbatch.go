@@ -67,6 +67,14 @@ func DefaultConfig() Config {
 	return Config{MaxEvents: 1024, MaxBytes: 256 << 10, Compression: CompressionS2}
 }
 
+// OrDefault is c, or DefaultConfig when c is the zero value (an input's Options left unset).
+func (c Config) OrDefault() Config {
+	if c == (Config{}) {
+		return DefaultConfig()
+	}
+	return c
+}
+
 // RegisterFlags adds the --bus-batch-* flags to fs, each defaulting to the current value of
 // its field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {

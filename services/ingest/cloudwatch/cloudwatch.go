@@ -207,9 +207,7 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Batch == (eventbatch.Config{}) {
-		opt.Batch = eventbatch.DefaultConfig()
-	}
+	opt.Batch = opt.Batch.OrDefault()
 	st, err := openStore(opt.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
 	if err != nil {
 		return nil, err

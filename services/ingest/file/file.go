@@ -86,9 +86,7 @@ func New(cfg Config, b Bus, opt Options) (*Input, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Batch == (eventbatch.Config{}) {
-		opt.Batch = eventbatch.DefaultConfig()
-	}
+	opt.Batch = opt.Batch.OrDefault()
 	if err := opt.Batch.Validate(); err != nil {
 		return nil, err
 	}

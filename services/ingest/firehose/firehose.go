@@ -137,9 +137,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Batch == (eventbatch.Config{}) {
-		opt.Batch = eventbatch.DefaultConfig()
-	}
+	opt.Batch = opt.Batch.OrDefault()
 	key, err := os.ReadFile(cfg.AccessKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("read --firehose-access-key-file: %w", err)

@@ -198,9 +198,7 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Batch == (eventbatch.Config{}) {
-		opt.Batch = eventbatch.DefaultConfig()
-	}
+	opt.Batch = opt.Batch.OrDefault()
 	conn, err := cfg.resolve()
 	if err != nil {
 		return nil, err

@@ -110,9 +110,7 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New(nil)
 	}
-	if opt.Batch == (eventbatch.Config{}) {
-		opt.Batch = eventbatch.DefaultConfig()
-	}
+	opt.Batch = opt.Batch.OrDefault()
 	project := subscriptionRE.FindStringSubmatch(cfg.Subscription)[1]
 	client, err := gpubsub.NewClient(ctx, project, opt.ClientOptions...)
 	if err != nil {

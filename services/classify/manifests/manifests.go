@@ -18,8 +18,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/kubeversion"
@@ -50,6 +48,8 @@ type Config struct {
 	Format        string
 	RulesFiles    flagenv.StringList
 	MaxFileSize   int
+	// MaxDocumentSize bounds one document once decoded (aliases expanded), in bytes.
+	MaxDocumentSize int
 }
 
 // RegisterFlags adds the flags to fs.
@@ -58,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line) or table")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
+	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, in bytes (estimated before decoding); larger documents are reported and skipped")
 }
 
 // Validate checks the flag values.
@@ -70,6 +71,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxFileSize < 1024 {
 		return fmt.Errorf("--max-file-size %d: want at least 1024 bytes", c.MaxFileSize)
+	}
+	if c.MaxDocumentSize < 1024 {
+		return fmt.Errorf("--max-document-size %d: want at least 1024 bytes", c.MaxDocumentSize)
 	}
 	return nil
 }
@@ -107,7 +111,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
 		return scan.ExitError
 	}
-	c := &Checker{Engine: rules.NewEngine(cat)}
+	c := &Checker{Engine: rules.NewEngine(cat), MaxDocumentSize: cfg.MaxDocumentSize}
 	w := bufio.NewWriter(stdout)
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
 	out := &output{cfg: cfg, target: target, w: w}
@@ -253,7 +257,9 @@ func isManifest(p string) bool {
 // Checker runs the rule engine over manifests.
 type Checker struct {
 	Engine *rules.Engine
-	dec    *auditevent.Decoder
+	// MaxDocumentSize bounds a document once decoded, aliases expanded (0: 64 MiB).
+	MaxDocumentSize int
+	dec             *auditevent.Decoder
 }
 
 // Check classifies every document of one file (name is what findings' source says) and
@@ -267,9 +273,13 @@ func (c *Checker) Check(name string, data []byte, emit func(source string, f *au
 	docs := 0
 	for n, chunk := range splitDocuments(data) {
 		n++
-		var doc any
-		if err := yaml.Unmarshal(chunk.data, &doc); err != nil {
-			errs = append(errs, fmt.Errorf("document %d (line %d): parse: %w", n, chunk.line, err))
+		maxSize := c.MaxDocumentSize
+		if maxSize <= 0 {
+			maxSize = 64 << 20
+		}
+		doc, err := decodeDocument(chunk.data, maxSize)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("document %d (line %d): %w", n, chunk.line, err))
 			continue
 		}
 		if doc == nil {

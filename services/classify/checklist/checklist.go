@@ -11,12 +11,12 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/classify/rules"
+	"github.com/auditlens/auditlens/services/classify/scan"
 )
 
 const synopsis = `usage: classify catalogue --to X.Y [--from X.Y] [--format table|json|markdown]
@@ -193,7 +193,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "markdown":
 		err = writeMarkdown(stdout, entries, from, to)
 	default:
-		err = writeTable(stdout, entries, from, to)
+		err = writeTable(stdout, scan.OutputWidth(stdout), entries, from, to)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "classify catalogue: write output: %v\n", err)
@@ -220,13 +220,22 @@ func span(from, to kubeversion.Version) string {
 	return "after " + from.String() + " up to " + to.String()
 }
 
-func writeTable(w io.Writer, entries []Entry, from, to kubeversion.Version) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "CHANGE\tRELEASE\tAPI OR FEATURE\tKIND\tREMOVAL\tREPLACEMENT\n")
+// writeTable prints the entries as a table fitted to width: long values wrap, none is cut.
+func writeTable(w io.Writer, width int, entries []Entry, from, to kubeversion.Version) error {
+	g := scan.Grid{Columns: []scan.Column{{Name: "RELEASE", Min: 7}, {Name: "CHANGE", Min: 10}, {Name: "API OR FEATURE", Min: 16},
+		{Name: "REPLACEMENT", Min: 16}}}
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Change, e.Release, printable.String(e.API()), printable.String(dash(e.Kind)), removal(e), printable.String(dash(e.Replacement)))
+		change := e.Change
+		if e.Change == "deprecated" {
+			change += ", removal " + removal(e)
+		}
+		what := e.API()
+		if e.What != "api" && e.Kind != "" {
+			what += " (" + e.Kind + ")"
+		}
+		g.Add(e.Release, change, printable.String(what), printable.String(dash(e.Replacement)))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := g.Write(w, width); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s.\n", count(entries, "removed"), count(entries, "deprecated"), span(from, to))

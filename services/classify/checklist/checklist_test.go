@@ -49,6 +49,7 @@ func TestCatalogue132To137(t *testing.T) {
 }
 
 func TestCatalogueFormats(t *testing.T) {
+	t.Setenv("COLUMNS", "200")
 	out, _, code := run(t, "--from", "1.24", "--to", "1.25")
 	if code != 0 || !strings.Contains(out, "CHANGE") || !strings.Contains(out, "policy/v1beta1 podsecuritypolicies") ||
 		!strings.Contains(out, "psp") || !strings.Contains(out, "Pod Security Admission") {
@@ -85,5 +86,22 @@ func TestTerminalAndMarkdownEscaping(t *testing.T) {
 	}
 	if got := md("a|b<script>"); got != `a\|b&lt;script&gt;` {
 		t.Errorf("md: %q", got)
+	}
+}
+
+// TestTableFits: at COLUMNS=80 every line of the whole catalogue fits, and nothing is cut.
+func TestTableFits(t *testing.T) {
+	t.Setenv("COLUMNS", "80")
+	out, errOut, code := run(t, "--to", "1.43")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Fatalf("a line of %d columns: %q", n, line)
+		}
+	}
+	if strings.Contains(out, "…") || !strings.Contains(out, "RELEASE  CHANGE") || !strings.Contains(out, "deprecated,") {
+		t.Errorf("table:\n%s", out)
 	}
 }

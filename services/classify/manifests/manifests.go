@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
@@ -38,9 +37,11 @@ type. PATH is a YAML or JSON file (several documents separated by ---, or a List
   helm template my-release ./chart | classify manifests --target-version 1.37 -
 
 Findings are the JSON lines of classify scan, with the audit fields empty and "source" naming
-the file and document (--format table for a table). Exit status: 0 no findings, 2 only
-deprecations and hygiene, 3 something removed at or before --target-version, 1 an error
-(a file that cannot be read or parsed is reported and the others are still checked).`
+the file and document (--format table for a table, markdown for a pull request). A template
+(a file with {{ }} actions that is not YAML) is skipped with a note: render it first. Exit
+status: 0 no findings, 2 only deprecations and hygiene, 3 something removed at or before
+--target-version (even when some input could not be read), 1 an error (a file that cannot be
+read or parsed is reported on stderr and in the summary, and the others are still checked).`
 
 // Config holds the flags of classify manifests.
 type Config struct {
@@ -55,7 +56,7 @@ type Config struct {
 // RegisterFlags adds the flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it (empty: any removal)")
-	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line) or table")
+	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns) or markdown")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
 	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, in bytes (estimated before decoding); larger documents are reported and skipped")
@@ -66,8 +67,10 @@ func (c *Config) Validate() error {
 	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.37", c.TargetVersion)
 	}
-	if c.Format != "json" && c.Format != "table" {
-		return fmt.Errorf("--format %q: want json or table", c.Format)
+	switch c.Format {
+	case "json", "table", "markdown":
+	default:
+		return fmt.Errorf("--format %q: want json, table or markdown", c.Format)
 	}
 	if c.MaxFileSize < 1024 {
 		return fmt.Errorf("--max-file-size %d: want at least 1024 bytes", c.MaxFileSize)
@@ -112,58 +115,87 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return scan.ExitError
 	}
 	c := &Checker{Engine: rules.NewEngine(cat), MaxDocumentSize: cfg.MaxDocumentSize}
+	width := scan.OutputWidth(stdout)
 	w := bufio.NewWriter(stdout)
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
 	out := &output{cfg: cfg, target: target, w: w}
-	if cfg.Format == "table" {
-		out.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	report := func(name string, err error) {
+		// one line each, naming the input: errors.Join puts several on lines of their own
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if name != "" {
+				line = name + ": " + line
+			}
+			fmt.Fprintf(stderr, "classify manifests: %s\n", printable.String(line))
+		}
 	}
-	failed := false
 	for _, path := range fs.Args() {
 		err := walk(path, stdin, cfg.MaxFileSize, func(name string, data []byte) {
-			docs, err := c.Check(name, data, out.emit)
-			out.docs += docs
 			out.files++
+			var found []pending
+			docs, err := c.Check(name, data, func(source string, f *auditlensv1.Finding) {
+				found = append(found, pending{source, f})
+			})
+			if err != nil && isTemplate(data) {
+				out.templates++
+				fmt.Fprintf(stderr, "classify manifests: %s: a template (it holds {{ }} actions and is not YAML): skipped; "+
+					"check what it renders to with: helm template RELEASE CHART | classify manifests -\n", printable.String(name))
+				return
+			}
+			out.docs += docs
+			for _, p := range found {
+				out.emit(p.source, p.f)
+			}
 			if err != nil {
-				fmt.Fprintf(stderr, "classify manifests: %s: %s\n", printable.String(name), printable.String(err.Error()))
-				failed = true
+				out.failed++
+				report(name, err)
 			}
 		})
 		if err != nil {
-			fmt.Fprintf(stderr, "classify manifests: %s\n", printable.String(err.Error()))
-			failed = true
+			out.failed++
+			report("", err)
 		}
 	}
-	if out.tw != nil {
-		_ = out.tw.Flush()
+	if err := out.flush(width); err != nil {
+		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
+		return scan.ExitError
 	}
 	if err := w.Flush(); err != nil {
 		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
 		return scan.ExitError
 	}
-	blocking := "something already removed in some release"
-	if !target.IsZero() {
-		blocking = "blocking an upgrade to " + target.String()
-	}
-	fmt.Fprintf(stderr, "classify manifests: %d document%s in %d file%s, %d finding%s, %d %s\n",
-		out.docs, plural(out.docs), out.files, plural(out.files), out.findings, plural(out.findings), out.blocking, blocking)
+	fmt.Fprintf(stderr, "classify manifests: %s\n", out.summary())
 	switch {
-	case failed:
-		return scan.ExitError
 	case out.blocking > 0:
-		return scan.ExitRemoved
+		return scan.ExitRemoved // what blocks is reported even when some input could not be read
+	case out.failed > 0:
+		return scan.ExitError
 	case out.findings > 0:
 		return scan.ExitFindings
 	}
 	return scan.ExitClean
 }
 
+type pending struct {
+	source string
+	f      *auditlensv1.Finding
+}
+
+// isTemplate reports whether data looks like a template (Helm's, or any Go template) rather
+// than a manifest: it holds a {{ ... }} action. Only asked of files that did not parse: a
+// manifest may hold {{ }} in its strings (alerting rules do).
+func isTemplate(data []byte) bool {
+	i := bytes.Index(data, []byte("{{"))
+	return i >= 0 && bytes.Contains(data[i:], []byte("}}"))
+}
+
 type output struct {
-	cfg                             Config
-	target                          kubeversion.Version // zero: any removal blocks
-	w                               io.Writer
-	tw                              *tabwriter.Writer
-	files, docs, findings, blocking int
+	cfg    Config
+	target kubeversion.Version // zero: any removal blocks
+	w      io.Writer
+	grid   *scan.Grid
+	// files and documents read, templates skipped, inputs that failed (wholly or in part)
+	files, docs, templates, failed int
+	findings, blocking             int
 }
 
 func (o *output) emit(source string, f *auditlensv1.Finding) {
@@ -171,24 +203,68 @@ func (o *output) emit(source string, f *auditlensv1.Finding) {
 	if scan.Blocks(f.RemovedIn, o.target) {
 		o.blocking++
 	}
-	if o.tw != nil {
+	obj := f.Name
+	if f.Namespace != "" {
+		obj = f.Namespace + "/" + f.Name
+	}
+	api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
+	switch o.cfg.Format {
+	case "table":
+		if o.grid == nil {
+			o.grid = &scan.Grid{Columns: []scan.Column{{Name: "SOURCE", Min: 8}, {Name: "SEVERITY", Min: 8}, {Name: "RULE", Min: 8},
+				{Name: "REMOVED", Min: 7}, {Name: "API", Min: 10}, {Name: "OBJECT", Min: 8}}}
+		}
+		p := printable.String
+		o.grid.AddNoted(p(f.Message), p(source), scan.SeverityName(f.Severity), p(f.RuleId), dash(p(f.RemovedIn)), p(api), p(dash(obj)))
+	case "markdown":
 		if o.findings == 1 {
-			fmt.Fprintln(o.tw, "SOURCE\tSEVERITY\tRULE\tREMOVED\tAPI\tOBJECT\tMESSAGE")
+			fmt.Fprint(o.w, "## Findings\n\n| Source | Severity | Rule | Removed in | API | Object | Message |\n|---|---|---|---|---|---|---|\n")
 		}
-		obj := f.Name
-		if f.Namespace != "" {
-			obj = f.Namespace + "/" + f.Name
+		c := scan.MarkdownCode
+		fmt.Fprintf(o.w, "| %s | %s | %s | %s | %s | %s | %s |\n", c(source), scan.SeverityName(f.Severity), c(f.RuleId), c(f.RemovedIn),
+			c(api), c(obj), c(f.Message))
+	default:
+		b, err := json.Marshal(Finding{JSONFinding: scan.ToJSON(f), Source: source})
+		if err == nil {
+			b = append(b, '\n')
+			_, _ = o.w.Write(b)
 		}
-		api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
-		fmt.Fprintf(o.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable.String(source), scan.SeverityName(f.Severity), f.RuleId, dash(f.RemovedIn),
-			printable.String(api), printable.String(dash(obj)), printable.String(f.Message))
-		return
 	}
-	b, err := json.Marshal(Finding{JSONFinding: scan.ToJSON(f), Source: source})
-	if err == nil {
-		b = append(b, '\n')
-		_, _ = o.w.Write(b)
+}
+
+// flush writes what the format holds back: the table, fitted to width, and the markdown
+// summary.
+func (o *output) flush(width int) error {
+	switch o.cfg.Format {
+	case "table":
+		if o.grid != nil {
+			return o.grid.Write(o.w, width)
+		}
+	case "markdown":
+		if o.findings == 0 {
+			fmt.Fprint(o.w, "## Findings\n\nNone.\n")
+		}
+		_, err := fmt.Fprintf(o.w, "\n## Summary\n\n%s.\n", o.summary())
+		return err
 	}
+	return nil
+}
+
+// summary counts what was read and found, and what could not be read.
+func (o *output) summary() string {
+	blocking := "something already removed in some release"
+	if !o.target.IsZero() {
+		blocking = "blocking an upgrade to " + o.target.String()
+	}
+	s := fmt.Sprintf("%d document%s in %d file%s, %d finding%s, %d %s",
+		o.docs, plural(o.docs), o.files, plural(o.files), o.findings, plural(o.findings), o.blocking, blocking)
+	if o.failed > 0 {
+		s += fmt.Sprintf("; %d input%s not read in full (see the errors above)", o.failed, plural(o.failed))
+	}
+	if o.templates > 0 {
+		s += fmt.Sprintf("; %d template%s skipped", o.templates, plural(o.templates))
+	}
+	return s
 }
 
 // walk calls fn with the bytes of path: a file, every manifest file below a directory (in

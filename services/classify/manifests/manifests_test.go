@@ -112,8 +112,11 @@ func TestStdinAndExitCodes(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	bad := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n- just\n- a list\n---\nfoo: bar\n---\napiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: c}\n"
 	fs, errOut, code := run(t, bad, "-")
-	if code != 1 {
-		t.Errorf("exit %d, want 1", code)
+	if code != 3 {
+		t.Errorf("exit %d, want 3: the removed CronJob is reported despite the bad documents", code)
+	}
+	if !strings.Contains(errOut, "1 input not read in full") {
+		t.Errorf("the summary does not count the failure: %s", errOut)
 	}
 	for _, want := range []string{"stdin: document 2: not a Kubernetes object", "document 3: not a Kubernetes object: no apiVersion or kind"} {
 		if !strings.Contains(errOut, want) {
@@ -128,6 +131,9 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "a: [b\n", "-"); code != 1 || !strings.Contains(errOut, "document 1 (line 1): parse") {
 		t.Errorf("syntax error: exit %d, %s", code, errOut)
+	}
+	if _, errOut, _ := run(t, "a: [b\n---\nc: {d\n", "-"); strings.Contains(errOut, `\n`) || strings.Count(errOut, "classify manifests: stdin: document") != 2 {
+		t.Errorf("two errors, one line each, no literal \\n:\n%s", errOut)
 	}
 	if _, errOut, code := run(t, ""); code != 1 || !strings.Contains(errOut, "no input") {
 		t.Errorf("no args: exit %d, %s", code, errOut)

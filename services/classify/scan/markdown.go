@@ -42,6 +42,9 @@ func code(s string) string {
 	return fence + s + fence
 }
 
+// MarkdownCode is s as a Markdown code span for a table cell (see code).
+func MarkdownCode(s string) string { return code(s) }
+
 // markdownTable prints findings as a GitHub-flavoured Markdown table (--format markdown).
 type markdownTable struct {
 	w      io.Writer

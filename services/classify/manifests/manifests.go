@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,11 @@ type. PATH is a YAML or JSON file (several documents separated by ---, or a List
 
   helm template my-release ./chart | classify manifests --target-version 1.37 -
 
+Helm 3 release storage (Secrets of type helm.sh/release.v1 and ConfigMaps labelled owner=helm,
+alone or in the List of kubectl get secrets -A -l owner=helm -o yaml) is opened and the
+release's manifest checked, its findings naming the release, namespace, revision and chart; in
+a List, only the latest deployed revision of each release (--helm-all-revisions: every one).
+
 Findings are the JSON lines of classify scan, with the audit fields empty and "source" naming
 the file and document (--format table for a table, markdown for a pull request). A template
 (a file with {{ }} actions that is not YAML) is skipped with a note: render it first. Exit
@@ -49,8 +55,11 @@ type Config struct {
 	Format        string
 	RulesFiles    flagenv.StringList
 	MaxFileSize   int
-	// MaxDocumentSize bounds one document once decoded (aliases expanded), in bytes.
+	// MaxDocumentSize bounds one document once decoded (aliases expanded), and a Helm
+	// release once decompressed, in bytes.
 	MaxDocumentSize int
+	// HelmAllRevisions checks every revision of a Helm release, not only the latest deployed.
+	HelmAllRevisions bool
 }
 
 // RegisterFlags adds the flags to fs.
@@ -59,7 +68,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns) or markdown")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
-	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, in bytes (estimated before decoding); larger documents are reported and skipped")
+	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, and largest Helm release once decompressed, in bytes (estimated before decoding); larger ones are reported and skipped")
+	fs.BoolVar(&c.HelmAllRevisions, "helm-all-revisions", false, "check every revision of a Helm release (in a List, or read from the cluster), not only the latest deployed one")
 }
 
 // Validate checks the flag values.
@@ -114,7 +124,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
 		return scan.ExitError
 	}
-	c := &Checker{Engine: rules.NewEngine(cat), MaxDocumentSize: cfg.MaxDocumentSize}
+	c := &Checker{Engine: rules.NewEngine(cat), MaxDocumentSize: cfg.MaxDocumentSize, AllRevisions: cfg.HelmAllRevisions}
 	width := scan.OutputWidth(stdout)
 	w := bufio.NewWriter(stdout)
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
@@ -155,6 +165,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			report("", err)
 		}
 	}
+	out.olderRevisions = c.OlderRevisions
 	if err := out.flush(width); err != nil {
 		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
 		return scan.ExitError
@@ -196,6 +207,7 @@ type output struct {
 	// files and documents read, templates skipped, inputs that failed (wholly or in part)
 	files, docs, templates, failed int
 	findings, blocking             int
+	olderRevisions                 int // Helm revisions left out
 }
 
 func (o *output) emit(source string, f *auditlensv1.Finding) {
@@ -260,6 +272,9 @@ func (o *output) summary() string {
 		o.docs, plural(o.docs), o.files, plural(o.files), o.findings, plural(o.findings), o.blocking, blocking)
 	if o.failed > 0 {
 		s += fmt.Sprintf("; %d input%s not read in full (see the errors above)", o.failed, plural(o.failed))
+	}
+	if o.olderRevisions > 0 {
+		s += fmt.Sprintf("; %d older Helm revision%s left out (--helm-all-revisions)", o.olderRevisions, plural(o.olderRevisions))
 	}
 	if o.templates > 0 {
 		s += fmt.Sprintf("; %d template%s skipped", o.templates, plural(o.templates))
@@ -333,15 +348,25 @@ func isManifest(p string) bool {
 // Checker runs the rule engine over manifests.
 type Checker struct {
 	Engine *rules.Engine
-	// MaxDocumentSize bounds a document once decoded, aliases expanded (0: 64 MiB).
+	// MaxDocumentSize bounds a document once decoded, aliases expanded, and a Helm release
+	// once decompressed (0: 64 MiB).
 	MaxDocumentSize int
-	dec             *auditevent.Decoder
+	// AllRevisions checks every revision of a Helm release in a List, not only the latest
+	// deployed one; OlderRevisions counts the revisions left out.
+	AllRevisions   bool
+	OlderRevisions int
+	dec            *auditevent.Decoder
 }
 
 // Check classifies every document of one file (name is what findings' source says) and
 // returns how many documents it read. A document that is not a Kubernetes object is an error
 // naming it; the other documents are still checked.
 func (c *Checker) Check(name string, data []byte, emit func(source string, f *auditlensv1.Finding)) (int, error) {
+	return c.check(name, data, emit, true)
+}
+
+// check is Check; helm says whether Helm release storage is opened (not inside a release).
+func (c *Checker) check(name string, data []byte, emit func(source string, f *auditlensv1.Finding), helm bool) (int, error) {
 	if c.dec == nil {
 		c.dec = auditevent.NewDecoder(0)
 	}
@@ -349,11 +374,7 @@ func (c *Checker) Check(name string, data []byte, emit func(source string, f *au
 	docs := 0
 	for n, chunk := range splitDocuments(data) {
 		n++
-		maxSize := c.MaxDocumentSize
-		if maxSize <= 0 {
-			maxSize = 64 << 20
-		}
-		doc, err := decodeDocument(chunk.data, maxSize)
+		doc, err := decodeDocument(chunk.data, c.maxSize())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("document %d (line %d): %w", n, chunk.line, err))
 			continue
@@ -369,25 +390,111 @@ func (c *Checker) Check(name string, data []byte, emit func(source string, f *au
 		source := name + "#" + strconv.Itoa(n)
 		if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
 			items, _ := obj["items"].([]any)
+			latest := c.latestRevisions(items)
 			for i, it := range items {
 				m, ok := it.(map[string]any)
 				if !ok {
 					errs = append(errs, fmt.Errorf("document %d: items[%d]: not a Kubernetes object", n, i))
 					continue
 				}
-				docs++
-				if err := c.object(m, source+".items["+strconv.Itoa(i)+"]", emit); err != nil {
+				if latest != nil && !latest[i] {
+					c.OlderRevisions++
+					continue
+				}
+				k, err := c.objectOrRelease(m, source+".items["+strconv.Itoa(i)+"]", emit, helm)
+				docs += k
+				if err != nil {
 					errs = append(errs, fmt.Errorf("document %d: items[%d]: %w", n, i, err))
 				}
 			}
 			continue
 		}
-		docs++
-		if err := c.object(obj, source, emit); err != nil {
+		k, err := c.objectOrRelease(obj, source, emit, helm)
+		docs += k
+		if err != nil {
 			errs = append(errs, fmt.Errorf("document %d: %w", n, err))
 		}
 	}
 	return docs, errors.Join(errs...)
+}
+
+func (c *Checker) maxSize() int {
+	if c.MaxDocumentSize <= 0 {
+		return 64 << 20
+	}
+	return c.MaxDocumentSize
+}
+
+// objectOrRelease checks obj and, when it is Helm release storage, the manifest of its
+// release, each document named after the release. It returns the documents checked.
+func (c *Checker) objectOrRelease(obj map[string]any, source string, emit func(string, *auditlensv1.Finding), helm bool) (int, error) {
+	if err := c.object(obj, source, emit); err != nil {
+		return 1, err
+	}
+	encoded, secret, ok := helmStorage(obj)
+	if !ok || !helm {
+		return 1, nil
+	}
+	r, err := DecodeRelease(encoded, secret, c.maxSize())
+	if err != nil {
+		return 1, err
+	}
+	docs, err := c.CheckRelease(source+" "+r.Source(), r, emit)
+	return 1 + docs, err
+}
+
+// CheckRelease checks the manifest of a Helm release; its documents are named source#N.
+func (c *Checker) CheckRelease(source string, r *Release, emit func(string, *auditlensv1.Finding)) (int, error) {
+	docs, err := c.check(source, []byte(r.Manifest), emit, false)
+	if err != nil {
+		return docs, fmt.Errorf("%s: %w", r.Source(), err)
+	}
+	return docs, nil
+}
+
+// latestRevisions marks, among the items of a List, the Helm release storage to check: the
+// latest deployed revision of each release (the latest revision when none is deployed), and
+// every item that is no release storage. Nil: check every item (AllRevisions, or no release
+// storage in the List).
+func (c *Checker) latestRevisions(items []any) map[int]bool {
+	if c.AllRevisions {
+		return nil
+	}
+	type best struct {
+		item, revision int
+		deployed       bool
+	}
+	bests := map[string]best{}
+	keep := map[int]bool{}
+	found := false
+	for i, it := range items {
+		m, _ := it.(map[string]any)
+		if _, _, ok := helmStorage(m); !ok {
+			keep[i] = true
+			continue
+		}
+		found = true
+		meta, _ := m["metadata"].(map[string]any)
+		labels := map[string]string{}
+		if l, ok := meta["labels"].(map[string]any); ok {
+			for k, v := range l {
+				labels[k], _ = v.(string)
+			}
+		}
+		ns, _ := meta["namespace"].(string)
+		key := ns + "/" + labels["name"]
+		b := best{item: i, revision: revisionLabel(labels), deployed: labels["status"] == "deployed"}
+		if cur, ok := bests[key]; !ok || b.deployed && !cur.deployed || b.deployed == cur.deployed && b.revision > cur.revision {
+			bests[key] = b
+		}
+	}
+	if !found {
+		return nil
+	}
+	for _, b := range bests {
+		keep[b.item] = true
+	}
+	return keep
 }
 
 type document struct {
@@ -466,7 +573,7 @@ func (c *Checker) object(obj map[string]any, source string, emit func(string, *a
 	}
 	var matches []rules.Match
 	return c.dec.Decode(ev, func(e *auditevent.Event) error {
-		matches = c.Engine.Classify(e, matches[:0])
+		matches = onePSPFinding(c.Engine.Classify(e, matches[:0]), apiVersion, kind, name)
 		for i := range matches {
 			f := c.Engine.FindingFrom(e, &matches[i], "", "", source)
 			f.AuditId, f.Verb, f.Stage = "", "", ""
@@ -474,6 +581,22 @@ func (c *Checker) object(obj map[string]any, source string, emit func(string, *a
 			emit(source, f)
 		}
 		return nil
+	})
+}
+
+// onePSPFinding makes a PodSecurityPolicy manifest one finding, worded for a manifest: the
+// psp rule (which says what to do instead) without the removed-api finding of the same
+// object, and without the request's verb, which a manifest does not have.
+func onePSPFinding(matches []rules.Match, apiVersion, kind, name string) []rules.Match {
+	psp := slices.IndexFunc(matches, func(m rules.Match) bool { return m.Rule != nil && m.Rule.ID == rules.PSP })
+	if psp < 0 {
+		return matches
+	}
+	m := &matches[psp]
+	m.Detail, m.Value = "a manifest declares "+apiVersion+" "+kind+" "+name, ""
+	m.Evidence = slices.DeleteFunc(m.Evidence, func(e rules.Evidence) bool { return e.Path == "verb" })
+	return slices.DeleteFunc(matches, func(m rules.Match) bool {
+		return m.Rule != nil && m.Rule.ID == rules.RemovedAPI && m.Resource == "podsecuritypolicies"
 	})
 }
 

@@ -53,9 +53,9 @@ func TestTableFits(t *testing.T) {
 				break
 			}
 		}
-		if n := strings.Count(out.String(), "critical ") + strings.Count(out.String(), "warning ") + strings.Count(out.String(), "info "); n != 8 ||
+		if n := strings.Count(out.String(), "critical ") + strings.Count(out.String(), "warning ") + strings.Count(out.String(), "info "); n != 7 ||
 			strings.Contains(out.String(), "…") || !strings.HasPrefix(out.String(), "SOURCE") {
-			t.Errorf("COLUMNS=%s: %d rows, want 8, nothing cut:\n%s", width, n, out.String())
+			t.Errorf("COLUMNS=%s: %d rows, want 7, nothing cut:\n%s", width, n, out.String())
 		}
 	}
 }

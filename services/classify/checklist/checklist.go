@@ -117,6 +117,9 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 		out = append(out, e)
 	}
 	for _, a := range c.APIs {
+		if a.Component != "" {
+			continue // released with a component (cert-manager, istio, ...), not with Kubernetes
+		}
 		add(Entry{What: "api", Group: a.Group, Version: a.Version, Resource: a.Resource, Kind: a.Kind,
 			DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement, Note: a.Note, Source: a.Source})
 	}

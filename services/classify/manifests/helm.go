@@ -123,3 +123,29 @@ func revisionLabel(labels map[string]string) int {
 	n, _ := strconv.Atoi(labels["version"])
 	return n
 }
+
+// EncodeRelease is the inverse of DecodeRelease for a ConfigMap (a Secret's data holds the
+// same bytes): r as JSON, gzip'ed and base64'd, as Helm 3 stores it.
+func EncodeRelease(r *Release) (string, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode helm release: %w", err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(js); err != nil {
+		return "", fmt.Errorf("encode helm release: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return "", fmt.Errorf("encode helm release: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(gz.Bytes()), nil
+}
+
+// NewRelease is a release as Helm stores it, for tests and tools that write release storage.
+func NewRelease(name, namespace string, revision int, status, chart, chartVersion, manifest string) *Release {
+	r := &Release{Name: name, Namespace: namespace, Version: revision, Manifest: manifest}
+	r.Info.Status = status
+	r.Chart.Metadata.Name, r.Chart.Metadata.Version = chart, chartVersion
+	return r
+}

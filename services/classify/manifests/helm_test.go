@@ -1,8 +1,6 @@
 package manifests
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"os"
@@ -44,27 +42,12 @@ metadata: {name: web, namespace: shop}
 spec: {ports: [{port: 80}]}
 `
 
-// EncodeRelease is data.release as Helm 3 writes it in a ConfigMap (in a Secret, base64'd
-// once more): the release JSON, gzip'ed, base64'd.
-func EncodeRelease(t testing.TB, name, namespace string, revision int, status, manifest string) string {
-	t.Helper()
-	rel := map[string]any{"name": name, "namespace": namespace, "version": revision,
-		"info":  map[string]any{"status": status},
-		"chart": map[string]any{"metadata": map[string]any{"name": "web", "version": "1.2.3"}}, "manifest": manifest}
-	js, err := json.Marshal(rel)
+// storage is a release Secret (or ConfigMap) as kubectl prints it.
+func storage(t testing.TB, kind, name, namespace string, revision int, status, manifest string) map[string]any {
+	enc, err := EncodeRelease(NewRelease(name, namespace, revision, status, "web", "1.2.3", manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, _ = zw.Write(js)
-	_ = zw.Close()
-	return base64.StdEncoding.EncodeToString(gz.Bytes())
-}
-
-// storage is a release Secret (or ConfigMap) as kubectl prints it.
-func storage(t testing.TB, kind, name, namespace string, revision int, status, manifest string) map[string]any {
-	enc := EncodeRelease(t, name, namespace, revision, status, manifest)
 	obj := map[string]any{"apiVersion": "v1", "kind": kind,
 		"metadata": map[string]any{"name": "sh.helm.release.v1." + name + ".v" + strconv.Itoa(revision), "namespace": namespace,
 			"labels": map[string]any{"owner": "helm", "name": name, "status": status, "version": strconv.Itoa(revision)}}}

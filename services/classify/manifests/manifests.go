@@ -6,6 +6,7 @@ package manifests
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,7 +28,7 @@ import (
 	"github.com/auditlens/auditlens/services/classify/scan"
 )
 
-const synopsis = `usage: classify manifests [flags] PATH...
+const synopsis = `usage: classify manifests [flags] [PATH...]
 
 Checks Kubernetes manifests against the rule catalogue: removed or deprecated apiVersions,
 PodSecurityPolicy objects, alpha seccomp and AppArmor annotations, beta and master node labels
@@ -41,6 +42,9 @@ Helm 3 release storage (Secrets of type helm.sh/release.v1 and ConfigMaps labell
 alone or in the List of kubectl get secrets -A -l owner=helm -o yaml) is opened and the
 release's manifest checked, its findings naming the release, namespace, revision and chart; in
 a List, only the latest deployed revision of each release (--helm-all-revisions: every one).
+--helm-live reads them from the cluster of a kubeconfig instead of files:
+
+  classify manifests --helm-live --kubeconfig ~/.kube/config --target-version 1.37
 
 Findings are the JSON lines of classify scan, with the audit fields empty and "source" naming
 the file and document (--format table for a table, markdown for a pull request). A template
@@ -52,23 +56,34 @@ read or parsed is reported on stderr and in the summary, and the others are stil
 // Config holds the flags of classify manifests.
 type Config struct {
 	TargetVersion string
-	Format        string
-	RulesFiles    flagenv.StringList
-	MaxFileSize   int
+	// TargetVersions are the releases of third-party components judged against.
+	TargetVersions scan.ComponentTargets
+	Format         string
+	RulesFiles     flagenv.StringList
+	MaxFileSize    int
 	// MaxDocumentSize bounds one document once decoded (aliases expanded), and a Helm
 	// release once decompressed, in bytes.
 	MaxDocumentSize int
 	// HelmAllRevisions checks every revision of a Helm release, not only the latest deployed.
 	HelmAllRevisions bool
+	// HelmLive reads the Helm releases of the cluster of Kubeconfig and KubeContext, in
+	// HelmNamespace ("": every namespace).
+	HelmLive                               bool
+	Kubeconfig, KubeContext, HelmNamespace string
 }
 
 // RegisterFlags adds the flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it (empty: any removal)")
+	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): exit 3 when a manifest uses a version of their CRDs removed at or before it (no release given: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns) or markdown")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
 	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, and largest Helm release once decompressed, in bytes (estimated before decoding); larger ones are reported and skipped")
+	fs.BoolVar(&c.HelmLive, "helm-live", false, "also read the Helm 3 releases stored in the cluster of --kubeconfig (Secrets and ConfigMaps labelled owner=helm) and check their manifests")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for --helm-live (empty: $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVar(&c.KubeContext, "kube-context", "", "context of the kubeconfig for --helm-live (empty: its current context)")
+	fs.StringVar(&c.HelmNamespace, "helm-namespace", "", "namespace whose Helm releases --helm-live reads (empty: every namespace)")
 	fs.BoolVar(&c.HelmAllRevisions, "helm-all-revisions", false, "check every revision of a Helm release (in a List, or read from the cluster), not only the latest deployed one")
 }
 
@@ -115,8 +130,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
 		return scan.ExitError
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "classify manifests: no input: give manifest files or directories, or - for stdin (see --help)")
+	if fs.NArg() == 0 && !cfg.HelmLive {
+		fmt.Fprintln(stderr, "classify manifests: no input: give manifest files or directories, - for stdin, or --helm-live (see --help)")
 		return scan.ExitError
 	}
 	cat, err := rules.Load(cfg.RulesFiles...)
@@ -165,6 +180,21 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			report("", err)
 		}
 	}
+	if cfg.HelmLive {
+		live := LiveConfig{Kubeconfig: cfg.Kubeconfig, Context: cfg.KubeContext, Namespace: cfg.HelmNamespace, AllRevisions: cfg.HelmAllRevisions}
+		var found []pending
+		releases, docs, errs := c.CheckLive(context.Background(), live, func(source string, f *auditlensv1.Finding) {
+			found = append(found, pending{source, f})
+		})
+		out.releases, out.docs = releases, out.docs+docs
+		for _, p := range found {
+			out.emit(p.source, p.f)
+		}
+		if len(errs) > 0 {
+			out.failed++
+			report("--helm-live", errors.Join(errs...))
+		}
+	}
 	out.olderRevisions = c.OlderRevisions
 	if err := out.flush(width); err != nil {
 		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
@@ -208,11 +238,12 @@ type output struct {
 	files, docs, templates, failed int
 	findings, blocking             int
 	olderRevisions                 int // Helm revisions left out
+	releases                       int // Helm releases read from the cluster
 }
 
 func (o *output) emit(source string, f *auditlensv1.Finding) {
 	o.findings++
-	if scan.Blocks(f.RemovedIn, o.target) {
+	if scan.BlocksFor(f.RemovedIn, o.target, o.cfg.TargetVersions) {
 		o.blocking++
 	}
 	obj := f.Name
@@ -272,6 +303,9 @@ func (o *output) summary() string {
 		o.docs, plural(o.docs), o.files, plural(o.files), o.findings, plural(o.findings), o.blocking, blocking)
 	if o.failed > 0 {
 		s += fmt.Sprintf("; %d input%s not read in full (see the errors above)", o.failed, plural(o.failed))
+	}
+	if o.cfg.HelmLive {
+		s += fmt.Sprintf("; %d Helm release%s read from the cluster", o.releases, plural(o.releases))
 	}
 	if o.olderRevisions > 0 {
 		s += fmt.Sprintf("; %d older Helm revision%s left out (--helm-all-revisions)", o.olderRevisions, plural(o.olderRevisions))

@@ -87,3 +87,34 @@ func TestMarkdown(t *testing.T) {
 		t.Errorf("escape in markdown: %s", md)
 	}
 }
+
+// TestComponentTargets: a cert-manager.io/v1alpha2 Certificate gives a finding naming
+// cert-manager and the release that stopped serving it; --target-versions decides whether it
+// blocks, separately from the Kubernetes target.
+func TestComponentTargets(t *testing.T) {
+	cert := "apiVersion: cert-manager.io/v1alpha2\nkind: Certificate\nmetadata: {name: web, namespace: shop}\nspec: {secretName: web-tls}\n"
+	fs, errOut, code := run(t, cert, "--target-version", "1.30", "-")
+	if code != 3 || len(fs) != 1 {
+		t.Fatalf("no component target: exit %d, %+v, %s", code, fs, errOut)
+	}
+	f := fs[0]
+	if f.RuleID != "removed-api" || f.RemovedIn != "cert-manager 1.6" || f.Replacement != "cert-manager.io/v1" ||
+		!strings.Contains(f.Message, "no longer served by the CRDs of cert-manager 1.6") {
+		t.Errorf("finding: %+v", f.JSONFinding)
+	}
+	for _, tc := range []struct {
+		targets string
+		want    int
+	}{{"cert-manager=1.5", 2}, {"cert-manager=1.6", 3}, {"istio=1.22,cert-manager=1.7", 3}, {"istio=1.22", 3}} {
+		if _, errOut, code := run(t, cert, "--target-version", "1.30", "--target-versions", tc.targets, "-"); code != tc.want {
+			t.Errorf("--target-versions %s: exit %d, want %d: %s", tc.targets, code, tc.want, errOut)
+		}
+	}
+	if _, errOut, code := run(t, cert, "--target-versions", "cert-manager:1.6", "-"); code != 1 || !strings.Contains(errOut, "want COMPONENT=X.Y") {
+		t.Errorf("bad flag: exit %d, %s", code, errOut)
+	}
+	istio := "apiVersion: rbac.istio.io/v1alpha1\nkind: ServiceRole\nmetadata: {name: viewer, namespace: shop}\n"
+	if fs, _, code := run(t, istio, "--target-versions", "istio=1.5", "-"); code != 2 || len(fs) != 1 || fs[0].RemovedIn != "istio 1.6" {
+		t.Errorf("istio before its removal: exit %d, %+v", code, fs)
+	}
+}

@@ -45,15 +45,21 @@ var embedded []byte
 //go:embed apis.generated.yaml
 var generated []byte
 
+// components are the removed versions of third-party CRDs, by component release.
+//
+//go:embed components.yaml
+var components []byte
+
 // Embedded returns the hand-written catalogue built into the binary.
 func Embedded() []byte { return append([]byte(nil), embedded...) }
 
 // EmbeddedAPIs returns the generated API section built into the binary.
 func EmbeddedAPIs() []byte { return append([]byte(nil), generated...) }
 
-// embeddedSources are the two documents of the built-in catalogue.
+// embeddedSources are the three documents of the built-in catalogue.
 func embeddedSources() []Source {
-	return []Source{{Name: "embedded catalogue", Data: embedded}, {Name: "embedded apis.generated.yaml", Data: generated}}
+	return []Source{{Name: "embedded catalogue", Data: embedded}, {Name: "embedded apis.generated.yaml", Data: generated},
+		{Name: "embedded components.yaml", Data: components}}
 }
 
 // Catalogue is the rule catalogue file.
@@ -91,6 +97,9 @@ type RuleSpec struct {
 
 // APISpec is one removed or deprecated API version.
 type APISpec struct {
+	// Component names the software whose CRD serves the API (cert-manager, istio, ...): its
+	// DeprecatedIn and RemovedIn are releases of that component, not of Kubernetes.
+	Component    string `yaml:"component"`
 	Group        string `yaml:"group"`
 	Version      string `yaml:"version"`
 	Resource     string `yaml:"resource"`

@@ -44,6 +44,9 @@ type Match struct {
 	Detail, Value string
 	// Plugin is the credential plugin to install (legacy-auth-provider-client).
 	Plugin string
+	// Component names the software whose CRD served the API (cert-manager, istio, ...);
+	// DeprecatedIn and RemovedIn are then "<component> <release>".
+	Component string
 	// ReplacementUnknown: the API is known only from the apiserver's annotation and the
 	// catalogue has no successor for it (never "has no replacement").
 	ReplacementUnknown bool
@@ -276,10 +279,13 @@ func (m *matcher) api() {
 	if a := m.e.apis[gvr{m.group, m.version, m.resource}]; a != nil {
 		mt := Match{
 			DeprecatedIn: a.DeprecatedIn, RemovedIn: a.RemovedIn, Replacement: a.Replacement,
-			Value: a.Note,
+			Value: a.Note, Component: a.Component,
 			Evidence: ann([]Evidence{
 				{"objectRef.apiGroup", m.group}, {"objectRef.apiVersion", m.version}, {"objectRef.resource", m.resource},
 			}),
+		}
+		if a.Component != "" { // releases of the component: "cert-manager 1.6"
+			mt.DeprecatedIn, mt.RemovedIn = componentRelease(a.Component, a.DeprecatedIn), componentRelease(a.Component, a.RemovedIn)
 		}
 		if a.RemovedIn != "" {
 			m.add(RemovedAPI, mt)
@@ -436,4 +442,13 @@ func (e *Engine) ResourceOf(group, version, kind string) string {
 		return res
 	}
 	return kubeapi.Resource(kind)
+}
+
+// componentRelease is a release of a component as findings carry it: "cert-manager 1.6"
+// ("" stays "").
+func componentRelease(component, release string) string {
+	if release == "" {
+		return ""
+	}
+	return component + " " + release
 }

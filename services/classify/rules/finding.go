@@ -17,6 +17,8 @@ type TemplateData struct {
 	Detail, Value, Plugin                                           string
 	// Source names the manifest file and document (classify manifests); "" for audit events.
 	Source string
+	// Component names the software whose CRD served the API ("" for Kubernetes).
+	Component string
 	// ReplacementUnknown: see Match.ReplacementUnknown.
 	ReplacementUnknown bool
 }
@@ -139,7 +141,7 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 		Namespace: f.Namespace, Name: f.Name, Username: f.Username, UserAgent: f.UserAgent,
 		DeprecatedIn: f.DeprecatedIn, RemovedIn: f.RemovedIn, Replacement: f.Replacement,
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
-		Source: source, ReplacementUnknown: m.ReplacementUnknown,
+		Source: source, ReplacementUnknown: m.ReplacementUnknown, Component: m.Component,
 	}
 	if m.Rule.msg != nil {
 		return render(m.Rule.msg, m.Origin, &d)

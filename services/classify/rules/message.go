@@ -37,7 +37,7 @@ var templateFields = map[string]func(*TemplateData) string{
 	"DeprecatedIn": func(d *TemplateData) string { return d.DeprecatedIn }, "RemovedIn": func(d *TemplateData) string { return d.RemovedIn },
 	"Replacement": func(d *TemplateData) string { return d.Replacement }, "Detail": func(d *TemplateData) string { return d.Detail },
 	"Value": func(d *TemplateData) string { return d.Value }, "Plugin": func(d *TemplateData) string { return d.Plugin },
-	"Source": func(d *TemplateData) string { return d.Source },
+	"Source": func(d *TemplateData) string { return d.Source }, "Component": func(d *TemplateData) string { return d.Component },
 }
 
 var templateBoolFields = map[string]func(*TemplateData) bool{

@@ -20,7 +20,9 @@ func (c *Catalogue) Releases() []kubeversion.Version {
 		add(r.RemovedIn)
 	}
 	for _, a := range c.APIs {
-		add(a.RemovedIn)
+		if a.Component == "" { // a component's releases are not Kubernetes releases
+			add(a.RemovedIn)
+		}
 	}
 	for _, b := range c.BodyKinds {
 		add(b.RemovedIn)

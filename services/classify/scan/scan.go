@@ -44,20 +44,23 @@ before --target-version is in use, 1 an error.`
 // Config holds the scan flags.
 type Config struct {
 	TargetVersion string
-	Format        string
-	GroupBy       string
-	RulesFiles    flagenv.StringList
-	Cluster       string
-	MaxEventSize  int
-	DedupWindow   int
-	Progress      string
-	MaxBadReports int
-	Parallel      int
+	// TargetVersions are the releases of third-party components judged against.
+	TargetVersions ComponentTargets
+	Format         string
+	GroupBy        string
+	RulesFiles     flagenv.StringList
+	Cluster        string
+	MaxEventSize   int
+	DedupWindow    int
+	Progress       string
+	MaxBadReports  int
+	Parallel       int
 }
 
 // RegisterFlags adds the scan flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used (empty: any removal)")
+	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): a removed version of their CRDs blocks when removed at or before it (no release given: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal), wide (every value in full) or markdown")
 	fs.StringVar(&c.GroupBy, "group-by", "api", "summary grouped by api (rule, API, then callers) or by caller (caller, then rules and APIs)")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
@@ -285,7 +288,7 @@ func Blocks(removedIn string, target kubeversion.Version) bool {
 // already (--format json in parallel), else nil.
 func (s *scanner) emit(f *auditlensv1.Finding, line []byte) {
 	s.findings++
-	blocking := Blocks(f.RemovedIn, s.target)
+	blocking := BlocksFor(f.RemovedIn, s.target, s.cfg.TargetVersions)
 	if blocking {
 		s.blocking++
 	}

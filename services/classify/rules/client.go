@@ -32,6 +32,12 @@ func (m *matcher) authProviderClient() {
 		mt.Detail, mt.Value, mt.Plugin = "Google or Azure AD", "gcp or azure",
 			"gke-gcloud-auth-plugin (GKE) or kubelogin (AKS)"
 	}
+	// The replacement names the exec credential plugins (client.authentication.k8s.io), which
+	// replace the in-tree auth-provider.
+	mt.Replacement = map[string]string{"Google": "exec plugin gke-gcloud-auth-plugin", "Azure AD": "exec plugin kubelogin"}[provider]
+	if mt.Replacement == "" {
+		mt.Replacement = "exec plugin gke-gcloud-auth-plugin (GKE) or kubelogin (Azure)"
+	}
 	m.add(LegacyAuthProviderClient, mt)
 }
 

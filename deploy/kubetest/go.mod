@@ -6,6 +6,8 @@ require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/auditlens/auditlens/deploy v0.0.0
 	github.com/auditlens/auditlens/lib v0.0.0
+	github.com/auditlens/auditlens/proto v0.0.0
+	github.com/auditlens/auditlens/services/classify v0.0.0
 	github.com/auditlens/auditlens/services/report v0.0.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -14,9 +16,14 @@ require (
 )
 
 require (
+	github.com/goccy/go-yaml v1.19.2 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/valyala/fastjson v1.6.10 // indirect
+)
+
+require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
-	github.com/auditlens/auditlens/proto v0.0.0 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect

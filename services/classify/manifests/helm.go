@@ -115,9 +115,6 @@ func DecodeRelease(encoded string, secret bool, max int) (*Release, error) {
 	return &r, nil
 }
 
-// releaseKey identifies a release across its revisions.
-func releaseKey(r *Release) string { return r.Namespace + "/" + r.Name }
-
 // revisionLabel is the revision a release Secret or ConfigMap is labelled with, 0 when none.
 func revisionLabel(labels map[string]string) int {
 	n, _ := strconv.Atoi(labels["version"])

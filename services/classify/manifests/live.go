@@ -30,7 +30,6 @@ type storedRelease struct {
 	kind, namespace, name string
 	labels                map[string]string
 	encoded               string
-	secret                bool
 }
 
 // better reports whether s is a better revision of its release to check than cur: a deployed

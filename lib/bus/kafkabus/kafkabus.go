@@ -168,9 +168,13 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		h := make([]kafka.Header, 0, len(m.Header)+2)
 		h = append(h, kafka.Header{Key: bus.HeaderCluster, Value: []byte(m.Cluster)}, kafka.Header{Key: bus.HeaderMsgID, Value: []byte(m.ID)})
 		for k, v := range m.Header {
+			if k == bus.HeaderCluster || k == bus.HeaderMsgID {
+				continue // set above from the message
+			}
 			h = append(h, kafka.Header{Key: k, Value: []byte(v)})
 		}
-		km[i] = kafka.Message{Topic: Topic(m.Stream), Key: []byte(m.Cluster), Value: m.Data, Headers: h}
+		// The key partitions by cluster; HeaderCluster keeps the name as it is.
+		km[i] = kafka.Message{Topic: Topic(m.Stream), Key: []byte(bus.ClusterToken(m.Cluster)), Value: m.Data, Headers: h}
 	}
 	if err := b.w.WriteMessages(ctx, km...); err != nil {
 		if tooLarge(err) {

@@ -142,6 +142,9 @@ func (n *Server) Messages(t testing.TB, s bus.Stream) []*nats.Msg {
 			t.Fatalf("batch %s: %v", m.Header.Get(jetstream.MsgIDHeader), err)
 		}
 		cluster := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		if c := m.Header.Get(bus.HeaderCluster); c != "" {
+			cluster = c // a name that is no subject token (bus.ClusterToken)
+		}
 		for _, ev := range evs {
 			ref, err := auditevent.Peek(ev, 0)
 			if err != nil {

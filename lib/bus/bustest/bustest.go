@@ -70,9 +70,10 @@ func (c *Collector) Counts() (distinct, total int) {
 	return len(c.byID), c.total
 }
 
-// WaitDistinct polls until at least n distinct ids arrived or the timeout passes.
+// WaitDistinct polls until at least n distinct ids arrived or testkit.Bound(timeout) passes.
 func (c *Collector) WaitDistinct(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
+	timeout = testkit.Bound(timeout)
 	deadline := time.After(timeout)
 	for {
 		if d, _ := c.Counts(); d >= n {

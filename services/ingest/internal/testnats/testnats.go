@@ -20,6 +20,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 // Server is an embedded JetStream server reachable over TCP, restartable on the same
@@ -81,8 +82,8 @@ func (n *Server) Start() {
 			enginetest.Unavailable(n.t, "nats-server", err)
 		}
 		srv.Start()
-		if !srv.ReadyForConnections(10 * time.Second) {
-			enginetest.Unavailable(n.t, "nats-server", errors.New("not ready after 10s"))
+		if !srv.ReadyForConnections(testkit.Bound(10 * time.Second)) {
+			enginetest.Unavailable(n.t, "nats-server", errors.New("not ready in time"))
 		}
 		n.srv = srv
 		return

@@ -241,12 +241,16 @@ type consumer struct {
 // On cancellation it waits (up to DrainTimeout) for deliveries in flight to be settled, then leaves.
 func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           c.b.cfg.Brokers,
-		GroupID:           c.group,
-		Topic:             Topic(c.stream),
-		MinBytes:          1,
-		MaxBytes:          16 << 20,
-		MaxWait:           250 * time.Millisecond,
+		Brokers:  c.b.cfg.Brokers,
+		GroupID:  c.group,
+		Topic:    Topic(c.stream),
+		MinBytes: 1,
+		MaxBytes: 16 << 20,
+		// kafka-go also reads the fetch response within MaxWait: under load (a 2-core machine
+		// at a load of 20, -race) a broker took more than 250 ms to answer a fetch of a few
+		// MiB, every fetch timed out and nothing was ever delivered. The broker answers as soon
+		// as MinBytes are there, so a longer MaxWait costs an idle poll's latency only.
+		MaxWait:           5 * time.Second,
 		StartOffset:       kafka.FirstOffset,
 		HeartbeatInterval: time.Second,
 		SessionTimeout:    10 * time.Second,

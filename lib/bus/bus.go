@@ -49,7 +49,8 @@ const (
 // Message is one unit of data on a stream.
 type Message struct {
 	Stream Stream
-	// Cluster selects the subject (auditlens.<stream>.<cluster>) or Kafka key. Required.
+	// Cluster selects the subject (auditlens.<stream>.<token>) or Kafka key, token being
+	// ClusterToken(Cluster); consumers see Cluster as it was. Required (ValidateClusterName).
 	Cluster string
 	// ID is the idempotency key: a message republished with the same ID within the
 	// de-duplication window is stored once. Required.
@@ -190,32 +191,18 @@ var ErrBacklog = errors.New("the consumers are too far behind")
 // Kafka message.max.bytes). Retrying does not help: cap what is published below the limit.
 var ErrTooLarge = reason.New("message larger than the bus accepts", reason.TooLarge)
 
-// ValidateCluster checks that a cluster name can be used as a subject token and a key:
-// 1 to 64 of letters, digits, '-' and '_'. It runs for every published message.
-func ValidateCluster(name string) error {
-	ok := len(name) >= 1 && len(name) <= 64
-	for i := 0; ok && i < len(name); i++ {
-		c := name[i]
-		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-	}
-	if !ok {
-		return fmt.Errorf("cluster name %q: use 1 to 64 letters, digits, '-' or '_'", name)
-	}
-	return nil
-}
-
 // Validate checks the fields every implementation needs.
 func (m *Message) Validate() error {
 	switch m.Stream {
 	case Events, Findings, DeadLetter:
 	default:
-		return fmt.Errorf("unknown stream %q", m.Stream)
+		return fmt.Errorf("%w: unknown stream %q", ErrInvalid, m.Stream)
 	}
-	if err := ValidateCluster(m.Cluster); err != nil {
+	if err := ValidateClusterName(m.Cluster); err != nil {
 		return err
 	}
 	if m.ID == "" {
-		return errors.New("message without id")
+		return fmt.Errorf("%w: message without id", ErrInvalid)
 	}
 	return nil
 }

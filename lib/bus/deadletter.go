@@ -71,10 +71,14 @@ func cutUTF8(s string, n int) string {
 // who gave up on it ("file", "webhook", "classify", "report", ...) and its id is
 // BoundID(stage + "/" + id); source says where the data came from (file:offset, a request, a
 // bus position); cause says why, as text (HeaderReason) and as a label of the reason
-// vocabulary (HeaderReasonLabel). Headers are bounded by MaxHeaderLen and at most
+// vocabulary (HeaderReasonLabel). A cluster name the bus cannot carry becomes "unknown".
+// Headers are bounded by MaxHeaderLen and at most
 // DeadLetterMaxData bytes of data are kept (HeaderTruncated says so), so that it fits any bus
 // that accepts a small message. extra headers (node, ...) are copied, bounded too.
 func NewDeadLetter(cluster, stage, id, source string, cause error, data []byte, extra map[string]string) Message {
+	if ValidateClusterName(cluster) != nil {
+		cluster = "unknown" // the cause says which name the bus could not carry
+	}
 	h := make(map[string]string, len(extra)+4)
 	for k, v := range extra {
 		h[k] = Short(v, MaxHeaderLen)
@@ -114,22 +118,28 @@ func summarize(m *Message) bool {
 	return true
 }
 
-// PublishOrDeadLetter publishes msgs; when the bus refuses some of them for their size
-// (ErrTooLarge), it finds them by publishing halves (a message stored twice is de-duplicated
-// by its id), replaces each in msgs by the dead letter refused(i, err) returns, and publishes
-// that. A dead letter refused for its size too is cut down until it fits (at last to its
+// PublishOrDeadLetter publishes msgs; when the bus refuses some of them for good (ErrTooLarge
+// for their size, ErrInvalid for what it cannot carry, such as a cluster name), it finds them
+// by publishing halves (a message stored twice is de-duplicated by its id), replaces each in
+// msgs by the dead letter refused(i, err) returns, and publishes that: one such message never
+// holds the others back. A dead letter refused for its size too is cut down until it fits (at last to its
 // headers alone). Any other error is returned as it is (typically ErrUnavailable: retry with
 // the same msgs, which then hold the dead letters already). refused is called once per
 // message replaced.
 func PublishOrDeadLetter(ctx context.Context, p Publisher, msgs []Message, refused func(i int, err error) Message) error {
 	err := p.Publish(ctx, msgs...)
-	if !errors.Is(err, ErrTooLarge) {
+	if !refusedForGood(err) {
 		return err
 	}
 	return publishSplitting(ctx, p, msgs, 0, err, refused)
 }
 
-// publishSplitting publishes msgs, refused as a whole with tooLarge.
+// refusedForGood reports whether err refuses a message that no retry can store.
+func refusedForGood(err error) bool {
+	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalid)
+}
+
+// publishSplitting publishes msgs, refused as a whole with tooLarge (ErrTooLarge or ErrInvalid).
 func publishSplitting(ctx context.Context, p Publisher, msgs []Message, base int, tooLarge error, refused func(int, error) Message) error {
 	if len(msgs) > 1 {
 		mid := len(msgs) / 2
@@ -138,7 +148,7 @@ func publishSplitting(ctx context.Context, p Publisher, msgs []Message, base int
 			base int
 		}{{msgs[:mid], base}, {msgs[mid:], base + mid}} {
 			err := p.Publish(ctx, part.m...)
-			if errors.Is(err, ErrTooLarge) {
+			if refusedForGood(err) {
 				err = publishSplitting(ctx, p, part.m, part.base, err, refused)
 			}
 			if err != nil {
@@ -164,15 +174,19 @@ func publishSplitting(ctx context.Context, p Publisher, msgs []Message, base int
 	}
 }
 
-// TooLargeDeadLetter is the refused function of PublishOrDeadLetter that the inputs share:
-// msgs[i], refused for its size, becomes the dead letter "<stage>/too-large/<its id>" naming
-// source and node. counted, when not nil, is told of each message given up (to adjust the
+// RefusedDeadLetter is the refused function of PublishOrDeadLetter that the inputs share:
+// msgs[i], refused for its size, becomes the dead letter "<stage>/too-large/<its id>", refused
+// as something the bus cannot carry (ErrInvalid) "<stage>/invalid/<its id>", naming source and
+// node. counted, when not nil, is told of each message given up and why (to adjust the
 // input's counters).
-func TooLargeDeadLetter(msgs []Message, stage, source, node string, counted func(m *Message)) func(i int, err error) Message {
+func RefusedDeadLetter(msgs []Message, stage, source, node string, counted func(m *Message, err error)) func(i int, err error) Message {
 	return func(i int, err error) Message {
 		m := &msgs[i]
 		if counted != nil {
-			counted(m)
+			counted(m, err)
+		}
+		if errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
+			return NewDeadLetter(m.Cluster, stage, "invalid/"+m.ID, source, err, m.Data, map[string]string{HeaderNode: node})
 		}
 		return NewDeadLetter(m.Cluster, stage, "too-large/"+m.ID, source, TooLargeCause(len(m.Data), err), m.Data, map[string]string{HeaderNode: node})
 	}

@@ -66,7 +66,7 @@ func TestDeadLetterIDAndReason(t *testing.T) {
 	}
 	msgs := []Message{{Stream: Events, Cluster: "prod", ID: "prod/a/ResponseComplete", Data: []byte("{}")}}
 	var counted int
-	dl := TooLargeDeadLetter(msgs, "webhook", "webhook", "node-1", func(*Message) { counted++ })(0, ErrTooLarge)
+	dl := RefusedDeadLetter(msgs, "webhook", "webhook", "node-1", func(*Message, error) { counted++ })(0, ErrTooLarge)
 	if dl.ID != "webhook/too-large/prod/a/ResponseComplete" || dl.Header[HeaderNode] != "node-1" || counted != 1 ||
 		dl.Header[HeaderReasonLabel] != reason.TooLarge {
 		t.Errorf("too-large dead letter %q %v, counted %d", dl.ID, dl.Header, counted)

@@ -94,6 +94,24 @@ type Decoder struct {
 	out     []byte
 	bufs    [maxDepth + 3][]byte
 	gz      *gzip.Reader
+	limit   *Limit
+}
+
+// SetLimit counts what the decoder decodes from now on against l (nil: only MaxSize per
+// layer): a decode beyond it fails with an error wrapping ErrLimit or ErrBusy.
+func (d *Decoder) SetLimit(l *Limit) { d.limit = l }
+
+// Trim drops buffers larger than keep bytes, so that a pooled decoder does not hold on to
+// what one large input made it grow to.
+func (d *Decoder) Trim(keep int) {
+	for i, b := range d.bufs {
+		if cap(b) > keep {
+			d.bufs[i] = nil
+		}
+	}
+	if cap(d.out) > keep {
+		d.out = nil
+	}
 }
 
 // NewDecoder returns a decoder capping decompressed input at maxSize bytes (0: 64 MiB).
@@ -235,14 +253,29 @@ func (d *Decoder) gunzip(data []byte, depth int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: gzip: %w", ErrNotEnvelope, err)
 	}
+	room := int64(d.maxSize())
+	limited := false
+	if d.limit != nil {
+		if r := d.limit.room(); r < room {
+			room, limited = r, true
+		}
+	}
 	buf := bytes.NewBuffer(d.bufs[depth][:0])
-	n, err := io.Copy(buf, io.LimitReader(d.gz, int64(d.maxSize())+1))
+	n, err := io.Copy(buf, io.LimitReader(d.gz, room+1))
 	d.bufs[depth] = buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: gzip: %w", ErrNotEnvelope, err)
 	}
-	if n > int64(d.maxSize()) {
+	if n > room {
+		if limited {
+			return nil, d.limit.exceeded(n)
+		}
 		return nil, fmt.Errorf("%w: decompressed envelope larger than %d bytes", auditevent.ErrTooLarge, d.maxSize())
+	}
+	if d.limit != nil {
+		if err := d.limit.take(n); err != nil {
+			return nil, err
+		}
 	}
 	return buf.Bytes(), nil
 }
@@ -251,6 +284,11 @@ func (d *Decoder) unbase64(data []byte, depth int) ([]byte, error) {
 	n := base64.StdEncoding.DecodedLen(len(data))
 	if n > d.maxSize() {
 		return nil, fmt.Errorf("%w: base64 envelope larger than %d bytes", auditevent.ErrTooLarge, d.maxSize())
+	}
+	if d.limit != nil {
+		if err := d.limit.take(int64(n)); err != nil {
+			return nil, err
+		}
 	}
 	buf := d.bufs[depth]
 	if cap(buf) < n {

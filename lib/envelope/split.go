@@ -76,7 +76,8 @@ func (d *Decoder) Split(data []byte, maxEventSize int) ([]Item, Stats, error) {
 
 // SplitAny is what a message-based source reads: data is an audit Event or EventList
 // (auditevent.SplitList), or else, when that fails with an error for which Candidate is
-// true, a cloud envelope (Split). Input that is neither returns the audit decoder's error.
+// true, a cloud envelope (Split). Input that is neither returns the audit decoder's error;
+// an envelope that decodes to more than the decoder's Limit allows, ErrLimit or ErrBusy.
 func (d *Decoder) SplitAny(data []byte, maxEventSize int) ([]Item, Stats, error) {
 	items, err := auditevent.SplitList(data, maxEventSize)
 	if err == nil {
@@ -90,6 +91,9 @@ func (d *Decoder) SplitAny(data []byte, maxEventSize int) ([]Item, Stats, error)
 		return nil, Stats{}, err
 	}
 	out, st, uerr := d.Split(data, maxEventSize)
+	if errors.Is(uerr, ErrLimit) || errors.Is(uerr, ErrBusy) {
+		return nil, st, uerr // an envelope, over its limit: say so rather than "not JSON"
+	}
 	if uerr != nil {
 		return nil, st, err
 	}

@@ -14,6 +14,7 @@ const (
 	Panic          = "panic"           // processing it panicked
 	Undeliverable  = "undeliverable"   // redelivered too often without an acknowledgement
 	BadBatch       = "bad_batch"       // a batch of events whose framing or compression is broken
+	Unpublishable  = "unpublishable"   // a message the bus cannot carry (a cluster name it cannot route)
 	Other          = "other"           // none of the above
 )
 

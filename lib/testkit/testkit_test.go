@@ -30,6 +30,8 @@ func (f *failRecorder) Fatalf(format string, args ...any) {
 }
 
 func TestEventuallyFailsAfterTimeout(t *testing.T) {
+	floor = 0
+	defer func() { floor = Generous }()
 	r := &failRecorder{TB: t}
 	func() {
 		defer func() {
@@ -41,5 +43,12 @@ func TestEventuallyFailsAfterTimeout(t *testing.T) {
 	}()
 	if r.msg == "" {
 		t.Fatal("no failure message")
+	}
+}
+
+// A wait for something that will happen is never shorter than Generous.
+func TestBoundIsGenerous(t *testing.T) {
+	if Bound(time.Second) != Generous || Bound(2*Generous) != 2*Generous {
+		t.Errorf("Bound(1s) = %s, Bound(2 x Generous) = %s", Bound(time.Second), Bound(2*Generous))
 	}
 }

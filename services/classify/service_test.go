@@ -52,7 +52,7 @@ func collect(t *testing.T, b bus.Bus, s bus.Stream, want int, settle time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Bound(30*time.Second))
 	defer cancel()
 	var mu sync.Mutex
 	var got []*bus.Delivery
@@ -166,7 +166,7 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Bound(30 * time.Second)):
 		t.Fatal("Run did not return after cancel")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/services/ingest/backlog"
 	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
 	"github.com/auditlens/auditlens/services/ingest/file"
@@ -55,6 +56,9 @@ type Config struct {
 	Kafka    kafka.Config
 	// CloudWatch keeps its position in File.CheckpointDir (--checkpoint-dir).
 	CloudWatch cloudwatch.Config
+	// Managed bounds what the managed sources (Firehose, Pub/Sub, Kafka, CloudWatch) decode:
+	// per request or message, and all together in flight (one budget they share).
+	Managed envelope.Limits
 }
 
 // DefaultConfig is the one place ingest's defaults are written, the checkpoints under
@@ -72,6 +76,7 @@ func DefaultConfig(dataRoot string) Config {
 		PubSub:       pubsub.DefaultConfig(),
 		Kafka:        kafka.DefaultConfig(),
 		CloudWatch:   cloudwatch.DefaultConfig(),
+		Managed:      envelope.DefaultLimits(),
 	}
 }
 
@@ -87,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.PubSub.RegisterFlags(fs)
 	c.Kafka.RegisterFlags(fs)
 	c.CloudWatch.RegisterFlags(fs)
+	c.Managed.RegisterFlags(fs)
 }
 
 // MemoryLimit is ingest's soft memory limit unless GOMEMLIMIT is set: the most its inputs hold
@@ -97,12 +103,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // after each collection, against this limit of 64 MiB; without it the heap grew to 5x what was
 // live (GCPercent) and the peak with the length of the input.
 //
-// The managed-cluster sources (Firehose, Pub/Sub, Kafka, CloudWatch) are not measured yet: with any of
-// them on there is no default limit (0).
+// The managed sources hold at most --managed-max-inflight-bytes of decoded envelopes and
+// Firehose bodies (ManagedMemoryPerInflightByte per byte of it), plus what their clients
+// fetch ahead: a Kafka poll (64 MiB), the Pub/Sub messages outstanding (bounded by the same
+// number of bytes).
 func (c *Config) MemoryLimit() int64 {
-	if c.Firehose.On() || c.PubSub.On() || c.Kafka.On() || c.CloudWatch.On() {
-		return 0
-	}
 	n := int64(baseMemory)
 	if c.File.On() {
 		n += c.File.Memory()
@@ -110,8 +115,22 @@ func (c *Config) MemoryLimit() int64 {
 	if c.Webhook.On() {
 		n += c.Webhook.Memory()
 	}
+	if c.Firehose.On() || c.PubSub.On() || c.Kafka.On() || c.CloudWatch.On() {
+		n += ManagedMemoryPerInflightByte * c.Managed.MaxInflight
+	}
+	if c.Kafka.On() {
+		n += kafka.FetchMaxBytes
+	}
+	if c.PubSub.On() {
+		n += c.Managed.MaxInflight
+	}
 	return n
 }
+
+// ManagedMemoryPerInflightByte is about how many bytes of memory the managed sources need per
+// byte of decoded data in flight: the decoded bytes, the events copied out of them and the
+// messages they are packed into, and what the collector leaves between collections.
+const ManagedMemoryPerInflightByte = 3
 
 var errNoInput = errors.New("give at least one input: --audit-log, --webhook-addr, --firehose-addr, --pubsub-subscription, --kafka-source-brokers, --eventhubs-connection-string-file or --cloudwatch-log-group")
 
@@ -130,6 +149,14 @@ func (c Config) Validate() error {
 		if err := v(); err != nil {
 			return err
 		}
+	}
+	if c.Firehose.On() || c.PubSub.On() || c.Kafka.On() || c.CloudWatch.On() {
+		if err := c.Managed.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Firehose.On() && c.Managed.MaxInflight < c.Firehose.MaxBody+c.Managed.MaxDecoded {
+		return fmt.Errorf("--managed-max-inflight-bytes %d: must be at least the Firehose body limit (%d) plus --managed-max-decoded-bytes (%d), or the largest request could never be taken", c.Managed.MaxInflight, c.Firehose.MaxBody, c.Managed.MaxDecoded)
 	}
 	if c.CloudWatch.On() && c.File.CheckpointDir == "" {
 		return errors.New("--cloudwatch-log-group needs --checkpoint-dir: its read position is kept there")
@@ -155,6 +182,8 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	m := metrics.New(reg)
+	// One budget of decoded bytes for all the managed sources: MemoryLimit counts it once.
+	budget := envelope.NewBudget(cfg.Managed.MaxInflight)
 	var comps []daemon.Component
 	var pub interface {
 		bus.Publisher
@@ -184,28 +213,28 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		comps = append(comps, s)
 	}
 	if cfg.Firehose.On() {
-		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.PubSub.On() {
-		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.Kafka.On() {
-		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, s)
 	}
 	if cfg.CloudWatch.On() {
-		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
+		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
 		if err != nil {
 			return nil, err
 		}

@@ -82,16 +82,24 @@ func TestMemoryLimitCoversInputs(t *testing.T) {
 	if got, atLeast := both.MemoryLimit(), file.MemoryLimit()+webhook.MemoryPerInflightByte*(256<<20); got < atLeast {
 		t.Errorf("both inputs: limit %d MiB, want at least %d MiB", got>>20, atLeast>>20)
 	}
+	// The managed sources get a limit too (there was none): room for the decoded bytes they
+	// may hold at once, and for what their clients fetch ahead.
 	managed := ingest.DefaultConfig(root)
 	managed.File.Path = "audit.log"
 	managed.PubSub.Subscription = "projects/p/subscriptions/audit"
-	if got := managed.MemoryLimit(); got != 0 {
-		t.Errorf("with a Pub/Sub source, whose memory is not measured: limit %d MiB, want none (0)", got>>20)
+	if got, atLeast := managed.MemoryLimit(), file.MemoryLimit()+ingest.ManagedMemoryPerInflightByte*managed.Managed.MaxInflight; got < atLeast {
+		t.Errorf("with a Pub/Sub source: limit %d MiB, want at least %d MiB", got>>20, atLeast>>20)
 	}
 	cw := ingest.DefaultConfig(root)
 	cw.CloudWatch.LogGroup = "/aws/eks/demo/cluster"
-	if got := cw.MemoryLimit(); got != 0 {
-		t.Errorf("with the CloudWatch reader, whose memory is not measured: limit %d MiB, want none (0)", got>>20)
+	if got, atLeast := cw.MemoryLimit(), ingest.ManagedMemoryPerInflightByte*cw.Managed.MaxInflight; got < atLeast || got > 2*atLeast {
+		t.Errorf("with the CloudWatch reader: limit %d MiB, want at least %d MiB and not twice that", got>>20, atLeast>>20)
+	}
+	fh := ingest.DefaultConfig(root)
+	fh.Firehose.Addr = ":8444"
+	fh.Managed.MaxInflight = 1 << 30
+	if got, atLeast := fh.MemoryLimit(), ingest.ManagedMemoryPerInflightByte*int64(1<<30); got < atLeast {
+		t.Errorf("Firehose with 1 GiB in flight: limit %d MiB, want at least %d MiB", got>>20, atLeast>>20)
 	}
 }
 

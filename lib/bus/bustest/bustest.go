@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,9 +70,10 @@ func (c *Collector) Counts() (distinct, total int) {
 	return len(c.byID), c.total
 }
 
-// WaitDistinct polls until at least n distinct ids arrived or the timeout passes.
+// WaitDistinct polls until at least n distinct ids arrived or testkit.Bound(timeout) passes.
 func (c *Collector) WaitDistinct(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
+	timeout = testkit.Bound(timeout)
 	deadline := time.After(timeout)
 	for {
 		if d, _ := c.Counts(); d >= n {
@@ -166,6 +168,44 @@ func Run(t *testing.T, open Opener) {
 		stop := Consume(t, b, bus.Events, "g5", bus.ConsumerOptions{}, AckAll(col))
 		col.WaitDistinct(t, n, 30*time.Second)
 		stop()
+	})
+
+	// Cluster names the managed clouds allow and a subject token does not (EKS: up to 100
+	// characters; dots) are carried, in one publish with a plain one, and delivered under the
+	// name they were published with; a name the bus cannot carry is refused for good.
+	t.Run("ClusterNamesOfTheClouds", func(t *testing.T) {
+		b := open(t)
+		names := []string{"plain", "a.b", "eks-" + strings.Repeat("x", 96), "_lead"}
+		msgs := Messages(bus.Events, "cn", len(names), 1)
+		for i := range msgs {
+			msgs[i].Cluster = names[i]
+		}
+		if err := b.Publish(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		got := map[string]string{}
+		col := NewCollector()
+		stop := Consume(t, b, bus.Events, "gcn", bus.ConsumerOptions{}, func(ctx context.Context, d *bus.Delivery) {
+			mu.Lock()
+			got[d.ID] = d.Cluster
+			mu.Unlock()
+			AckAll(col)(ctx, d)
+		})
+		col.WaitDistinct(t, len(names), 30*time.Second)
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		for i, m := range msgs {
+			if got[m.ID] != names[i] {
+				t.Errorf("%s delivered as cluster %q, want %q", m.ID, got[m.ID], names[i])
+			}
+		}
+		bad := Messages(bus.Events, "cnbad", 1, 1)[0]
+		bad.Cluster = "line\nbreak"
+		if err := b.Publish(ctx, bad); !errors.Is(err, bus.ErrInvalid) {
+			t.Errorf("cluster name with a newline: %v, want bus.ErrInvalid", err)
+		}
 	})
 
 	// A message over the server's limit is a permanent error, not an outage to wait out.

@@ -168,9 +168,13 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 		h := make([]kafka.Header, 0, len(m.Header)+2)
 		h = append(h, kafka.Header{Key: bus.HeaderCluster, Value: []byte(m.Cluster)}, kafka.Header{Key: bus.HeaderMsgID, Value: []byte(m.ID)})
 		for k, v := range m.Header {
+			if k == bus.HeaderCluster || k == bus.HeaderMsgID {
+				continue // set above from the message
+			}
 			h = append(h, kafka.Header{Key: k, Value: []byte(v)})
 		}
-		km[i] = kafka.Message{Topic: Topic(m.Stream), Key: []byte(m.Cluster), Value: m.Data, Headers: h}
+		// The key partitions by cluster; HeaderCluster keeps the name as it is.
+		km[i] = kafka.Message{Topic: Topic(m.Stream), Key: []byte(bus.ClusterToken(m.Cluster)), Value: m.Data, Headers: h}
 	}
 	if err := b.w.WriteMessages(ctx, km...); err != nil {
 		if tooLarge(err) {
@@ -237,12 +241,16 @@ type consumer struct {
 // On cancellation it waits (up to DrainTimeout) for deliveries in flight to be settled, then leaves.
 func (c *consumer) Consume(ctx context.Context, h bus.Handler) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           c.b.cfg.Brokers,
-		GroupID:           c.group,
-		Topic:             Topic(c.stream),
-		MinBytes:          1,
-		MaxBytes:          16 << 20,
-		MaxWait:           250 * time.Millisecond,
+		Brokers:  c.b.cfg.Brokers,
+		GroupID:  c.group,
+		Topic:    Topic(c.stream),
+		MinBytes: 1,
+		MaxBytes: 16 << 20,
+		// kafka-go also reads the fetch response within MaxWait: under load (a 2-core machine
+		// at a load of 20, -race) a broker took more than 250 ms to answer a fetch of a few
+		// MiB, every fetch timed out and nothing was ever delivered. The broker answers as soon
+		// as MinBytes are there, so a longer MaxWait costs an idle poll's latency only.
+		MaxWait:           5 * time.Second,
 		StartOffset:       kafka.FirstOffset,
 		HeartbeatInterval: time.Second,
 		SessionTimeout:    10 * time.Second,

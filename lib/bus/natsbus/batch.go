@@ -198,6 +198,9 @@ func (bt *batcher) publish(ctx context.Context, msgs []bus.Message) error {
 			vs[0] = v
 			nm.Header[textproto.CanonicalMIMEHeaderKey(k)] = vs
 		}
+		if c := clusterHeader(m.Cluster); c != "" {
+			nm.Header[bus.HeaderCluster] = []string{c}
+		}
 		if m.Cluster != cluster {
 			subject, cluster = Subject(m.Stream, m.Cluster), m.Cluster
 		}

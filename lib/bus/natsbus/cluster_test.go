@@ -25,7 +25,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	c := natscluster.Start(t, 3)
 	js := admin(t, c)
 	bustest.Run(t, func(t *testing.T) bus.Bus {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Bound(30*time.Second))
 		defer cancel()
 		for _, s := range bus.Streams {
 			if err := js.DeleteStream(ctx, natsbus.StreamName(s)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -22,8 +22,21 @@ import (
 // StreamName is the JetStream stream of s: AUDIT_EVENTS, AUDIT_FINDINGS, AUDIT_DEADLETTER.
 func StreamName(s bus.Stream) string { return "AUDIT_" + strings.ToUpper(string(s)) }
 
-// Subject is where messages of stream s for cluster are published.
-func Subject(s bus.Stream, cluster string) string { return "auditlens." + string(s) + "." + cluster }
+// Subject is where messages of stream s for cluster are published: its last token is
+// bus.ClusterToken(cluster). A message whose token is not its cluster name carries the name
+// in bus.HeaderCluster, which consumers read instead of the token.
+func Subject(s bus.Stream, cluster string) string {
+	return "auditlens." + string(s) + "." + bus.ClusterToken(cluster)
+}
+
+// clusterHeader is the bus.HeaderCluster a message of cluster needs, "" when the subject
+// token is the name.
+func clusterHeader(cluster string) string {
+	if bus.ClusterToken(cluster) == cluster {
+		return ""
+	}
+	return cluster
+}
 
 // Bus is a bus.Bus on JetStream.
 type Bus struct {
@@ -208,6 +221,9 @@ func (b *Bus) Publish(ctx context.Context, msgs ...bus.Message) error {
 // headerSize is an upper bound of the encoded headers of m.
 func headerSize(m *bus.Message) int {
 	n := len("NATS/1.0\r\n\r\n") + len("Nats-Msg-Id: \r\n") + len(m.ID)
+	if c := clusterHeader(m.Cluster); c != "" {
+		n += len(bus.HeaderCluster) + len(c) + 4
+	}
 	for k, v := range m.Header {
 		n += len(k) + len(v) + 4
 	}
@@ -235,6 +251,9 @@ func (b *Bus) publish(ctx context.Context, msgs []bus.Message) error {
 		nm.Data = m.Data
 		for k, v := range m.Header {
 			nm.Header.Set(k, v)
+		}
+		if c := clusterHeader(m.Cluster); c != "" {
+			nm.Header.Set(bus.HeaderCluster, c)
 		}
 		f, err := b.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID), jetstream.WithStallWait(b.cfg.StallWait))
 		if errors.Is(err, nats.ErrMaxPayload) {

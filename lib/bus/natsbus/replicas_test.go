@@ -35,7 +35,7 @@ func admin(t testing.TB, c *natscluster.Cluster) jetstream.JetStream {
 // leader are current; consumer, when not empty, names one of the stream's consumers instead.
 func peers(t *testing.T, js jetstream.JetStream, stream, consumer string) (configured, current int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Bound(5*time.Second))
 	defer cancel()
 	st, err := js.Stream(ctx, stream)
 	if err != nil {

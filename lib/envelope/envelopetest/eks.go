@@ -43,9 +43,12 @@ func logEvents(events [][]byte) []map[string]any {
 }
 
 // Subscription returns the decoded CloudWatch Logs subscription payload of events.
-func Subscription(events [][]byte) []byte {
+func Subscription(events [][]byte) []byte { return SubscriptionOf(Cluster, events) }
+
+// SubscriptionOf is Subscription from the log group of cluster, /aws/eks/<cluster>/cluster.
+func SubscriptionOf(cluster string, events [][]byte) []byte {
 	return mustJSON(map[string]any{
-		"owner": "123456789012", "logGroup": LogGroup, "logStream": "kube-apiserver-audit-0123456789abcdef0123456789abcdef",
+		"owner": "123456789012", "logGroup": "/aws/eks/" + cluster + "/cluster", "logStream": "kube-apiserver-audit-0123456789abcdef0123456789abcdef",
 		"subscriptionFilters": []string{"auditlens"}, "messageType": "DATA_MESSAGE", "logEvents": logEvents(events),
 	})
 }
@@ -66,6 +69,14 @@ func Authenticator() []byte {
 		"subscriptionFilters": []string{"auditlens"}, "messageType": "DATA_MESSAGE",
 		"logEvents": []map[string]any{{"id": "1", "timestamp": when.UnixMilli(), "message": `time="2026-11-30T12:00:00Z" level=info msg="access granted"`}},
 	})
+}
+
+// Padded is a subscription payload of size bytes or a little more: one audit event whose
+// padding, a run of one letter, gzip shrinks about a thousandfold (a decompression bomb).
+func Padded(size int) []byte {
+	ev := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"padded","stage":"ResponseComplete","verb":"get","requestURI":"/","padding":"` +
+		strings.Repeat("x", max(size-600, 0)) + `"}`
+	return Subscription([][]byte{[]byte(ev)})
 }
 
 // Gzip compresses b as CloudWatch Logs does for its subscriptions.

@@ -101,7 +101,7 @@ func returned(t *testing.T, published <-chan error, what string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Bound(30 * time.Second)):
 		t.Fatal(what)
 	}
 }

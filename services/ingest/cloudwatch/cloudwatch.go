@@ -9,17 +9,18 @@
 // the control plane's logs with a delay, and events of several API servers (streams) arrive
 // out of order. So every scan starts Overlap before the newest timestamp stored so far and
 // pages through to the end; events it has already stored (Seen, pruned to the window) are
-// skipped, not published again. The position is saved after every page the bus acknowledged:
+// skipped, not published again. The position is saved during a scan at most every few
+// seconds (saveEvery) and at its end, From following the newest stored event page by page:
 // a restart, also after SIGKILL, scans the same window again and skips what was stored, so
 // nothing is lost (an event arriving later than Overlap behind the newest one is) and nothing
 // is stored twice. The bus's de-duplication by message id (<cluster>/<auditID>/<stage>) is
-// the second guard: a page stored but not yet recorded in the position when the process died
-// is published again and dropped by the bus.
+// the second guard: pages stored but not yet recorded in the position when the process died
+// are published again and dropped by the bus.
 //
 // The cost of this choice: every poll reads the last Overlap again (API calls, not bus
 // writes), and the position file holds one id per event of that window (about 80 bytes each,
-// rewritten after every page): a cluster logging 100 events/s keeps about 1 MB there with the
-// default overlap of 2 minutes.
+// at most MaxSeen): a cluster logging 100 events/s keeps about 1 MB there with the default
+// overlap of 2 minutes, and a backlog read in one scan does not grow it with its length.
 //
 // Protocol: the CloudWatch Logs JSON 1.1 API (POST, X-Amz-Target:
 // Logs_20140328.FilterLogEvents), through the AWS SDK for Go v2 with its default credential
@@ -145,6 +146,12 @@ type Options struct {
 	// Batch packs the events of what the source publishes at once into EventBatch messages
 	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
 	Batch eventbatch.Config
+	// Limits bound what an event decodes to (MaxDecoded) and, with Budget, what a page holds
+	// decoded at once; the zero value is envelope.DefaultLimits.
+	Limits envelope.Limits
+	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
+	// for this source alone).
+	Budget *envelope.Budget
 }
 
 // API is the CloudWatch Logs call the reader makes.
@@ -164,6 +171,9 @@ type Source struct {
 	header  map[string]string
 	dec     *envelope.Decoder
 	wrapped []byte
+
+	saved      time.Time // when the position was last saved
+	warnedSeen bool
 }
 
 // New loads the AWS configuration (region, credentials chain) and the saved position.
@@ -208,6 +218,15 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 		opt.Metrics = metrics.New(nil)
 	}
 	opt.Batch = opt.Batch.OrDefault()
+	if opt.Limits == (envelope.Limits{}) {
+		opt.Limits = envelope.DefaultLimits()
+	}
+	if err := opt.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Budget == nil {
+		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
+	}
 	st, err := openStore(opt.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
 	if err != nil {
 		return nil, err
@@ -242,8 +261,14 @@ func eksCluster(group string) string {
 // Position is the current position (what a restart would resume from).
 func (s *Source) Position() Position { return s.pos }
 
-// Ready reports whether the bus is.
-func (s *Source) Ready() error { return s.bus.Ready() }
+// Ready reports an error while publishing fails (retried, or answered with a retryable
+// error), or the bus is not ready.
+func (s *Source) Ready() error {
+	if err := s.opt.Metrics.Stuck(Input); err != nil {
+		return err
+	}
+	return s.bus.Ready()
+}
 
 // Run scans the log group every PollInterval until ctx is cancelled. A scan that fails
 // (CloudWatch unreachable, throttled) is retried at the next poll from the saved position.
@@ -263,7 +288,9 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 // scan reads every page from the position's From on; each page's new events are stored, then
-// the position is saved. At the end From moves to Overlap before the newest stored event.
+// recorded in the position, whose From moves to Overlap before the newest stored event (the
+// seen ids older than it are forgotten): the position holds the last Overlap of events, not
+// the scan's. It is saved at most every saveEvery during a scan, and at its end.
 func (s *Source) scan(ctx context.Context) error {
 	in := &cloudwatchlogs.FilterLogEventsInput{
 		LogGroupName: aws.String(s.cfg.LogGroup),
@@ -276,9 +303,13 @@ func (s *Source) scan(ctx context.Context) error {
 	for _, ts := range s.pos.Seen {
 		newest = max(newest, ts)
 	}
+	dirty := false
 	for {
 		out, err := s.api.FilterLogEvents(ctx, in)
 		if err != nil {
+			if dirty {
+				_ = s.save() // keep what was stored; the error below is the one to report
+			}
 			return fmt.Errorf("filter log events of %s: %w", s.cfg.LogGroup, err)
 		}
 		var fresh []types.FilteredLogEvent
@@ -289,6 +320,9 @@ func (s *Source) scan(ctx context.Context) error {
 		}
 		if len(fresh) > 0 {
 			if err := s.publish(ctx, fresh); err != nil {
+				if dirty {
+					_ = s.save()
+				}
 				return err // ctx cancelled while the bus was failing: the position stays
 			}
 			for _, e := range fresh {
@@ -296,8 +330,13 @@ func (s *Source) scan(ctx context.Context) error {
 				s.pos.Seen[aws.ToString(e.EventId)] = ts
 				newest = max(newest, ts)
 			}
-			if err := s.store.save(&s.pos); err != nil {
-				return err
+			s.advance(newest)
+			dirty = true
+			if time.Since(s.saved) >= saveEvery {
+				if err := s.save(); err != nil {
+					return err
+				}
+				dirty = false
 			}
 		}
 		if out.NextToken == nil || aws.ToString(out.NextToken) == aws.ToString(in.NextToken) {
@@ -305,37 +344,58 @@ func (s *Source) scan(ctx context.Context) error {
 		}
 		in.NextToken = out.NextToken
 	}
-	if from := newest - s.cfg.Overlap.Milliseconds(); from > s.pos.From {
-		s.pos.From = from
-		s.pos.prune()
-		return s.store.save(&s.pos)
+	if s.advance(newest) || dirty {
+		return s.save()
 	}
 	return nil
 }
 
-// publish publishes the events, retrying with back-off until the bus took them or ctx is
-// cancelled.
-func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) error {
-	var msgs []bus.Message
-	events := 0
-	bad := map[string]int{}
-	for _, e := range evs {
-		m, n, label := s.messages(e)
-		msgs = append(msgs, m...)
-		events += n
-		if label != "" {
-			bad[label]++
-		}
+// saveEvery spaces the saves of the position during a scan: a restart reads again what was
+// stored since the last save, and the bus drops it by id.
+const saveEvery = 5 * time.Second
+
+// MaxSeen bounds the ids of stored events the position keeps (about 80 bytes each in its
+// file): past it the oldest are forgotten; if a later scan reads them again the bus drops them
+// by id within its de-duplication window.
+const MaxSeen = 100_000
+
+// advance moves From to Overlap before newest and forgets the ids older than it, and the
+// oldest past MaxSeen; it reports whether From moved.
+func (s *Source) advance(newest int64) bool {
+	moved := false
+	if from := newest - s.cfg.Overlap.Milliseconds(); from > s.pos.From {
+		s.pos.From = from
+		s.pos.prune()
+		moved = true
 	}
-	return s.opt.Metrics.PublishUntilStored(ctx, s.bus, s.opt.Logger, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, "the CloudWatch position",
-		metrics.Batch{Msgs: eventbatch.Pack(s.opt.Batch, msgs), Events: events, Bad: bad})
+	if dropped := s.pos.bound(MaxSeen); dropped > 0 && !s.warnedSeen {
+		s.warnedSeen = true
+		s.opt.Logger.Warn("more events within --cloudwatch-overlap than the position keeps; forgetting the oldest (the bus drops them by id if read again)", "kept", MaxSeen, "dropped", dropped)
+	}
+	return moved
+}
+
+// save saves the position.
+func (s *Source) save() error {
+	s.saved = time.Now()
+	return s.store.save(&s.pos)
+}
+
+// publish publishes the events, retrying with back-off until the bus took them or ctx is
+// cancelled; what they decode to is bounded by the managed sources' budget.
+func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) error {
+	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	s.dec.SetLimit(lim)
+	defer s.dec.SetLimit(nil)
+	return s.opt.Metrics.PublishRecords(ctx, s.bus, s.opt.Logger, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, "the CloudWatch position", s.opt.Batch, false, lim, len(evs),
+		func(i int) metrics.Converted { return s.messages(evs[i]) })
 }
 
 // messages turns one log event into event messages (named cluster/auditID/stage) or a dead
 // letter (named by stream and event id). A message that is one audit event is read as
 // FilterLogEvents returned it, so that it gets the envelope annotation eks/filter-log-events;
 // anything else is read as lib/envelope reads a message (an EventList, an envelope) or is bad.
-func (s *Source) messages(e types.FilteredLogEvent) (msgs []bus.Message, events int, bad string) {
+func (s *Source) messages(e types.FilteredLogEvent) (c metrics.Converted) {
 	stream, id, text := aws.ToString(e.LogStreamName), aws.ToString(e.EventId), aws.ToString(e.Message)
 	src := "cloudwatch:" + s.cfg.LogGroup + "/" + stream + "/" + id
 	q, _ := json.Marshal(text) // a string always encodes
@@ -344,21 +404,25 @@ func (s *Source) messages(e types.FilteredLogEvent) (msgs []bus.Message, events 
 	if err != nil || len(items) != 1 || items[0].Err != nil {
 		items, _, err = s.dec.SplitAny([]byte(text), s.opt.MaxEventSize)
 	}
+	if errors.Is(err, envelope.ErrBusy) {
+		return metrics.Converted{Err: err}
+	}
 	if err != nil {
-		bad = reason.Of(err)
-		s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
-		return []bus.Message{bus.NewDeadLetter(s.cluster, Input, stream+"/"+id, src, err, []byte(text), map[string]string{bus.HeaderNode: s.opt.Node})}, 0, bad
+		c.Bad = reason.Of(err)
+		s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(err.Error(), 512))
+		c.Msgs = []bus.Message{bus.NewDeadLetter(s.cluster, Input, stream+"/"+id, src, err, []byte(text), map[string]string{bus.HeaderNode: s.opt.Node})}
+		return c
 	}
 	for i, it := range items {
 		if it.Err != nil {
-			bad = reason.Of(it.Err)
-			s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(it.Err.Error(), 512))
-			msgs = append(msgs, bus.NewDeadLetter(s.cluster, Input, fmt.Sprintf("%s/%s/%d", stream, id, i), src, it.Err, it.Raw, map[string]string{bus.HeaderNode: s.opt.Node}))
+			c.Bad = reason.Of(it.Err)
+			s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(it.Err.Error(), 512))
+			c.Msgs = append(c.Msgs, bus.NewDeadLetter(s.cluster, Input, fmt.Sprintf("%s/%s/%d", stream, id, i), src, it.Err, it.Raw, map[string]string{bus.HeaderNode: s.opt.Node}))
 			continue
 		}
 		cluster := it.Origin.ClusterOr(s.cluster)
-		events++
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
+		c.Events++
+		c.Msgs = append(c.Msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
 	}
-	return msgs, events, bad
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 )
@@ -32,9 +33,44 @@ func (p *Position) prune() {
 	}
 }
 
+// bound forgets the oldest seen events past max; it returns how many.
+func (p *Position) bound(max int) int {
+	over := len(p.Seen) - max
+	if over <= 0 {
+		return 0
+	}
+	ts := make([]int64, 0, len(p.Seen))
+	for _, t := range p.Seen {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	cut := ts[over] // forget those older than the over-th oldest, then ties up to over
+	n := 0
+	for id, t := range p.Seen {
+		if t < cut {
+			delete(p.Seen, id)
+			n++
+		}
+	}
+	for id, t := range p.Seen {
+		if n >= over {
+			break
+		}
+		if t == cut {
+			delete(p.Seen, id)
+			n++
+		}
+	}
+	return n
+}
+
 // store keeps one Position in a file of the checkpoint directory, named after the log group
 // and stream prefix.
-type store struct{ path string }
+type store struct {
+	path string
+	// written and largest count the bytes saved and the largest file (for tests).
+	written, largest int64
+}
 
 func openStore(dir, group, prefix string) (*store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -72,5 +108,7 @@ func (s *store) save(p *Position) error {
 	if err := checkpoint.Replace(s.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("save the CloudWatch position: %w", err)
 	}
+	s.written += int64(len(b) + 1)
+	s.largest = max(s.largest, int64(len(b)+1))
 	return nil
 }

@@ -113,6 +113,12 @@ type Options struct {
 	// Batch packs the events of what the source publishes at once into EventBatch messages
 	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
 	Batch eventbatch.Config
+	// Limits bound what a request decodes to (MaxDecoded) and, with Budget, what the requests
+	// in flight hold; the zero value is envelope.DefaultLimits.
+	Limits envelope.Limits
+	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
+	// for this endpoint alone). A request body is admitted into it before it is read.
+	Budget *envelope.Budget
 }
 
 // Server is the Firehose endpoint.
@@ -124,6 +130,7 @@ type Server struct {
 	ln       net.Listener
 	srv      *http.Server
 	decoders sync.Pool
+	answered *recent // ids of requests answered 200, so that a retry is not counted again
 }
 
 // New reads the access key and listens on cfg.Addr.
@@ -138,6 +145,18 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		opt.Metrics = metrics.New(nil)
 	}
 	opt.Batch = opt.Batch.OrDefault()
+	if opt.Limits == (envelope.Limits{}) {
+		opt.Limits = envelope.DefaultLimits()
+	}
+	if err := opt.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Limits.MaxInflight < cfg.MaxBody+opt.Limits.MaxDecoded {
+		return nil, fmt.Errorf("--managed-max-inflight-bytes %d: must be at least the Firehose body limit (%d) plus --managed-max-decoded-bytes (%d), or the largest request could never be taken", opt.Limits.MaxInflight, cfg.MaxBody, opt.Limits.MaxDecoded)
+	}
+	if opt.Budget == nil {
+		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
+	}
 	key, err := os.ReadFile(cfg.AccessKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("read --firehose-access-key-file: %w", err)
@@ -146,7 +165,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if len(key) == 0 {
 		return nil, fmt.Errorf("--firehose-access-key-file %s is empty", cfg.AccessKeyFile)
 	}
-	s := &Server{cfg: cfg, opt: opt, bus: b, key: key}
+	s := &Server{cfg: cfg, opt: opt, bus: b, key: key, answered: newRecent(answeredKept)}
 	s.decoders.New = func() any { return envelope.NewDecoder(int(cfg.MaxBody)) }
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -168,7 +187,9 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 // Addr is the address listened on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Ready reports whether the bus is.
+// Ready reports whether the bus is. A request that fails is answered with a retryable error
+// (Firehose retries it); failing readiness for it would take the endpoint out of its Service
+// and leave nothing to retry against.
 func (s *Server) Ready() error { return s.bus.Ready() }
 
 // Run serves until ctx is cancelled, then lets requests in flight finish.
@@ -197,7 +218,7 @@ type request struct {
 
 // answer writes the documented response.
 func (s *Server) answer(w http.ResponseWriter, id string, code int, errMsg string) {
-	s.opt.Metrics.Requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	s.opt.Metrics.Requests.WithLabelValues(Input, strconv.Itoa(code)).Inc()
 	body := map[string]any{"requestId": id, "timestamp": time.Now().UnixMilli()}
 	if errMsg != "" {
 		if len(errMsg) > 8192 {
@@ -224,8 +245,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, id, http.StatusMethodNotAllowed, "POST Firehose records")
 		return
 	}
+	// The body is admitted into the in-flight budget before it is read (one of unknown or
+	// compressed length may be as large as MaxBody); what its records decode to is taken
+	// from the budget as it is decoded. All of it is given back once the request is answered.
+	size := r.ContentLength
+	gz := strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip")
+	if size < 0 || size > s.cfg.MaxBody || gz {
+		size = s.cfg.MaxBody
+	}
+	if !s.opt.Budget.TryTake(size) {
+		s.busy(w, id)
+		return
+	}
+	defer s.opt.Budget.Give(size)
 	var body io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+	if gz {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			s.answer(w, id, http.StatusBadRequest, "gzip body: "+err.Error())
@@ -257,13 +291,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
 		return
 	}
-	msgs, events, bad := s.messages(id, &req)
+	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	defer lim.Release()
+	msgs, events, bad, err := s.messages(id, &req, lim)
+	switch {
+	case errors.Is(err, envelope.ErrBusy):
+		s.busy(w, id)
+		return
+	case errors.Is(err, envelope.ErrLimit):
+		s.opt.Logger.Warn("Firehose request decodes to more than --managed-max-decoded-bytes; refused (Firehose backs it up to S3 when configured)", "request", bus.Short(id, 100), "records", len(req.Records), "limit", s.opt.Limits.MaxDecoded)
+		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("the records decode to more than --managed-max-decoded-bytes (%d bytes): lower the stream's buffer size", s.opt.Limits.MaxDecoded))
+		return
+	}
 	msgs = eventbatch.Pack(s.opt.Batch, msgs)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	if len(msgs) > 0 {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "firehose", "firehose:"+id, s.opt.Node, func(m *bus.Message) {
-			s.opt.Logger.Warn("Firehose event larger than the bus accepts; sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
+		// A message the bus refuses for good (its size, a cluster name it cannot carry) is
+		// dead-lettered alone; the others are stored and the answer is 200.
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.RefusedDeadLetter(msgs, "firehose", "firehose:"+id, s.opt.Node, func(m *bus.Message, err error) {
+			s.opt.Logger.Warn("Firehose event the bus refuses sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100), "err", bus.Short(err.Error(), 300))
 			n := eventbatch.Count(m.Header)
 			if m.Stream == bus.Events {
 				events -= n
@@ -271,7 +318,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if bad == nil {
 				bad = map[string]int{}
 			}
-			bad[metrics.TooLargeForBus] += n
+			bad[metrics.Refused(err)] += n
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
@@ -280,18 +327,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-	for label, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
+	// Firehose sends a request again, under the same id, when it did not see the answer: the
+	// bus stores its events once (their ids), and they are counted once.
+	if s.answered.add(bus.BoundID(id)) {
+		s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
+		for label, n := range bad {
+			s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
+		}
 	}
 	s.answer(w, id, http.StatusOK, "")
 }
 
+// busy answers 503, which Firehose retries, while the decoded bytes in flight are at their
+// limit.
+func (s *Server) busy(w http.ResponseWriter, id string) {
+	s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+	s.answer(w, id, http.StatusServiceUnavailable, fmt.Sprintf("the managed sources hold --managed-max-inflight-bytes (%d) of data; retry later", s.opt.Limits.MaxInflight))
+}
+
 // messages turns the records into event messages (named cluster/auditID/stage, so that a
-// retried request stores nothing twice) and dead letters (named by request and record).
-func (s *Server) messages(id string, req *request) (msgs []bus.Message, events int, bad map[string]int) {
+// retried request stores nothing twice) and dead letters (named by request and record),
+// decoding within lim: an error wrapping envelope.ErrBusy or ErrLimit stops it.
+func (s *Server) messages(id string, req *request, lim *envelope.Limit) (msgs []bus.Message, events int, bad map[string]int, err error) {
 	d := s.decoders.Get().(*envelope.Decoder)
-	defer s.decoders.Put(d)
+	defer func() {
+		d.SetLimit(nil)
+		d.Trim(keepBuffer)
+		s.decoders.Put(d)
+	}()
+	d.SetLimit(lim)
 	header := map[string]string{bus.HeaderNode: s.opt.Node}
 	dead := func(rec int, data []byte, err error) {
 		if bad == nil {
@@ -306,6 +370,9 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 			continue
 		}
 		items, st, err := d.Split(rec.Data, s.opt.MaxEventSize)
+		if errors.Is(err, envelope.ErrBusy) || errors.Is(err, envelope.ErrLimit) {
+			return nil, 0, nil, err
+		}
 		if err != nil {
 			dead(i, rec.Data, err)
 			continue
@@ -323,5 +390,42 @@ func (s *Server) messages(id string, req *request) (msgs []bus.Message, events i
 			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: header, Data: it.Raw})
 		}
 	}
-	return msgs, events, bad
+	return msgs, events, bad, nil
+}
+
+// keepBuffer is the largest decoder buffer kept for the next request.
+const keepBuffer = 4 << 20
+
+// answeredKept is how many request ids answered 200 are remembered.
+const answeredKept = 4096
+
+// recent is a bounded set of the last ids added.
+type recent struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newRecent(n int) *recent {
+	return &recent{ids: make(map[string]struct{}, n), ring: make([]string, n)}
+}
+
+// add adds id and reports whether it was new.
+func (r *recent) add(id string) bool {
+	if id == "" {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.ids[id]; ok {
+		return false
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.ids, old)
+	}
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.ids[id] = struct{}{}
+	return true
 }

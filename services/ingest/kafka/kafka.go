@@ -169,6 +169,12 @@ type Options struct {
 	// Batch packs the events of what the source publishes at once into EventBatch messages
 	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
 	Batch eventbatch.Config
+	// Limits bound what a record decodes to (MaxDecoded) and, with Budget, what a poll holds
+	// decoded at once; the zero value is envelope.DefaultLimits.
+	Limits envelope.Limits
+	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
+	// for this source alone).
+	Budget *envelope.Budget
 }
 
 // Source reads one topic.
@@ -181,6 +187,9 @@ type Source struct {
 	dec    *envelope.Decoder
 	header map[string]string
 }
+
+// FetchMaxBytes bounds what one poll fetches.
+const FetchMaxBytes = 64 << 20
 
 // sessionTimeout is how long the group waits for a silent member (killed, partitioned away)
 // before its partitions, and what it had fetched but not committed, go to another member:
@@ -199,6 +208,15 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 		opt.Metrics = metrics.New(nil)
 	}
 	opt.Batch = opt.Batch.OrDefault()
+	if opt.Limits == (envelope.Limits{}) {
+		opt.Limits = envelope.DefaultLimits()
+	}
+	if err := opt.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Budget == nil {
+		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
+	}
 	conn, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -206,7 +224,7 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(conn.brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(conn.topic),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(64 << 20),
+		kgo.FetchMaxBytes(FetchMaxBytes),
 		// Recovery time after a crash: the records a dead ingest held (fetched, not yet
 		// committed) go to another member once its session times out (kgo's default, 45s).
 		kgo.SessionTimeout(sessionTimeout),
@@ -235,8 +253,14 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 	return &Source{cfg: cfg, conn: conn, opt: opt, bus: b, client: client, dec: envelope.NewDecoder(0), header: map[string]string{bus.HeaderNode: opt.Node}}, nil
 }
 
-// Ready reports whether the bus is.
-func (s *Source) Ready() error { return s.bus.Ready() }
+// Ready reports an error while publishing fails (retried, or answered with a retryable
+// error), or the bus is not ready.
+func (s *Source) Ready() error {
+	if err := s.opt.Metrics.Stuck(Input); err != nil {
+		return err
+	}
+	return s.bus.Ready()
+}
 
 // Run polls until ctx is cancelled. Each poll's records are published, retried while the
 // bus fails, and only then committed; what is not committed is read again after a restart
@@ -269,40 +293,33 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 // store publishes the events of recs, retrying with back-off until the bus took them or ctx
-// is cancelled.
+// is cancelled; what the records decode to is bounded by the managed sources' budget (a poll
+// of up to 64 MiB of compressed envelopes is published in runs that fit it).
 func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
-	var msgs []bus.Message
-	events := 0
-	bad := map[string]int{}
-	for _, r := range recs {
-		// Each record's events are packed on their own: a record is the same after a
-		// restart, a poll is not, so its batches get the ids they had before the crash and
-		// the bus drops them.
-		m, n, label := s.messages(r)
-		msgs = append(msgs, eventbatch.Pack(s.opt.Batch, m)...)
-		events += n
-		if label != "" {
-			bad[label]++
-		}
-	}
-	return s.opt.Metrics.PublishUntilStored(ctx, s.bus, s.opt.Logger, Input, "kafka-source", s.opt.Node, "the Kafka offsets",
-		metrics.Batch{Msgs: msgs, Events: events, Bad: bad})
+	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	s.dec.SetLimit(lim)
+	defer s.dec.SetLimit(nil)
+	return s.opt.Metrics.PublishRecords(ctx, s.bus, s.opt.Logger, Input, "kafka-source", s.opt.Node, "the Kafka offsets", s.opt.Batch, true, lim, len(recs),
+		func(i int) metrics.Converted { return s.messages(recs[i]) })
 }
 
 // messages turns one record into event messages (named cluster/auditID/stage) or dead
 // letters (named by topic, partition and offset).
-func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad string) {
+func (s *Source) messages(r *kgo.Record) (c metrics.Converted) {
 	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	dead := func(data []byte, err error) {
-		bad = reason.Of(err)
-		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", bad, "err", bus.Short(err.Error(), 512))
-		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(msgs)),
+		c.Bad = reason.Of(err)
+		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(err.Error(), 512))
+		c.Msgs = append(c.Msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(c.Msgs)),
 			src, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, st, err := s.dec.SplitAny(r.Value, s.opt.MaxEventSize)
+	if errors.Is(err, envelope.ErrBusy) {
+		return metrics.Converted{Err: err}
+	}
 	if err != nil {
 		dead(r.Value, err)
-		return msgs, 0, bad
+		return c
 	}
 	if st.Skipped > 0 {
 		s.opt.Logger.Debug("records without audit events skipped", "source", src, "records", st.Skipped, "reasons", st.Reasons)
@@ -313,8 +330,8 @@ func (s *Source) messages(r *kgo.Record) (msgs []bus.Message, events int, bad st
 			continue
 		}
 		cluster := it.Origin.ClusterOr(s.opt.Cluster)
-		events++
-		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
+		c.Events++
+		c.Msgs = append(c.Msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
 	}
-	return msgs, events, bad
+	return c
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -250,4 +251,65 @@ func TestKill9(t *testing.T) {
 	}
 	got, total := n.IDs(t, bus.Events)
 	checkOnce(t, got, total, want)
+}
+
+// TestClusterNames: records naming clusters the bus has no subject token for (a resource id
+// with a name longer than 64 characters, one with a dot) and one whose name the bus cannot
+// carry at all (a control character) are read with a normal one: the normal event and the
+// two long names' events are stored (under their names), the last is dead-lettered alone, and
+// the next poll's record is stored too. Before, the whole poll was retried for ever and
+// nothing after it was stored.
+func TestClusterNames(t *testing.T) {
+	e := startEventHubs(t)
+	n := testnats.Start(t)
+	ev := testlog.Load(t)
+	body := func(name string, k int) ([]byte, string) {
+		id := "/SUBSCRIPTIONS/0000/RESOURCEGROUPS/RG/PROVIDERS/MICROSOFT.CONTAINERSERVICE/MANAGEDCLUSTERS/" + name
+		line, key := ev.Event(k)
+		b, _ := json.Marshal(map[string]any{"records": []map[string]any{{"category": "kube-audit", "resourceId": id, "properties": map[string]any{"log": string(line)}}}})
+		return b, key
+	}
+	long := "aks-" + strings.Repeat("l", 76)
+	var bodies [][]byte
+	var keys []string
+	for i, name := range []string{"normal", long, "a.b", "bad\x07name"} {
+		b, key := body(name, i)
+		bodies, keys = append(bodies, b), append(keys, key)
+	}
+	e.produce(t, bodies)
+	b := n.Open(t)
+	s, err := kafka.New(kafka.Config{EventHubsConnectionStringFile: e.connFile, TLSCA: e.caFile, Group: "auditlens-ingest"}, b, kafka.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	testkit.Eventually(t, 2*time.Minute, "three events and a dead letter", func() bool {
+		_, total := n.IDs(t, bus.Events)
+		return total >= 3 && n.Count(t, bus.DeadLetter) >= 1
+	})
+	later, laterKey := body("normal", 10)
+	e.produce(t, [][]byte{later})
+	testkit.Eventually(t, 2*time.Minute, "the next poll's event", func() bool { _, total := n.IDs(t, bus.Events); return total >= 4 })
+	if err := s.Ready(); err != nil {
+		t.Errorf("ready: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got, _ := n.IDs(t, bus.Events)
+	for i, name := range []string{"normal", long, "a.b"} {
+		if id := "auditlens.events." + bus.ClusterToken(name) + " " + bus.EventID(name, keys[i]); got[id] != 1 {
+			t.Errorf("%s stored %d times (have %v)", id, got[id], got)
+		}
+	}
+	if id := "auditlens.events.normal " + bus.EventID("normal", laterKey); got[id] != 1 {
+		t.Errorf("the next poll's event %s stored %d times", id, got[id])
+	}
+	dl := n.Messages(t, bus.DeadLetter)
+	if len(dl) != 1 || dl[0].Header.Get(bus.HeaderReasonLabel) != "unpublishable" {
+		t.Fatalf("dead letters: %d, want 1 labelled unpublishable", len(dl))
+	}
 }

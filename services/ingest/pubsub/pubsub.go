@@ -81,6 +81,12 @@ type Options struct {
 	// Batch packs the events of what the source publishes at once into EventBatch messages
 	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
 	Batch eventbatch.Config
+	// Limits bound what a message decodes to (MaxDecoded) and, with Budget, what the
+	// messages in flight hold; the zero value is envelope.DefaultLimits.
+	Limits envelope.Limits
+	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
+	// for this source alone).
+	Budget *envelope.Budget
 	// ClientOptions are passed to the Pub/Sub client (tests: the pstest server).
 	ClientOptions []option.ClientOption
 }
@@ -111,6 +117,15 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 		opt.Metrics = metrics.New(nil)
 	}
 	opt.Batch = opt.Batch.OrDefault()
+	if opt.Limits == (envelope.Limits{}) {
+		opt.Limits = envelope.DefaultLimits()
+	}
+	if err := opt.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Budget == nil {
+		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
+	}
 	project := subscriptionRE.FindStringSubmatch(cfg.Subscription)[1]
 	client, err := gpubsub.NewClient(ctx, project, opt.ClientOptions...)
 	if err != nil {
@@ -119,6 +134,9 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	s := &Source{cfg: cfg, opt: opt, bus: b, client: client, header: map[string]string{bus.HeaderNode: opt.Node}}
 	s.sub = client.Subscriber(cfg.Subscription)
 	s.sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
+	// The messages held at once (up to 10 MB each) are bounded in bytes too; what they
+	// decode to is bounded by opt.Budget.
+	s.sub.ReceiveSettings.MaxOutstandingBytes = int(min(opt.Limits.MaxInflight, 1<<30))
 	// Recovery time after a crash: the client extends the ack deadline of what it holds by at
 	// most this much at a time, so Pub/Sub redelivers what a dead ingest held within about
 	// 10 s (the least Pub/Sub allows) rather than after the client's adaptive deadline (up
@@ -128,8 +146,14 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 	return s, nil
 }
 
-// Ready reports whether the bus is.
-func (s *Source) Ready() error { return s.bus.Ready() }
+// Ready reports an error while publishing fails (retried, or answered with a retryable
+// error), or the bus is not ready.
+func (s *Source) Ready() error {
+	if err := s.opt.Metrics.Stuck(Input); err != nil {
+		return err
+	}
+	return s.bus.Ready()
+}
 
 // Run receives until ctx is cancelled; messages being stored then are not acknowledged
 // (Pub/Sub redelivers them), and the client is closed.
@@ -143,27 +167,37 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 // handle stores one message's events (or its dead letter), then acknowledges it; a failed
-// publish nacks it for redelivery.
+// publish, or a message that would take the decoded bytes in flight past their limit, nacks
+// it for redelivery.
 func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
-	msgs, events, bad := s.messages(m)
+	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	defer lim.Release()
+	msgs, events, bad, err := s.messages(m, lim)
+	if err != nil { // envelope.ErrBusy
+		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+		m.Nack()
+		return
+	}
 	msgs = eventbatch.Pack(s.opt.Batch, msgs)
 	if len(msgs) > 0 {
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.TooLargeDeadLetter(msgs, "pubsub", "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message) {
-			s.opt.Logger.Warn("Pub/Sub event larger than the bus accepts; sent to the dead-letter stream", "message", m.ID, "bytes", len(dm.Data), "id", bus.Short(dm.ID, 100))
+		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.RefusedDeadLetter(msgs, "pubsub", "pubsub:"+s.cfg.Subscription+":"+m.ID, s.opt.Node, func(dm *bus.Message, err error) {
+			s.opt.Logger.Warn("Pub/Sub event the bus refuses sent to the dead-letter stream", "message", m.ID, "bytes", len(dm.Data), "id", bus.Short(dm.ID, 100), "err", bus.Short(err.Error(), 300))
 			if dm.Stream == bus.Events {
 				events -= eventbatch.Count(dm.Header)
 			}
-			bad = metrics.TooLargeForBus
+			bad = metrics.Refused(err)
 		}))
 		if err != nil {
 			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
 			if ctx.Err() == nil {
+				s.opt.Metrics.SetStuck(Input, err)
 				s.opt.Logger.Warn("publish failed; the message is redelivered", "message", m.ID, "err", err)
 			}
 			m.Nack()
 			return
 		}
 	}
+	s.opt.Metrics.SetStuck(Input, nil)
 	m.Ack()
 	s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
 	if bad != "" {
@@ -172,10 +206,16 @@ func (s *Source) handle(ctx context.Context, m *gpubsub.Message) {
 }
 
 // messages turns one Pub/Sub message into event messages (named cluster/auditID/stage, so
-// a redelivery stores nothing twice) or one dead letter.
-func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, bad string) {
+// a redelivery stores nothing twice) or one dead letter, decoding within lim; an error
+// (envelope.ErrBusy) means it is to be redelivered.
+func (s *Source) messages(m *gpubsub.Message, lim *envelope.Limit) (msgs []bus.Message, events int, bad string, err error) {
 	d := s.decoders.Get().(*envelope.Decoder)
-	defer s.decoders.Put(d)
+	defer func() {
+		d.SetLimit(nil)
+		d.Trim(keepBuffer)
+		s.decoders.Put(d)
+	}()
+	d.SetLimit(lim)
 	dead := func(data []byte, err error) {
 		bad = reason.Of(err)
 		s.opt.Logger.Warn("bad Pub/Sub message sent to the dead-letter stream", "message", m.ID, "reason", bad, "err", bus.Short(err.Error(), 512))
@@ -183,9 +223,12 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 			"pubsub:"+s.cfg.Subscription+":"+m.ID, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
 	}
 	items, _, err := d.SplitAny(m.Data, s.opt.MaxEventSize)
+	if errors.Is(err, envelope.ErrBusy) {
+		return nil, 0, "", err
+	}
 	if err != nil {
 		dead(m.Data, err)
-		return msgs, 0, bad
+		return msgs, 0, bad, nil
 	}
 	for _, it := range items {
 		if it.Err != nil {
@@ -196,5 +239,8 @@ func (s *Source) messages(m *gpubsub.Message) (msgs []bus.Message, events int, b
 		events++
 		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
 	}
-	return msgs, events, bad
+	return msgs, events, bad, nil
 }
+
+// keepBuffer is the largest decoder buffer kept for the next message.
+const keepBuffer = 4 << 20

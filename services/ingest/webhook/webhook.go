@@ -305,7 +305,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) answer(w http.ResponseWriter, code int, msg string) {
-	s.opt.Metrics.Requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	s.opt.Metrics.Requests.WithLabelValues(metrics.Webhook, strconv.Itoa(code)).Inc()
 	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
 	}
@@ -447,7 +447,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, http.StatusBadRequest, "not an audit EventList: "+whole.Error())
 		return
 	}
-	s.opt.Metrics.Requests.WithLabelValues("200").Inc()
+	s.opt.Metrics.Requests.WithLabelValues(metrics.Webhook, "200").Inc()
 	w.WriteHeader(http.StatusOK)
 }
 

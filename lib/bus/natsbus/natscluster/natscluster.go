@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 // Cluster is a JetStream cluster of nats-server processes owned by one test.
@@ -99,7 +100,7 @@ func Start(t testing.TB, n int) *Cluster {
 		}
 	}
 	for _, s := range c.Servers {
-		if err := s.WaitHealthy(60 * time.Second); err != nil {
+		if err := s.WaitHealthy(testkit.Bound(60 * time.Second)); err != nil {
 			enginetest.Unavailable(t, "nats-server cluster", err)
 		}
 	}
@@ -262,7 +263,8 @@ func (s *Server) Start() error {
 		_ = cmd.Wait() // its exit status says nothing the log does not
 		close(exited)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	wait := testkit.Bound(30 * time.Second)
+	deadline := time.Now().Add(wait)
 	for {
 		err := s.monitor("/varz", nil)
 		if err == nil {
@@ -272,7 +274,7 @@ func (s *Server) Start() error {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
-			return fmt.Errorf("nats-server %s did not answer on port %d within 30s: %w\n%s", s.Name, s.MonitorPort, err, s.LogTail(20))
+			return fmt.Errorf("nats-server %s did not answer on port %d within %s: %w\n%s", s.Name, s.MonitorPort, wait, err, s.LogTail(20))
 		}
 		select {
 		case <-exited:

@@ -20,6 +20,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 // Server is an embedded JetStream server reachable over TCP, restartable on the same
@@ -81,8 +82,8 @@ func (n *Server) Start() {
 			enginetest.Unavailable(n.t, "nats-server", err)
 		}
 		srv.Start()
-		if !srv.ReadyForConnections(10 * time.Second) {
-			enginetest.Unavailable(n.t, "nats-server", errors.New("not ready after 10s"))
+		if !srv.ReadyForConnections(testkit.Bound(10 * time.Second)) {
+			enginetest.Unavailable(n.t, "nats-server", errors.New("not ready in time"))
 		}
 		n.srv = srv
 		return
@@ -142,6 +143,9 @@ func (n *Server) Messages(t testing.TB, s bus.Stream) []*nats.Msg {
 			t.Fatalf("batch %s: %v", m.Header.Get(jetstream.MsgIDHeader), err)
 		}
 		cluster := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		if c := m.Header.Get(bus.HeaderCluster); c != "" {
+			cluster = c // a name that is no subject token (bus.ClusterToken)
+		}
 		for _, ev := range evs {
 			ref, err := auditevent.Peek(ev, 0)
 			if err != nil {

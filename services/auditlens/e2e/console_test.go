@@ -28,7 +28,7 @@ func TestFirstHour(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := start(t, dir, "auditlens", "--data-root", filepath.Join(dir, "data"), "--audit-log", "../../../examples/audit.log",
-		"--retention-days", "0", "--metrics-addr", addr, "--log-format", "json", "--cluster", "default")
+		"--retention-days", "0", "--metrics-addr", freeAddr(t), "--report-console-addr", addr, "--log-format", "json", "--cluster", "default")
 
 	var url string
 	testkit.Eventually(t, 90*time.Second, "the console's URL in the log", func() bool {

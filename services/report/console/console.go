@@ -232,3 +232,39 @@ LIMIT 200`, cluster)
 	}
 	return out, nil
 }
+
+// Known reports whether any finding names cluster (a look-up in the table's order key).
+func (r Reader) Known(ctx context.Context, cluster string) (bool, error) {
+	t, err := r.table()
+	if err != nil {
+		return false, err
+	}
+	var n uint8
+	err = r.DB.QueryRowContext(ctx, `SELECT toUInt8(1) FROM `+t+` WHERE cluster = ? LIMIT 1`, cluster).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("query cluster: %w", err)
+	}
+	return true, nil
+}
+
+// Names lists the clusters the findings name (at most MaxClusters, by name).
+func (r Reader) Names(ctx context.Context) ([]string, error) {
+	t, err := r.table()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT cluster FROM `+t+` ORDER BY cluster LIMIT ?`, []any{MaxClusters},
+		func(rows *sql.Rows) error {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			out = append(out, n)
+			return nil
+		})
+	return out, err
+}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -50,7 +51,7 @@ func consoleServer(t *testing.T, st *store.Store) *httptest.Server {
 		Log:      slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
 	t.Cleanup(srv.Close)
 	return srv
 }

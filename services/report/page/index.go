@@ -40,6 +40,9 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if clusters, err = allowed(r.Context(), clusters); err != nil {
+		return err
+	}
 	body := struct {
 		Target    weekly.Version
 		Targets   []render.Option

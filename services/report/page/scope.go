@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 
+	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -68,6 +69,9 @@ func (h *Handler) scope(ctx context.Context, f form, readClusters bool) (scope, 
 		if s.Clusters, err = h.reader().Clusters(ctx, thisWeek.AddDate(0, 0, -6), s.Target); err != nil {
 			return s, err
 		}
+		if s.Clusters, err = allowed(ctx, s.Clusters); err != nil {
+			return s, err
+		}
 	}
 	if s.Cluster == "" {
 		s.Cluster = h.Cluster
@@ -77,6 +81,9 @@ func (h *Handler) scope(ctx context.Context, f form, readClusters bool) (scope, 
 		if s.Cluster == "" {
 			return s, bad("cluster", "required (no findings yet name one)")
 		}
+	}
+	if err := h.checkCluster(ctx, s.Cluster, s.seen(s.Cluster)); err != nil {
+		return s, err
 	}
 	chosen := !s.Week.IsZero()
 	var summary console.ClusterSummary
@@ -133,4 +140,31 @@ func (h *Handler) target(f form) (weekly.Version, error) {
 		return t, bad("target-version", "%q: %v", v, err)
 	}
 	return t, nil
+}
+
+// checkCluster fails with 403 when the request's user may not read cluster, and with 404
+// (listing the clusters the user may read) when no finding names it; seen says the clusters
+// already read name it.
+func (h *Handler) checkCluster(ctx context.Context, cluster string, seen bool) error {
+	if err := allow(ctx, cluster); err != nil {
+		return err
+	}
+	if seen {
+		return nil
+	}
+	ok, err := h.reader().Known(ctx, cluster)
+	if err != nil || ok {
+		return err
+	}
+	names, err := h.reader().Names(ctx)
+	if err != nil {
+		return err
+	}
+	nf := notFoundError{cluster: cluster}
+	for _, n := range names {
+		if ok, err := access.Allowed(ctx, n); err == nil && ok {
+			nf.known = append(nf.known, n)
+		}
+	}
+	return nf
 }

@@ -147,10 +147,10 @@ func (h *Handler) targets(selected weekly.Version, extra ...weekly.Version) []we
 	return slices.CompactFunc(vs, func(a, b weekly.Version) bool { return a == b })
 }
 
-// defaultTarget is the target when a request names none: DefaultTarget, else the newest of
-// Releases.
+// defaultTarget is the target when neither the request nor the cluster's version names one:
+// the newest of Releases, else DefaultTarget.
 func (h *Handler) defaultTarget() weekly.Version {
-	if !h.DefaultTarget.IsZero() || len(h.Releases) == 0 {
+	if len(h.Releases) == 0 {
 		return h.DefaultTarget
 	}
 	return slices.MaxFunc(h.Releases, func(a, b weekly.Version) int { return a.Key() - b.Key() })

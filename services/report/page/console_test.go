@@ -278,3 +278,35 @@ func TestLongUserAgentLinksOpen(t *testing.T) {
 	}
 	open(hrefOf(t, requests, "request-link"))
 }
+
+// TestConsoleBoundsRequests: beyond Limits.MaxQueries requests at once, the next gets 503
+// with Retry-After without reading the store; once a slot frees, it is served.
+func TestConsoleBoundsRequests(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	seedConsole(t, st)
+	h := &Handler{DB: st.DB(), Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 22}},
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }, Limits: Limits{MaxQueries: 2, QueryTimeout: 5 * time.Second}}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	defer srv.Close()
+	var held []func()
+	for range 2 {
+		release, ok := h.admit()
+		if !ok {
+			t.Fatal("a slot below the bound was refused")
+		}
+		held = append(held, release)
+	}
+	for _, p := range []string{"/", "/report?cluster=prod", "/search?cluster=prod&q=x"} {
+		resp, body := fetch(t, http.MethodGet, srv.URL+p)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || strings.Contains(body, "prod") {
+			t.Errorf("%s over the bound: %d Retry-After %q %q", p, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	held[0]()
+	if resp, body := fetch(t, http.MethodGet, srv.URL+"/"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "prod") {
+		t.Errorf("with a slot free: %d %.300s", resp.StatusCode, body)
+	}
+	held[1]()
+}

@@ -57,7 +57,7 @@ func consoleServer(t *testing.T, st *store.Store) *httptest.Server {
 	return srv
 }
 
-func fetch(t *testing.T, method, u string) (*http.Response, string) {
+func fetch(t testing.TB, method, u string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, nil)
 	if err != nil {
@@ -239,7 +239,7 @@ func TestReportOpensTheNewestWeek(t *testing.T) {
 }
 
 // hrefOf is the first link of class in body, unescaped.
-func hrefOf(t *testing.T, body, class string) string {
+func hrefOf(t testing.TB, body, class string) string {
 	t.Helper()
 	m := regexp.MustCompile(`class="` + class + `" href="([^"]+)"`).FindStringSubmatch(body)
 	if m == nil {

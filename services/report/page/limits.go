@@ -23,10 +23,10 @@ type Limits struct {
 	QueryTimeout time.Duration
 }
 
-// DefaultLimits: 30 days (as EKS Upgrade Insights looks back), 4 requests at once (two
-// cores), 5 s.
+// DefaultLimits: 30 days (as EKS Upgrade Insights looks back), 2 requests at once (a heavy
+// page keeps a core of ClickHouse busy), 5 s.
 func DefaultLimits() Limits {
-	return Limits{Lookback: 30 * 24 * time.Hour, MaxQueries: 4, QueryTimeout: 5 * time.Second}
+	return Limits{Lookback: 30 * 24 * time.Hour, MaxQueries: 2, QueryTimeout: 5 * time.Second}
 }
 
 // RegisterFlags registers --report-lookback, --report-console-max-queries and

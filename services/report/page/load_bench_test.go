@@ -94,7 +94,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 
 // generate writes n findings spanning the 90 days before now, server-side: 14 APIs, 7,400
 // users, 30 agents (two of them kubelets of 1.31), 200 namespaces, 10% in a second cluster.
-func generate(b *testing.B, st *store.Store, now time.Time, n int) {
+func generate(b testing.TB, st *store.Store, now time.Time, n int) {
 	from := now.AddDate(0, 0, -90)
 	q := `INSERT INTO findings (rule_id, severity, cluster, audit_id, event_time, verb, request_uri, api_group, api_version,
   resource, namespace, name, username, user_agent, source_ip, response_code, removed_in, removed_in_key, ingested_at)

@@ -87,7 +87,9 @@ func TestQueriesOnCluster(t *testing.T) {
 }
 
 func testQueries(t *testing.T, r console.Reader) {
-	ctx := context.Background()
+	// With a deadline, as the console reads: every query carries max_execution_time.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	t.Run("clusters", func(t *testing.T) {
 		got, err := r.Clusters(ctx, week.To, kubeversion.MustParse("1.22"))
 		if err != nil {

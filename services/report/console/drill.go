@@ -48,7 +48,7 @@ WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND reso
 GROUP BY username, user_agent, source_ip
 ORDER BY n DESC, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
 		q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query callers: %w", err)
@@ -114,7 +114,7 @@ WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND reso
 GROUP BY event_time, audit_id
 ORDER BY event_time DESC, audit_id DESC
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
 		strconv.FormatUint(q.Caller, 10), q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query requests: %w", err)
@@ -178,7 +178,7 @@ WHERE cluster = ? AND audit_id = ?
 GROUP BY rule_id
 ORDER BY rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, sql, cluster, auditID, maxRequestFindings)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), cluster, auditID, maxRequestFindings)
 	if err != nil {
 		return nil, fmt.Errorf("query request: %w", err)
 	}
@@ -296,7 +296,7 @@ WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
 ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query search: %w", err)
 	}

@@ -216,8 +216,17 @@ func testQueries(t *testing.T, r console.Reader) {
 		want := console.Request{Time: weekStart.AddDate(0, 0, 2).Add(9 * time.Hour), AuditID: "a3", Verb: "list",
 			RequestURI: "/apis/extensions/v1beta1/namespaces/web/ingresses?limit=500", SourceIP: "10.0.0.1", ResponseCode: 200, Namespace: "web",
 			Username: "system:serviceaccount:ci:deployer", UserAgent: hostile}
+		hash, err := strconv.ParseUint(got[0].AuditHash, 10, 64)
+		if err != nil {
+			t.Fatalf("audit hash %q: %v", got[0].AuditHash, err)
+		}
+		got[0].AuditHash = ""
 		if got[0] != want {
 			t.Errorf("request:\n got %+v\nwant %+v", got[0], want)
+		}
+		// The request by its audit id's hash and time, as a link to a long audit id names it.
+		if fs, err := r.RequestByHash(ctx, "prod", hash, want.Time); err != nil || len(fs) != 1 || fs[0].AuditID != "a3" {
+			t.Errorf("request by hash: %+v %v", fs, err)
 		}
 		q.Page.Offset = 2
 		got, more, err = r.Requests(ctx, q)

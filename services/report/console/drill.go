@@ -75,13 +75,16 @@ type Request struct {
 	Time time.Time
 	// Username and UserAgent are the caller's (Requests fills them).
 	Username, UserAgent string
-	AuditID             string
-	Verb                string
-	RequestURI          string
-	SourceIP            string
-	ResponseCode        int32
-	Namespace           string
-	Name                string
+	// AuditHash is cityHash64(audit_id), to link to a request whose audit id is too long
+	// for a URL (Requests fills it).
+	AuditHash    string
+	AuditID      string
+	Verb         string
+	RequestURI   string
+	SourceIP     string
+	ResponseCode int32
+	Namespace    string
+	Name         string
 }
 
 // RequestsQuery asks for the requests of one caller (Caller.ID) behind one blocker, newest
@@ -106,7 +109,7 @@ func (r Reader) Requests(ctx context.Context, q RequestsQuery) (rows []Request, 
 	// A finding stored twice (before the table merges) is one request: grouped by its time
 	// and audit id.
 	sql := `SELECT toUInt32(event_time), audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
-  any(namespace), any(name), any(username), any(user_agent)
+  any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
 FROM ` + t + `
 WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
   AND ` + callerID + ` = ?
@@ -124,7 +127,7 @@ LIMIT ?, ?`
 		var rq Request
 		var at uint32
 		if err := res.Scan(&at, &rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
-			&rq.Username, &rq.UserAgent); err != nil {
+			&rq.Username, &rq.UserAgent, &rq.AuditHash); err != nil {
 			return nil, false, fmt.Errorf("read requests: %w", err)
 		}
 		rq.Time = unix(at)
@@ -162,23 +165,39 @@ const maxRequestFindings = 100
 // Request reads the findings of the request auditID of cluster, one per rule; none when
 // the request is unknown.
 func (r Reader) Request(ctx context.Context, cluster, auditID string) ([]Finding, error) {
+	if auditID == "" {
+		return nil, invalid("cluster and audit id are required")
+	}
+	return r.request(ctx, cluster, "audit_id = ?", auditID)
+}
+
+// RequestByHash reads the findings of the request of cluster at time at whose audit id
+// hashes to hash (Request.AuditHash: an audit id may be longer than a URL carries).
+func (r Reader) RequestByHash(ctx context.Context, cluster string, hash uint64, at time.Time) ([]Finding, error) {
+	if at.Unix() <= 0 {
+		return nil, invalid("the request's time is required")
+	}
+	return r.request(ctx, cluster, "event_time = toDateTime(?) AND toString(cityHash64(audit_id)) = ?", at.Unix(), strconv.FormatUint(hash, 10))
+}
+
+func (r Reader) request(ctx context.Context, cluster, where string, args ...any) ([]Finding, error) {
 	t, err := r.table()
 	if err != nil {
 		return nil, err
 	}
-	if cluster == "" || auditID == "" {
+	if cluster == "" {
 		return nil, invalid("cluster and audit id are required")
 	}
 	sql := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(api_group), any(api_version), any(resource), any(subresource),
   any(username), any(user_agent), any(removed_in), any(deprecated_in), any(replacement), any(message),
-  any(evidence_path), any(evidence_value), any(` + callerID + `)
+  any(evidence_path), any(evidence_value), any(` + callerID + `), any(audit_id)
 FROM ` + t + `
-WHERE cluster = ? AND audit_id = ?
+WHERE cluster = ? AND ` + where + `
 GROUP BY rule_id
 ORDER BY rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), cluster, auditID, maxRequestFindings)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), append(append([]any{cluster}, args...), maxRequestFindings)...)
 	if err != nil {
 		return nil, fmt.Errorf("query request: %w", err)
 	}
@@ -190,10 +209,10 @@ LIMIT ?`
 		var paths, values []string
 		if err := res.Scan(&f.Key.Rule, &at, &f.Verb, &f.RequestURI, &f.SourceIP, &f.ResponseCode, &f.Namespace, &f.Name,
 			&f.Key.Group, &f.Key.Version, &f.Key.Resource, &f.Subresource, &f.Username, &f.UserAgent,
-			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values, &f.CallerID); err != nil {
+			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values, &f.CallerID, &f.AuditID); err != nil {
 			return nil, fmt.Errorf("read request: %w", err)
 		}
-		f.Time, f.AuditID = unix(at), auditID
+		f.Time = unix(at)
 		for i, p := range paths {
 			e := Evidence{Path: p}
 			if i < len(values) {

@@ -248,12 +248,15 @@ func hrefOf(t testing.TB, body, class string) string {
 	return html.UnescapeString(m[1])
 }
 
-// TestLongUserAgentLinksOpen: a 70,000-byte user agent (more than a URL carries) gives links
-// from the first screen to its callers, its requests and one request that all open.
+// TestLongUserAgentLinksOpen: a 70,000-byte user agent and audit id (more than a URL
+// carries) give links from the first screen to its callers, its requests and one request
+// that all open.
 func TestLongUserAgentLinksOpen(t *testing.T) {
 	_, st := chtest.ServerStore(t)
 	ua := "kubectl/v1.21.0 " + strings.Repeat("A", 70000)
-	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{{RuleId: "removed-api", Cluster: "prod", AuditId: "long-1",
+	// The Audit-ID header is copied into the event at any length.
+	id := "long-1" + strings.Repeat("B", 70000)
+	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{{RuleId: "removed-api", Cluster: "prod", AuditId: id,
 		EventTime: timestamppb.New(consoleNow.Add(-time.Hour)), Verb: "list", ApiGroup: "extensions", ApiVersion: "v1beta1",
 		Resource: "ingresses", Username: "bob", UserAgent: ua, SourceIp: "10.0.0.1", RemovedIn: "1.22"}}); err != nil {
 		t.Fatal(err)
@@ -276,7 +279,9 @@ func TestLongUserAgentLinksOpen(t *testing.T) {
 	if !strings.Contains(open(hrefOf(t, index, "requests-link")), "long-1") || !strings.Contains(requests, "long-1") {
 		t.Fatal("the requests page does not list the request")
 	}
-	open(hrefOf(t, requests, "request-link"))
+	if body := open(hrefOf(t, requests, "request-link")); !strings.Contains(body, "long-1BBBB") {
+		t.Fatal("the request page does not show the request")
+	}
 }
 
 // TestConsoleBoundsRequests: beyond Limits.MaxQueries requests at once, the next gets 503

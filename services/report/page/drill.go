@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/report/console"
@@ -13,6 +14,9 @@ import (
 
 // pageSize is the rows of a drill-down page.
 const pageSize = 50
+
+// maxLinkedID is the longest audit id a link carries; a longer one is linked by its hash.
+const maxLinkedID = 256
 
 var keyParams = []string{"rule", "group", "version", "resource"}
 
@@ -143,7 +147,13 @@ func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
 		body.Username, body.UserAgent, body.SourceIP = rows[0].Username, rows[0].UserAgent, rows[0].SourceIP
 	}
 	for _, rq := range rows {
-		body.Rows = append(body.Rows, row{Request: rq, URL: s.link("/request", "audit-id", rq.AuditID)})
+		// An audit id is the client's Audit-ID header, of any length: a long one is linked by
+		// its hash and time.
+		u := s.link("/request", "audit-id", rq.AuditID)
+		if len(rq.AuditID) > maxLinkedID {
+			u = s.link("/request", "audit-hash", rq.AuditHash, "at", strconv.FormatInt(rq.Time.Unix(), 10))
+		}
+		body.Rows = append(body.Rows, row{Request: rq, URL: u})
 	}
 	caller := callerQuery(key, id)
 	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
@@ -156,19 +166,33 @@ func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
 
 // request is GET /request: one request (audit id) of the cluster with each rule's finding.
 func (h *Handler) request(w http.ResponseWriter, r *http.Request) error {
-	f, err := readForm(r.URL.RawQuery, append(scopeParams, "audit-id")...)
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "audit-id", "audit-hash", "at")...)
 	if err != nil {
 		return err
 	}
-	id, err := f.required("audit-id", maxIdentity)
-	if err != nil {
+	var id string
+	var hash uint64
+	var at int
+	if f.v.Has("audit-hash") {
+		if hash, err = strconv.ParseUint(f.v.Get("audit-hash"), 10, 64); err != nil {
+			return bad("audit-hash", "%q: want the number the requests page links", f.v.Get("audit-hash"))
+		}
+		if at, err = f.number("at", 0, 1, 1<<32-1); err != nil || at == 0 {
+			return bad("at", "required with audit-hash: the request's time in Unix seconds")
+		}
+	} else if id, err = f.required("audit-id", maxIdentity); err != nil {
 		return err
 	}
 	s, err := h.scope(r.Context(), f, false)
 	if err != nil {
 		return err
 	}
-	fs, err := h.reader().Request(r.Context(), s.Cluster, id)
+	var fs []console.Finding
+	if id != "" {
+		fs, err = h.reader().Request(r.Context(), s.Cluster, id)
+	} else if fs, err = h.reader().RequestByHash(r.Context(), s.Cluster, hash, time.Unix(int64(at), 0)); err == nil && len(fs) > 0 {
+		id = fs[0].AuditID
+	}
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -108,13 +109,29 @@ func build(t *testing.T, dir string) *rendered {
 			o := &batchv1.CronJob{}
 			strict(o)
 			r.workloads = append(r.workloads, workload{"CronJob", o.Namespace, o.Name, false, o.Spec.JobTemplate.Spec.Template.Labels, &o.Spec.JobTemplate.Spec.Template.Spec, 0})
+		case "ClusterRole":
+			// The console's readers: get on auditlens.io/console, nothing else.
+			o := &rbacv1.ClusterRole{}
+			strict(o)
+			for _, rule := range o.Rules {
+				if !slices.Equal(rule.APIGroups, []string{"auditlens.io"}) || !slices.Equal(rule.Resources, []string{"console"}) || !slices.Equal(rule.Verbs, []string{"get"}) {
+					t.Errorf("%s: ClusterRole %s grants %v: only get on auditlens.io console belongs here", dir, o.Name, rule)
+				}
+			}
+		case "ClusterRoleBinding":
+			// Only the report's reviews of tokens and access (the console's authenticated listener).
+			o := &rbacv1.ClusterRoleBinding{}
+			strict(o)
+			if o.RoleRef.Name != "system:auth-delegator" || len(o.Subjects) != 1 || o.Subjects[0].Name != "report" {
+				t.Errorf("%s: ClusterRoleBinding %s binds %s to %v: only the report's system:auth-delegator belongs here", dir, o.Name, o.RoleRef.Name, o.Subjects)
+			}
 		case "PodMonitor", "PrometheusRule":
 			// Custom resources: kubernetes/monitoring's tests check the rules; kubetest applies
 			// both to a real apiserver with their CRDs.
 		default:
 			t.Errorf("%s: unexpected kind %s (%s): add it to this test", dir, u.GetKind(), key)
 		}
-		if u.GetKind() != "Namespace" && u.GetNamespace() == "" {
+		if clusterScoped := u.GetKind() == "Namespace" || u.GetKind() == "ClusterRole" || u.GetKind() == "ClusterRoleBinding"; !clusterScoped && u.GetNamespace() == "" {
 			t.Errorf("%s: %s %s names no namespace", dir, u.GetKind(), u.GetName())
 		}
 	}
@@ -126,7 +143,7 @@ func kustomizations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"base", "monitoring", "overlays/aks", "overlays/cluster", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
+	want := []string{"base", "monitoring", "overlays/aks", "overlays/cluster", "overlays/console", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
 	if !slices.Equal(dirs, want) {
 		t.Fatalf("kustomizations %v, want %v", dirs, want)
 	}
@@ -355,9 +372,10 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 	}
 	allowedOut := map[int32]bool{53: true, 4222: true, 9092: true, 9000: true, 25: true, 465: true, 587: true,
 		9093: true,                      // AKS: Event Hubs' Kafka endpoint
-		443:  true, 80: true, 988: true, // GKE: the Pub/Sub API, the metadata server (Workload Identity)
+		443:  true, 80: true, 988: true, // GKE: the Pub/Sub API, the metadata server (Workload Identity); the apiserver
+		6443: true, // the apiserver (console reviews)
 	}
-	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true}
+	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true, 9443: true}
 	for _, p := range r.policies {
 		for _, e := range p.Spec.Egress {
 			if len(e.Ports) == 0 {

@@ -6,12 +6,14 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/engine"
 	"github.com/auditlens/auditlens/services/report/page"
+	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
 	"github.com/auditlens/auditlens/services/report/writer"
@@ -26,9 +28,11 @@ type Config struct {
 	Writer writer.Config
 	// Weekly is the weekly report's schedule; it runs when it has a schedule and recipients.
 	Weekly schedule.Config
-	// Page serves the web console (/, /report and its drill-down pages) beside /metrics
-	// (--metrics-addr).
+	// Page serves the web console (/, /report and its drill-down pages) on its own
+	// listeners (Console), never on --metrics-addr.
 	Page bool
+	// Console is where and to whom the console is served.
+	Console ConsoleConfig
 	// Releases are the Kubernetes releases the rule catalogue names, offered as target
 	// versions by the console (with those the findings name); set by a caller that has the
 	// catalogue, not a flag.
@@ -39,10 +43,11 @@ type Config struct {
 // from these values. Embedded ClickHouse keeps its data in dataRoot/chdb.
 func DefaultConfig(dataRoot string) Config {
 	return Config{
-		Engine: engine.DefaultConfig(dataRoot),
-		Writer: writer.DefaultConfig(),
-		Weekly: schedule.DefaultConfig(),
-		Page:   true,
+		Engine:  engine.DefaultConfig(dataRoot),
+		Writer:  writer.DefaultConfig(),
+		Weekly:  schedule.DefaultConfig(),
+		Page:    true,
+		Console: DefaultConsoleConfig(),
 	}
 }
 
@@ -53,7 +58,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine.RegisterFlags(fs)
 	c.Writer.RegisterFlags(fs)
 	c.Weekly.RegisterFlags(fs)
-	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the web console (/, the weekly report at /report, callers and requests) on --metrics-addr (it names users and agents: keep that address private)")
+	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the web console (/, the weekly report at /report, callers and requests) on --report-console-addr and --report-console-auth-addr")
+	c.Console.RegisterFlags(fs)
 }
 
 // Validate checks c and never changes it.
@@ -64,7 +70,13 @@ func (c Config) Validate() error {
 	if err := c.Writer.Validate(); err != nil {
 		return err
 	}
-	return c.Weekly.Validate()
+	if err := c.Weekly.Validate(); err != nil {
+		return err
+	}
+	if !c.Page {
+		return nil
+	}
+	return c.Console.Validate()
 }
 
 // New opens the store (a server is contacted only when the writer runs) and returns the
@@ -102,11 +114,19 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		}
 		comps = append(comps, sch)
 	}
-	if cfg.Page && d.HTTP != nil {
+	if cfg.Page && (cfg.Console.Addr != "" || cfg.Console.AuthAddr != "") {
 		// On embedded ClickHouse this shares the writer's session (chDB allows one per
 		// process): the page reads while the writer writes.
-		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log}
-		h.Register(d.HTTP)
+		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log,
+			Limits: cfg.Console.Page, Deadline: store.WithDeadline}
+		mux := http.NewServeMux()
+		h.Register(mux)
+		srv, err := newConsoleServer(cfg.Console, mux, log)
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		comps = append(comps, srv)
 	}
 	// Last to stop: the store outlives every component that uses it.
 	comps = append(comps, daemon.CloseAtStop(st))

@@ -28,7 +28,7 @@ func TestFirstHour(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := start(t, dir, "auditlens", "--data-root", filepath.Join(dir, "data"), "--audit-log", "../../../examples/audit.log",
-		"--retention-days", "0", "--metrics-addr", addr, "--log-format", "json", "--cluster", "default")
+		"--retention-days", "0", "--metrics-addr", freeAddr(t), "--report-console-addr", addr, "--log-format", "json", "--cluster", "default")
 
 	var url string
 	testkit.Eventually(t, 90*time.Second, "the console's URL in the log", func() bool {
@@ -39,14 +39,21 @@ func TestFirstHour(t *testing.T) {
 		t.Fatalf("the log says to open %q, want %q", url, want)
 	}
 
-	// The sample is from 2017 to 2021: the index links to the week of the newest blocker use,
+	// The sample is from 2017 to 2021: the first screen names its blockers (from the window of
+	// their newest use, older than the lookback before its newest event) with their callers,
 	// once its findings are stored.
-	var next string
-	testkit.Eventually(t, 60*time.Second, "a link to the week of the newest blocker use", func() bool {
-		next = href(get(t, url), "blocker-week")
+	var next, index string
+	testkit.Eventually(t, 60*time.Second, "the sample's blockers on the first screen", func() bool {
+		index = get(t, url)
+		next = href(index, "callers-link")
 		return next != ""
 	})
-	steps := []struct{ class, page string }{{"callers-link", "report"}, {"requests-link", "callers"}, {"request-link", "requests"}}
+	for _, want := range []string{"coordination.k8s.io/v1beta1 leases", "system:node:gce-scale-cluster-minion-group-", `class="blocker-week"`} {
+		if !strings.Contains(index, want) {
+			t.Errorf("the first screen lacks %q:\n%.3000s", want, index)
+		}
+	}
+	steps := []struct{ class, page string }{{"requests-link", "callers"}, {"request-link", "requests"}}
 	for _, s := range steps {
 		body := get(t, url+strings.TrimPrefix(next, "/"))
 		if next = href(body, s.class); next == "" {

@@ -37,7 +37,8 @@ var allowed = map[string][]string{
 	"services/report/migrate": {"services/report/engine", "services/report/store"},
 	"services/report/weekly":  {},
 	"services/report/console": {},
-	"services/report/page":    {"services/report/console", "services/report/weekly", "services/report/weekly/render"},
+	"services/report/access":  {},
+	"services/report/page":    {"services/report/access", "services/report/console", "services/report/weekly", "services/report/weekly/render"},
 }
 
 // TestImportRules checks every package of every module (what it builds from, not its tests,

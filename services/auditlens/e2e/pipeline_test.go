@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -157,6 +158,10 @@ func start(t testing.TB, dir, name string, args ...string) *proc {
 // startFrom starts binary name of the directory binDir (start: the binaries TestMain built),
 // its output in dir/name.log.
 func startFrom(t testing.TB, binDir, dir, name string, args ...string) *proc {
+	if (name == "report" || name == "auditlens") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--report-console-addr") }) {
+		// The console's default port is fixed; processes of tests that do not read it serve none.
+		args = append(slices.Clip(args), "--report-console-addr=")
+	}
 	p := &proc{t: t, bin: binDir, name: name, args: args}
 	var err error
 	p.log, err = os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

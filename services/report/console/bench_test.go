@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -87,8 +88,8 @@ FROM findings GROUP BY cluster ORDER BY cluster LIMIT 500`, end.Unix(), weekStar
 			return len(rows), err
 		}},
 		{"requests", func() (int, error) {
-			rows, _, err := r.Requests(ctx, console.RequestsQuery{Cluster: "prod", Key: key, Username: caller[0].Username,
-				UserAgent: caller[0].UserAgent, SourceIP: caller[0].SourceIP, Window: week})
+			id, _ := strconv.ParseUint(caller[0].ID, 10, 64)
+			rows, _, err := r.Requests(ctx, console.RequestsQuery{Cluster: "prod", Key: key, Caller: id, Window: week})
 			return len(rows), err
 		}},
 		{"request", func() (int, error) {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeapi"
@@ -185,7 +186,7 @@ LIMIT ?`
 
 // each runs q and calls f for each row; what names the query in errors.
 func each(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
-	rows, err := db.QueryContext(ctx, q, args...)
+	rows, err := db.QueryContext(ctx, bounded(ctx, q), args...)
 	if err != nil {
 		return fmt.Errorf("query %s: %w", what, err)
 	}
@@ -208,10 +209,10 @@ func (r Reader) Releases(ctx context.Context, cluster string) ([]kubeversion.Ver
 	if err != nil {
 		return nil, err
 	}
-	rows, err := r.DB.QueryContext(ctx, `SELECT DISTINCT removed_in_key FROM `+t+`
+	rows, err := r.DB.QueryContext(ctx, bounded(ctx, `SELECT DISTINCT removed_in_key FROM `+t+`
 WHERE cluster = ? AND removed_in_key >= 1000
 ORDER BY removed_in_key
-LIMIT 200`, cluster)
+LIMIT 200`), cluster)
 	if err != nil {
 		return nil, fmt.Errorf("query releases: %w", err)
 	}
@@ -231,4 +232,53 @@ LIMIT 200`, cluster)
 		return nil, fmt.Errorf("read releases: %w", err)
 	}
 	return out, nil
+}
+
+// Known reports whether any finding names cluster (a look-up in the table's order key).
+func (r Reader) Known(ctx context.Context, cluster string) (bool, error) {
+	t, err := r.table()
+	if err != nil {
+		return false, err
+	}
+	var n uint8
+	err = r.DB.QueryRowContext(ctx, bounded(ctx, `SELECT toUInt8(1) FROM `+t+` WHERE cluster = ? LIMIT 1`), cluster).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("query cluster: %w", err)
+	}
+	return true, nil
+}
+
+// Names lists the clusters the findings name (at most MaxClusters, by name).
+func (r Reader) Names(ctx context.Context) ([]string, error) {
+	t, err := r.table()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT cluster FROM `+t+` ORDER BY cluster LIMIT ?`, []any{MaxClusters},
+		func(rows *sql.Rows) error {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			out = append(out, n)
+			return nil
+		})
+	return out, err
+}
+
+// bounded is q with ClickHouse's max_execution_time set to what is left of ctx's deadline
+// (whole seconds, at least one), so that the engine itself stops a query the request no
+// longer waits for: a server also hears of it through the client's cancel, but embedded chDB
+// cannot interrupt a running query otherwise. Without a deadline q is unchanged.
+func bounded(ctx context.Context, q string) string {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return q
+	}
+	secs := max(1, int((time.Until(d)+time.Second-1)/time.Second))
+	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
 }

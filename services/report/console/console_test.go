@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,7 +87,9 @@ func TestQueriesOnCluster(t *testing.T) {
 }
 
 func testQueries(t *testing.T, r console.Reader) {
-	ctx := context.Background()
+	// With a deadline, as the console reads: every query carries max_execution_time.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	t.Run("clusters", func(t *testing.T) {
 		got, err := r.Clusters(ctx, week.To, kubeversion.MustParse("1.22"))
 		if err != nil {
@@ -114,6 +117,46 @@ func testQueries(t *testing.T, r console.Reader) {
 			t.Errorf("clusters for 1.21: %+v %v", got, err)
 		}
 	})
+	t.Run("blockers", func(t *testing.T) {
+		// Against 1.25 in prod's week: ingresses (4 requests of ci from two IPs, 1 of bob: 3
+		// callers, the top three listed) and PSP (bob once), busiest first; each finding was
+		// stored twice and counts once.
+		got, err := r.Blockers(ctx, "prod", week, kubeversion.MustParse("1.25"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Key != ingresses || got[0].Requests != 5 || got[0].Callers != 3 || len(got[0].Top) != 3 ||
+			got[0].Top[0].Findings != 3 || got[0].Top[0].UserAgent != hostile || got[0].Top[0].ID == "" || got[0].RemovedIn != "1.22" ||
+			got[1].Key.Rule != "psp" || got[1].Requests != 1 || len(got[1].Top) != 1 || got[1].Top[0].Username != "bob" {
+			t.Fatalf("blockers for 1.25: %+v", got)
+		}
+		var sum uint64
+		for _, c := range got[0].Top {
+			sum += c.Findings
+		}
+		if sum != got[0].Requests {
+			t.Errorf("the top callers of ingresses make %d requests, the blocker %d", sum, got[0].Requests)
+		}
+		if got, err := r.Blockers(ctx, "prod", week, kubeversion.MustParse("1.21")); err != nil || len(got) != 0 {
+			t.Errorf("blockers for 1.21: %+v %v", got, err)
+		}
+	})
+	t.Run("cluster version", func(t *testing.T) {
+		// No kubelet or controller-manager in prod's findings; kubectl does not count.
+		if v, err := r.ClusterVersion(ctx, "prod", week); err != nil || !v.IsZero() {
+			t.Errorf("prod's version %v %v, want none", v, err)
+		}
+	})
+	t.Run("known", func(t *testing.T) {
+		for cluster, want := range map[string]bool{"prod": true, "staging": true, "no-such-cluster": false} {
+			if got, err := r.Known(ctx, cluster); err != nil || got != want {
+				t.Errorf("Known(%q) = %v %v, want %v", cluster, got, err, want)
+			}
+		}
+		if got, err := r.Names(ctx); err != nil || !reflect.DeepEqual(got, []string{"prod", "staging"}) {
+			t.Errorf("names %v %v", got, err)
+		}
+	})
 	t.Run("releases", func(t *testing.T) {
 		got, err := r.Releases(ctx, "prod")
 		if err != nil {
@@ -135,6 +178,14 @@ func testQueries(t *testing.T, r console.Reader) {
 			{Username: "bob", UserAgent: "kubectl/v1.21.0 (linux/amd64)", SourceIP: "10.0.0.9", Findings: 1, FirstSeen: day(3, 9), LastSeen: day(3, 9)},
 			{Username: ci, UserAgent: hostile, SourceIP: "10.0.0.2", Findings: 1, FirstSeen: day(2, 10), LastSeen: day(2, 10)},
 		}
+		ids := map[string]bool{}
+		for i := range got {
+			if _, err := strconv.ParseUint(got[i].ID, 10, 64); err != nil || ids[got[i].ID] {
+				t.Errorf("caller %d: id %q is not a distinct number", i, got[i].ID)
+			}
+			ids[got[i].ID] = true
+			got[i].ID = ""
+		}
 		if more || !reflect.DeepEqual(got, want) {
 			t.Errorf("callers (more %v):\n got %+v\nwant %+v", more, got, want)
 		}
@@ -149,8 +200,12 @@ func testQueries(t *testing.T, r console.Reader) {
 		}
 	})
 	t.Run("requests", func(t *testing.T) {
-		q := console.RequestsQuery{Cluster: "prod", Key: ingresses, Username: "system:serviceaccount:ci:deployer",
-			UserAgent: hostile, SourceIP: "10.0.0.1", Window: week, Page: console.Page{Limit: 2}}
+		callers, _, err := r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week})
+		if err != nil || len(callers) == 0 || callers[0].SourceIP != "10.0.0.1" {
+			t.Fatalf("callers: %+v %v", callers, err)
+		}
+		id, _ := strconv.ParseUint(callers[0].ID, 10, 64)
+		q := console.RequestsQuery{Cluster: "prod", Key: ingresses, Caller: id, Window: week, Page: console.Page{Limit: 2}}
 		got, more, err := r.Requests(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -159,9 +214,19 @@ func testQueries(t *testing.T, r console.Reader) {
 			t.Fatalf("first page, newest first: %+v more %v", got, more)
 		}
 		want := console.Request{Time: weekStart.AddDate(0, 0, 2).Add(9 * time.Hour), AuditID: "a3", Verb: "list",
-			RequestURI: "/apis/extensions/v1beta1/namespaces/web/ingresses?limit=500", SourceIP: "10.0.0.1", ResponseCode: 200, Namespace: "web"}
+			RequestURI: "/apis/extensions/v1beta1/namespaces/web/ingresses?limit=500", SourceIP: "10.0.0.1", ResponseCode: 200, Namespace: "web",
+			Username: "system:serviceaccount:ci:deployer", UserAgent: hostile}
+		hash, err := strconv.ParseUint(got[0].AuditHash, 10, 64)
+		if err != nil {
+			t.Fatalf("audit hash %q: %v", got[0].AuditHash, err)
+		}
+		got[0].AuditHash = ""
 		if got[0] != want {
 			t.Errorf("request:\n got %+v\nwant %+v", got[0], want)
+		}
+		// The request by its audit id's hash and time, as a link to a long audit id names it.
+		if fs, err := r.RequestByHash(ctx, "prod", hash, want.Time); err != nil || len(fs) != 1 || fs[0].AuditID != "a3" {
+			t.Errorf("request by hash: %+v %v", fs, err)
 		}
 		q.Page.Offset = 2
 		got, more, err = r.Requests(ctx, q)

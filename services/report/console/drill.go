@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -14,7 +15,13 @@ type Caller struct {
 	// Findings counts the caller's findings in the window, each once.
 	Findings            uint64
 	FirstSeen, LastSeen time.Time
+	// ID names the caller in links: cityHash64(username, user_agent, source_ip) as the
+	// database computes it (a user agent may be longer than a URL carries).
+	ID string
 }
+
+// callerID is the SQL of Caller.ID.
+const callerID = `toString(cityHash64(username, user_agent, source_ip))`
 
 // CallersQuery asks for the callers of one blocker of Cluster in a window, busiest first.
 type CallersQuery struct {
@@ -34,14 +41,14 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 		return nil, false, err
 	}
 	sql := `SELECT username, user_agent, source_ip, toUInt64(uniqExact(audit_id)) AS n,
-  toUInt32(min(event_time)), toUInt32(max(event_time))
+  toUInt32(min(event_time)), toUInt32(max(event_time)), ` + callerID + `
 FROM ` + t + `
 WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
   AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY username, user_agent, source_ip
 ORDER BY n DESC, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
 		q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query callers: %w", err)
@@ -50,7 +57,7 @@ LIMIT ?, ?`
 	for res.Next() {
 		var c Caller
 		var first, last uint32
-		if err := res.Scan(&c.Username, &c.UserAgent, &c.SourceIP, &c.Findings, &first, &last); err != nil {
+		if err := res.Scan(&c.Username, &c.UserAgent, &c.SourceIP, &c.Findings, &first, &last, &c.ID); err != nil {
 			return nil, false, fmt.Errorf("read callers: %w", err)
 		}
 		c.FirstSeen, c.LastSeen = unix(first), unix(last)
@@ -65,7 +72,12 @@ LIMIT ?, ?`
 
 // Request is one audit event behind a finding.
 type Request struct {
-	Time         time.Time
+	Time time.Time
+	// Username and UserAgent are the caller's (Requests fills them).
+	Username, UserAgent string
+	// AuditHash is cityHash64(audit_id), to link to a request whose audit id is too long
+	// for a URL (Requests fills it).
+	AuditHash    string
 	AuditID      string
 	Verb         string
 	RequestURI   string
@@ -75,15 +87,14 @@ type Request struct {
 	Name         string
 }
 
-// RequestsQuery asks for the requests of one caller behind one blocker, newest first.
+// RequestsQuery asks for the requests of one caller (Caller.ID) behind one blocker, newest
+// first.
 type RequestsQuery struct {
-	Cluster   string
-	Key       BlockerKey
-	Username  string
-	UserAgent string
-	SourceIP  string
-	Window    Window
-	Page      Page
+	Cluster string
+	Key     BlockerKey
+	Caller  uint64
+	Window  Window
+	Page    Page
 }
 
 // Requests lists one page of the requests of q; more reports whether rows follow it.
@@ -98,16 +109,16 @@ func (r Reader) Requests(ctx context.Context, q RequestsQuery) (rows []Request, 
 	// A finding stored twice (before the table merges) is one request: grouped by its time
 	// and audit id.
 	sql := `SELECT toUInt32(event_time), audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
-  any(namespace), any(name)
+  any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
 FROM ` + t + `
 WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
-  AND username = ? AND user_agent = ? AND source_ip = ?
+  AND ` + callerID + ` = ?
   AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY event_time, audit_id
 ORDER BY event_time DESC, audit_id DESC
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		q.Username, q.UserAgent, q.SourceIP, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+		strconv.FormatUint(q.Caller, 10), q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query requests: %w", err)
 	}
@@ -115,7 +126,8 @@ LIMIT ?, ?`
 	for res.Next() {
 		var rq Request
 		var at uint32
-		if err := res.Scan(&at, &rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name); err != nil {
+		if err := res.Scan(&at, &rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
+			&rq.Username, &rq.UserAgent, &rq.AuditHash); err != nil {
 			return nil, false, fmt.Errorf("read requests: %w", err)
 		}
 		rq.Time = unix(at)
@@ -140,6 +152,8 @@ type Finding struct {
 	Replacement  string
 	Message      string
 	Evidence     []Evidence
+	// CallerID is Caller.ID of the request's caller.
+	CallerID string
 }
 
 // Evidence is one path the rule matched and the value found there.
@@ -151,23 +165,39 @@ const maxRequestFindings = 100
 // Request reads the findings of the request auditID of cluster, one per rule; none when
 // the request is unknown.
 func (r Reader) Request(ctx context.Context, cluster, auditID string) ([]Finding, error) {
+	if auditID == "" {
+		return nil, invalid("cluster and audit id are required")
+	}
+	return r.request(ctx, cluster, "audit_id = ?", auditID)
+}
+
+// RequestByHash reads the findings of the request of cluster at time at whose audit id
+// hashes to hash (Request.AuditHash: an audit id may be longer than a URL carries).
+func (r Reader) RequestByHash(ctx context.Context, cluster string, hash uint64, at time.Time) ([]Finding, error) {
+	if at.Unix() <= 0 {
+		return nil, invalid("the request's time is required")
+	}
+	return r.request(ctx, cluster, "event_time = toDateTime(?) AND toString(cityHash64(audit_id)) = ?", at.Unix(), strconv.FormatUint(hash, 10))
+}
+
+func (r Reader) request(ctx context.Context, cluster, where string, args ...any) ([]Finding, error) {
 	t, err := r.table()
 	if err != nil {
 		return nil, err
 	}
-	if cluster == "" || auditID == "" {
+	if cluster == "" {
 		return nil, invalid("cluster and audit id are required")
 	}
 	sql := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(api_group), any(api_version), any(resource), any(subresource),
   any(username), any(user_agent), any(removed_in), any(deprecated_in), any(replacement), any(message),
-  any(evidence_path), any(evidence_value)
+  any(evidence_path), any(evidence_value), any(` + callerID + `), any(audit_id)
 FROM ` + t + `
-WHERE cluster = ? AND audit_id = ?
+WHERE cluster = ? AND ` + where + `
 GROUP BY rule_id
 ORDER BY rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, sql, cluster, auditID, maxRequestFindings)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), append(append([]any{cluster}, args...), maxRequestFindings)...)
 	if err != nil {
 		return nil, fmt.Errorf("query request: %w", err)
 	}
@@ -179,10 +209,10 @@ LIMIT ?`
 		var paths, values []string
 		if err := res.Scan(&f.Key.Rule, &at, &f.Verb, &f.RequestURI, &f.SourceIP, &f.ResponseCode, &f.Namespace, &f.Name,
 			&f.Key.Group, &f.Key.Version, &f.Key.Resource, &f.Subresource, &f.Username, &f.UserAgent,
-			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values); err != nil {
+			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values, &f.CallerID, &f.AuditID); err != nil {
 			return nil, fmt.Errorf("read request: %w", err)
 		}
-		f.Time, f.AuditID = unix(at), auditID
+		f.Time = unix(at)
 		for i, p := range paths {
 			e := Evidence{Path: p}
 			if i < len(values) {
@@ -278,14 +308,14 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	// _ in the text as wildcards.
 	sql := `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip,
   toUInt64(uniqExact(audit_id)) AS n, toUInt32(min(event_time)), toUInt32(max(event_time)),
-  arraySlice(arraySort(groupUniqArray(namespace)), 1, 3)
+  arraySlice(arraySort(groupUniqArray(namespace)), 1, 3), ` + callerID + `
 FROM ` + t + `
 WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
   AND position(lowerUTF8(` + col + `), lowerUTF8(?)) > 0
 GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
 ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, sql, q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query search: %w", err)
 	}
@@ -294,7 +324,7 @@ LIMIT ?, ?`
 		var m Match
 		var first, last uint32
 		if err := res.Scan(&m.Key.Rule, &m.Key.Group, &m.Key.Version, &m.Key.Resource, &m.RemovedIn,
-			&m.Username, &m.UserAgent, &m.SourceIP, &m.Findings, &first, &last, &m.Namespaces); err != nil {
+			&m.Username, &m.UserAgent, &m.SourceIP, &m.Findings, &first, &last, &m.Namespaces, &m.ID); err != nil {
 			return nil, false, fmt.Errorf("read search: %w", err)
 		}
 		m.FirstSeen, m.LastSeen = unix(first), unix(last)

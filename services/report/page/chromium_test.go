@@ -155,7 +155,11 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	br := browser{t: t, ctx: b, dialogs: dialogs}
 
-	// The first screen, with the corpus's cluster.
+	br.safe("/")
+	// The first screen for 1.22 (the screenshot): the corpus's blockers with their callers.
+	br.do(chromedp.Navigate(srv.URL+"/?target-version=1.22"), chromedp.WaitVisible(chromedp.ID("clusters")))
+	br.wantText(`[...document.querySelectorAll("table.blockers tr.blocker td:nth-child(2)")].map(td => td.textContent).sort()`,
+		"coordination.k8s.io/v1beta1 leases", "storage.k8s.io/v1beta1 csidrivers")
 	shot := br.run(chromedp.CaptureScreenshot())
 	out := filepath.Join(dir, "console.png")
 	if *update {
@@ -165,7 +169,6 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", out)
-	br.safe("/")
 
 	// A hostile cluster name on the index is text.
 	write([]*auditlensv1.Finding{{RuleId: "psp", Cluster: hostileJS, AuditId: "x", EventTime: timestamppb.New(consoleNow), RemovedIn: "1.25"}})
@@ -177,6 +180,9 @@ func TestConsoleInChromium(t *testing.T) {
 	br.do(chromedp.SetValue(chromedp.CSS(`#target-form select`), "1.22"), chromedp.Click(chromedp.CSS(`#target-form button`)),
 		chromedp.WaitReady(chromedp.CSS(`#target-form option[value="1.22"][selected]`)))
 	br.safe("/?target-version=1.22")
+	// The first screen for 1.22: the corpus's blockers with their busiest callers.
+	br.wantText(`[...document.querySelectorAll("table.blockers tr.blocker td:nth-child(2)")].map(td => td.textContent).sort()`,
+		"coordination.k8s.io/v1beta1 leases", "storage.k8s.io/v1beta1 csidrivers")
 	br.do(chromedp.Click(chromedp.CSS(`a.report-link[href*="cluster=prod&"]`)), chromedp.WaitVisible(chromedp.ID("controls")))
 	br.safe("/report")
 	br.wantText(`[document.getElementById("week-note").textContent]`, "Showing this week so far: the last full week has no findings.")

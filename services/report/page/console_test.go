@@ -2,11 +2,12 @@ package page
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -50,12 +52,12 @@ func consoleServer(t *testing.T, st *store.Store) *httptest.Server {
 		Log:      slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
 	t.Cleanup(srv.Close)
 	return srv
 }
 
-func fetch(t *testing.T, method, u string) (*http.Response, string) {
+func fetch(t testing.TB, method, u string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, nil)
 	if err != nil {
@@ -95,12 +97,27 @@ func TestConsolePages(t *testing.T) {
 			}
 			return body
 		}
-		index := get("/", `<tr class="cluster"><td><a class="report-link" href="/report?cluster=prod&amp;target-version=1.33">`, "week ending 2026-12-06: ",
-			`<td class="n">61</td><td class="n">0</td><td class="n">1</td><td>2026-12-02 15:00:00Z</td>`,
-			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.33&amp;week-ending=2026-12-06">2026-12-02 15:00:00Z</a>`, `<option value="1.33" selected>`, `<option value="1.16">`)
-		if strings.Contains(index, "1.21") {
+		// The first screen: prod's blockers for its target (no kubelet names its version: the
+		// catalogue's newest, 1.25) in the 30 days to now, with the busiest callers.
+		index := get("/", `<a class="report-link" href="/report?cluster=prod&amp;target-version=1.25">`,
+			`<span class="blocker-count">1</span> blockers for 1.25`, "Target 1.25: the catalogue&#39;s newest release. Window: 2026-11-03 to 2026-12-02 (UTC), the last 30 days.",
+			`<td class="n">61</td><td class="n"><a class="callers-link" href="/callers?cluster=prod&amp;days=30&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.25&amp;until=2026-12-02&amp;version=v1beta1&amp;week-ending=2026-12-06">2</a></td>`,
+			"Findings this week so far: 61; last full week: 0.", "Weekly report (week ending 2026-12-06): ",
+			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.25&amp;week-ending=2026-12-06">2026-12-02 15:00:00Z</a>`,
+			`<option value="" selected>each cluster&#39;s next release</option>`, `<option value="1.16">`, `<option value="1.33">`)
+		if strings.Contains(index, `<option value="1.21"`) {
 			t.Error("the index offers a target version that no release names")
 		}
+		if n := strings.Count(index, `class="requests-link"`); n != 2 {
+			t.Errorf("the index links to %d callers' requests, want 2", n)
+		}
+		// From the first screen to the callers, in the same window, then to the requests.
+		callers := get(hrefOf(t, index, "callers-link"), "Showing the 30 days to 2026-12-02.", `<td class="n">60</td>`, `<td class="n">1</td>`)
+		if got, want := hrefOf(t, index, "requests-link"), hrefOf(t, callers, "requests-link"); got != want {
+			t.Errorf("the index's top caller links to %s, the callers page to %s", got, want)
+		}
+		// A week-ending that is not a Sunday means the week it falls in.
+		get("/report?cluster=prod&target-version=1.22&week-ending=2026-12-02", `<option value="2026-12-06" selected>`)
 		// The report without a week: the last full week is empty, so this week so far.
 		get("/report?cluster=prod&target-version=1.22", "Showing this week so far: the last full week has no findings.",
 			`<option value="2026-12-06" selected>2026-11-30 to 2026-12-06 (this week so far)</option>`,
@@ -110,12 +127,12 @@ func TestConsolePages(t *testing.T) {
 		scope := "cluster=prod&target-version=1.22&week-ending=2026-12-06"
 		key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
 		get("/callers?"+scope+key, `<td class="n">60</td>`, `<td class="n">1</td>`, "system:serviceaccount:ci:"+escapedHostile)
-		caller := "&user=" + url.QueryEscape("system:serviceaccount:ci:"+hostile) + "&agent=" + url.QueryEscape(hostile) + "&ip=10.0.0.1"
-		first := get("/requests?"+scope+key+caller, `id="next"`, "Rows 1 to 50.")
+		requests := hrefOf(t, get("/callers?"+scope+key), "requests-link")
+		first := get(requests, `id="next"`, "Rows 1 to 50.", "system:serviceaccount:ci:"+escapedHostile)
 		if n := strings.Count(first, `<tr class="request">`); n != 50 {
 			t.Errorf("first page of requests: %d rows, want 50", n)
 		}
-		second := get("/requests?"+scope+key+caller+"&offset=50", `id="prev"`, "Rows 51 to 60.")
+		second := get(requests+"&offset=50", `id="prev"`, "Rows 51 to 60.")
 		if strings.Contains(second, `id="next"`) || strings.Count(second, `<tr class="request">`) != 10 {
 			t.Error("the second page of requests is not the last 10")
 		}
@@ -143,6 +160,11 @@ func TestConsoleRejects(t *testing.T) {
 		{"/callers?" + scope + key + "&offset=10001", "offset"},
 		{"/callers?" + scope + key + "&limit=5", "limit"},
 		{"/requests?" + scope + key + "&agent=" + strings.Repeat("a", 70000), "agent"},
+		{"/requests?" + scope + key + "&caller=x", "caller"},
+		{"/requests?" + scope + key, "caller"},
+		{"/?target-version=2.0", "target-version"},
+		{"/report?cluster=prod&target-version=1.15", "target-version"},
+		{"/callers?" + scope + key + "&days=30", "days"},
 		{"/request?" + scope, "audit-id"},
 		{"/search?" + scope + "&by=name&q=x", "by"},
 		{"/search?" + scope + "&q=" + strings.Repeat("x", 300), "q"},
@@ -160,6 +182,11 @@ func TestConsoleRejects(t *testing.T) {
 	}
 	if resp, _ := fetch(t, http.MethodPost, srv.URL+"/"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /: %d, want 405", resp.StatusCode)
+	}
+	// An unknown cluster is a 404, not an all-clear.
+	if resp, body := fetch(t, http.MethodGet, srv.URL+"/report?cluster=no-such-cluster&target-version=1.22"); resp.StatusCode != http.StatusNotFound ||
+		!strings.Contains(body, "no-such-cluster") {
+		t.Errorf("unknown cluster: %d %.300s", resp.StatusCode, body)
 	}
 	// An empty store: the index says how findings arrive.
 	if _, body := fetch(t, http.MethodGet, srv.URL+"/"); !strings.Contains(body, `id="no-clusters"`) {
@@ -192,8 +219,99 @@ func TestReportOpensTheNewestWeek(t *testing.T) {
 			t.Errorf("target %s: %q not in %.2000s", c.target, c.note, body)
 		}
 	}
-	if _, body := fetch(t, http.MethodGet, srv.URL+"/"); !strings.Contains(body,
-		`<a class="blocker-week" href="/report?cluster=sample&amp;target-version=1.33&amp;week-ending=2019-01-06">2019-01-02 15:01:16Z</a>`) {
-		t.Errorf("index: no link to the week of the newest blocker use:\n%.3000s", body)
+	_, index := fetch(t, http.MethodGet, srv.URL+"/")
+	for _, want := range []string{
+		`<a class="blocker-week" href="/report?cluster=sample&amp;target-version=1.25&amp;week-ending=2019-01-06">2019-01-02 15:01:16Z</a>`,
+		"Window: 2021-02-11 to 2021-03-12 (UTC), the 30 days to the newest finding",
+		"below, the 30 days to its newest use (2018-12-04 to 2019-01-02)",
+		`<span class="blocker-count">1</span> blockers for 1.25`,
+		`<a class="callers-link" href="/callers?cluster=sample&amp;days=30&amp;group=coordination.k8s.io&amp;resource=leases&amp;rule=removed-api&amp;target-version=1.25&amp;until=2019-01-02&amp;version=v1beta1&amp;week-ending=2019-01-06">1</a>`,
+	} {
+		if !strings.Contains(index, want) {
+			t.Errorf("index: %q not in\n%.4000s", want, index)
+		}
 	}
+	// Unknown cluster: 404 naming the known ones.
+	resp, body := fetch(t, http.MethodGet, srv.URL+"/callers?cluster=smaple&rule=psp")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, `<a href="/report?cluster=sample">sample</a>`) {
+		t.Errorf("unknown cluster: %d %s", resp.StatusCode, body)
+	}
+}
+
+// hrefOf is the first link of class in body, unescaped.
+func hrefOf(t testing.TB, body, class string) string {
+	t.Helper()
+	m := regexp.MustCompile(`class="` + class + `" href="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no %s link in:\n%.3000s", class, body)
+	}
+	return html.UnescapeString(m[1])
+}
+
+// TestLongUserAgentLinksOpen: a 70,000-byte user agent and audit id (more than a URL
+// carries) give links from the first screen to its callers, its requests and one request
+// that all open.
+func TestLongUserAgentLinksOpen(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	ua := "kubectl/v1.21.0 " + strings.Repeat("A", 70000)
+	// The Audit-ID header is copied into the event at any length.
+	id := "long-1" + strings.Repeat("B", 70000)
+	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{{RuleId: "removed-api", Cluster: "prod", AuditId: id,
+		EventTime: timestamppb.New(consoleNow.Add(-time.Hour)), Verb: "list", ApiGroup: "extensions", ApiVersion: "v1beta1",
+		Resource: "ingresses", Username: "bob", UserAgent: ua, SourceIp: "10.0.0.1", RemovedIn: "1.22"}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := consoleServer(t, st)
+	open := func(path string) string {
+		t.Helper()
+		if len(path) > 8000 {
+			t.Fatalf("a link of %d bytes", len(path))
+		}
+		resp, body := fetch(t, http.MethodGet, srv.URL+path)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%.200s: %d %.300s", path, resp.StatusCode, body)
+		}
+		return body
+	}
+	index := open("/")
+	callers := open(hrefOf(t, index, "callers-link"))
+	requests := open(hrefOf(t, callers, "requests-link"))
+	if !strings.Contains(open(hrefOf(t, index, "requests-link")), "long-1") || !strings.Contains(requests, "long-1") {
+		t.Fatal("the requests page does not list the request")
+	}
+	if body := open(hrefOf(t, requests, "request-link")); !strings.Contains(body, "long-1BBBB") {
+		t.Fatal("the request page does not show the request")
+	}
+}
+
+// TestConsoleBoundsRequests: beyond Limits.MaxQueries requests at once, the next gets 503
+// with Retry-After without reading the store; once a slot frees, it is served.
+func TestConsoleBoundsRequests(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	seedConsole(t, st)
+	h := &Handler{DB: st.DB(), Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 22}},
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }, Limits: Limits{MaxQueries: 2, QueryTimeout: 5 * time.Second}}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	defer srv.Close()
+	var held []func()
+	for range 2 {
+		release, ok := h.admit()
+		if !ok {
+			t.Fatal("a slot below the bound was refused")
+		}
+		held = append(held, release)
+	}
+	for _, p := range []string{"/", "/report?cluster=prod", "/search?cluster=prod&q=x"} {
+		resp, body := fetch(t, http.MethodGet, srv.URL+p)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || strings.Contains(body, "prod") {
+			t.Errorf("%s over the bound: %d Retry-After %q %q", p, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	held[0]()
+	if resp, body := fetch(t, http.MethodGet, srv.URL+"/"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "prod") {
+		t.Errorf("with a slot free: %d %.300s", resp.StatusCode, body)
+	}
+	held[1]()
 }

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/report/console"
@@ -13,6 +14,9 @@ import (
 
 // pageSize is the rows of a drill-down page.
 const pageSize = 50
+
+// maxLinkedID is the longest audit id a link carries; a longer one is linked by its hash.
+const maxLinkedID = 256
 
 var keyParams = []string{"rule", "group", "version", "resource"}
 
@@ -37,9 +41,10 @@ func keyQuery(k console.BlockerKey, kv ...string) []string {
 	return append([]string{"rule", k.Rule, "group", k.Group, "version", k.Version, "resource", k.Resource}, kv...)
 }
 
-// callerQuery names one caller behind one blocker: the parameters of /requests.
-func callerQuery(k console.BlockerKey, user, agent, ip string) []string {
-	return keyQuery(k, "user", user, "agent", agent, "ip", ip)
+// callerQuery names one caller (console.Caller.ID, a hash: never the values themselves,
+// which may be longer than a URL carries) behind one blocker: the parameters of /requests.
+func callerQuery(k console.BlockerKey, id string) []string {
+	return keyQuery(k, "caller", id)
 }
 
 // crumbs are the links above a drill-down page: the index and the scope's report, then more.
@@ -89,7 +94,7 @@ func (h *Handler) callers(w http.ResponseWriter, r *http.Request) error {
 		Pager pager
 	}{}
 	for _, c := range rows {
-		body.Rows = append(body.Rows, row{Caller: c, Requests: s.link("/requests", callerQuery(key, c.Username, c.UserAgent, c.SourceIP)...)})
+		body.Rows = append(body.Rows, row{Caller: c, Requests: s.link("/requests", callerQuery(key, c.ID)...)})
 	}
 	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 		return s.link("/callers", keyQuery(key, "offset", strconv.Itoa(o))...)
@@ -100,7 +105,7 @@ func (h *Handler) callers(w http.ResponseWriter, r *http.Request) error {
 // requests is GET /requests: the requests of one caller behind one blocker in the week,
 // newest first.
 func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
-	f, err := readForm(r.URL.RawQuery, append(append(scopeParams, keyParams...), "user", "agent", "ip", "offset")...)
+	f, err := readForm(r.URL.RawQuery, append(append(scopeParams, keyParams...), "caller", "offset")...)
 	if err != nil {
 		return err
 	}
@@ -109,13 +114,12 @@ func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := console.RequestsQuery{Key: key}
-	for _, p := range []struct {
-		name string
-		dst  *string
-	}{{"user", &q.Username}, {"agent", &q.UserAgent}, {"ip", &q.SourceIP}} {
-		if *p.dst, err = f.text(p.name, maxIdentity); err != nil {
-			return err
-		}
+	id, err := f.required("caller", 20)
+	if err != nil {
+		return err
+	}
+	if q.Caller, err = strconv.ParseUint(id, 10, 64); err != nil {
+		return bad("caller", "%q: want the caller's number as the callers page links it", id)
 	}
 	offset, err := f.number("offset", 0, 0, console.MaxOffset)
 	if err != nil {
@@ -138,34 +142,57 @@ func (h *Handler) requests(w http.ResponseWriter, r *http.Request) error {
 		Username, UserAgent, SourceIP string
 		Rows                          []row
 		Pager                         pager
-	}{Username: q.Username, UserAgent: q.UserAgent, SourceIP: q.SourceIP}
-	for _, rq := range rows {
-		body.Rows = append(body.Rows, row{Request: rq, URL: s.link("/request", "audit-id", rq.AuditID)})
+	}{}
+	if len(rows) > 0 {
+		body.Username, body.UserAgent, body.SourceIP = rows[0].Username, rows[0].UserAgent, rows[0].SourceIP
 	}
-	caller := callerQuery(key, q.Username, q.UserAgent, q.SourceIP)
+	for _, rq := range rows {
+		// An audit id is the client's Audit-ID header, of any length: a long one is linked by
+		// its hash and time.
+		u := s.link("/request", "audit-id", rq.AuditID)
+		if len(rq.AuditID) > maxLinkedID {
+			u = s.link("/request", "audit-hash", rq.AuditHash, "at", strconv.FormatInt(rq.Time.Unix(), 10))
+		}
+		body.Rows = append(body.Rows, row{Request: rq, URL: u})
+	}
+	caller := callerQuery(key, id)
 	body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 		return s.link("/requests", append(caller, "offset", strconv.Itoa(o))...)
 	})
 	crumbs := s.crumbs(render.Link{Label: "Callers of " + keyTitle(key), URL: s.link("/callers", keyQuery(key)...)})
-	title := fmt.Sprintf("Requests of %s", printable.Truncate(q.Username, 120))
+	title := fmt.Sprintf("Requests of %s", printable.Truncate(body.Username, 120))
 	return show(w, "requests", view{Title: title, Crumbs: crumbs, Note: s.Note, Body: body})
 }
 
 // request is GET /request: one request (audit id) of the cluster with each rule's finding.
 func (h *Handler) request(w http.ResponseWriter, r *http.Request) error {
-	f, err := readForm(r.URL.RawQuery, append(scopeParams, "audit-id")...)
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "audit-id", "audit-hash", "at")...)
 	if err != nil {
 		return err
 	}
-	id, err := f.required("audit-id", maxIdentity)
-	if err != nil {
+	var id string
+	var hash uint64
+	var at int
+	if f.v.Has("audit-hash") {
+		if hash, err = strconv.ParseUint(f.v.Get("audit-hash"), 10, 64); err != nil {
+			return bad("audit-hash", "%q: want the number the requests page links", f.v.Get("audit-hash"))
+		}
+		if at, err = f.number("at", 0, 1, 1<<32-1); err != nil || at == 0 {
+			return bad("at", "required with audit-hash: the request's time in Unix seconds")
+		}
+	} else if id, err = f.required("audit-id", maxIdentity); err != nil {
 		return err
 	}
 	s, err := h.scope(r.Context(), f, false)
 	if err != nil {
 		return err
 	}
-	fs, err := h.reader().Request(r.Context(), s.Cluster, id)
+	var fs []console.Finding
+	if id != "" {
+		fs, err = h.reader().Request(r.Context(), s.Cluster, id)
+	} else if fs, err = h.reader().RequestByHash(r.Context(), s.Cluster, hash, time.Unix(int64(at), 0)); err == nil && len(fs) > 0 {
+		id = fs[0].AuditID
+	}
 	if err != nil {
 		return err
 	}
@@ -174,7 +201,7 @@ func (h *Handler) request(w http.ResponseWriter, r *http.Request) error {
 		k := fs[0].Key
 		crumbs = append(crumbs, render.Link{Label: "Callers of " + keyTitle(k), URL: s.link("/callers", keyQuery(k)...)},
 			render.Link{Label: "Requests of " + printable.Truncate(fs[0].Username, 120),
-				URL: s.link("/requests", callerQuery(k, fs[0].Username, fs[0].UserAgent, fs[0].SourceIP)...)})
+				URL: s.link("/requests", callerQuery(k, fs[0].CallerID)...)})
 	}
 	body := struct{ Findings []console.Finding }{fs}
 	return show(w, "request", view{Title: "Request " + printable.Truncate(id, 120), Crumbs: s.crumbs(crumbs...), Body: body})
@@ -228,7 +255,7 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, m := range rows {
-			body.Rows = append(body.Rows, row{Match: m, Requests: s.link("/requests", callerQuery(m.Key, m.Username, m.UserAgent, m.SourceIP)...)})
+			body.Rows = append(body.Rows, row{Match: m, Requests: s.link("/requests", callerQuery(m.Key, m.ID)...)})
 		}
 		body.Pager = newPager(offset, pageSize, len(rows), more, func(o int) template.URL {
 			return s.link("/search", "by", string(by), "q", text, "offset", strconv.Itoa(o))

@@ -20,39 +20,124 @@ type clusterRow struct {
 	Formats []render.Link
 	// BlockerWeek links to the report of the week of the newest use of a blocker.
 	BlockerWeek template.URL
+	// From and Until are the lookback window's first and last day; Live says it ends today
+	// (else at the cluster's newest finding: an imported log).
+	From, Until weekly.Date
+	Live        bool
+	// Target is the cluster's target and TargetWhy why it is that one.
+	Target    weekly.Version
+	TargetWhy string
+	Blockers  []blockerRow
+	// Earlier is set when the window holds no blocker but an older use of one exists:
+	// Blockers are then those of the Days days to that use (EarlierUntil).
+	Earlier      bool
+	EarlierFrom  weekly.Date
+	EarlierUntil weekly.Date
+	// Silent is set when a live cluster's newest finding is older than a day.
+	Silent bool
 }
 
-// index is GET /: the clusters seen, with this week's and the last full week's findings,
-// blockers for the target and the newest event, each linking to its report.
+// blockerRow is one blocker of a cluster on the index, with links to its callers.
+type blockerRow struct {
+	console.Blocker
+	Callers template.URL
+	Top     []callerLink
+}
+
+type callerLink struct {
+	console.Caller
+	Requests template.URL
+}
+
+// index is GET /: per cluster, what blocks its target in the lookback window with the
+// busiest callers of each blocker, linking to the callers page; and this week's and last
+// week's findings.
 func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	f, err := readForm(r.URL.RawQuery, "target-version")
 	if err != nil {
 		return err
 	}
-	target, err := h.target(f)
-	if err != nil {
-		return err
+	var chosen weekly.Version
+	if f.v.Get("target-version") != "" {
+		if chosen, err = h.target(f); err != nil {
+			return err
+		}
 	}
-	lastFull := weekly.LastWeekEnding(h.now())
+	def := h.defaultTarget()
+	if def.IsZero() && chosen.IsZero() {
+		return bad("target-version", "required (the service has no default)")
+	}
+	listTarget := chosen
+	if listTarget.IsZero() {
+		listTarget = def
+	}
+	now := h.now()
+	lastFull := weekly.LastWeekEnding(now)
 	thisWeek := weekly.Date{Time: lastFull.AddDate(0, 0, 7)}
 	weekStart := thisWeek.AddDate(0, 0, -6)
-	clusters, err := h.reader().Clusters(r.Context(), weekStart, target)
+	clusters, err := h.reader().Clusters(r.Context(), weekStart, listTarget)
 	if err != nil {
 		return err
 	}
+	if clusters, err = allowed(r.Context(), clusters); err != nil {
+		return err
+	}
+	days := h.lookbackDays()
 	body := struct {
 		Target    weekly.Version
+		Chosen    bool
 		Targets   []render.Option
 		WeekStart string
+		Days      int
 		Clusters  []clusterRow
-	}{Target: target, WeekStart: weekStart.Format(weekly.DateLayout)}
-	for _, v := range h.targets(target) {
-		body.Targets = append(body.Targets, render.Option{Value: v.String(), Label: v.String(), Selected: v == target})
+	}{Target: listTarget, Chosen: !chosen.IsZero(), WeekStart: weekStart.Format(weekly.DateLayout), Days: days}
+	body.Targets = append(body.Targets, render.Option{Value: "", Label: "each cluster's next release", Selected: chosen.IsZero()})
+	for _, v := range h.targets(listTarget) {
+		body.Targets = append(body.Targets, render.Option{Value: v.String(), Label: v.String(), Selected: v == chosen})
 	}
 	for _, c := range clusters {
+		row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek)}
+		// The window ends today for a live cluster, at its newest finding for an imported log.
+		row.Until, row.Live = weekly.DateOf(now), true
+		if c.Newest.Unix() > 0 && c.Newest.Before(now.Add(-time.Duration(days)*24*time.Hour)) {
+			row.Until, row.Live = weekly.DateOf(c.Newest), false
+		}
+		row.Silent = row.Live && c.Newest.Unix() > 0 && c.Newest.Before(now.Add(-24*time.Hour))
+		row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
+		win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
+		row.Target, row.TargetWhy = chosen, "chosen above"
+		if chosen.IsZero() {
+			v, err := h.reader().ClusterVersion(r.Context(), c.Name, win)
+			if err != nil {
+				return err
+			}
+			row.Target, row.TargetWhy = h.clusterTarget(v)
+		}
+		s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
+		bs, err := h.reader().Blockers(r.Context(), c.Name, win, row.Target)
+		if err != nil {
+			return err
+		}
+		if len(bs) == 0 && !c.NewestBlocker.IsZero() && c.NewestBlocker.Before(win.From) {
+			// Nothing blocks in the window, but something did before it (a monthly job, an
+			// old imported log): show the window that ends with its newest use, and say so.
+			row.Earlier, row.EarlierUntil = true, weekly.DateOf(c.NewestBlocker)
+			row.EarlierFrom = weekly.Date{Time: row.EarlierUntil.AddDate(0, 0, 1-days)}
+			s.Until, s.Week = row.EarlierUntil, weekEnding(row.EarlierUntil.Time)
+			if bs, err = h.reader().Blockers(r.Context(), c.Name, s.window(), row.Target); err != nil {
+				return err
+			}
+		}
+		for _, b := range bs {
+			br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...)}
+			for _, tc := range b.Top {
+				br.Top = append(br.Top, callerLink{Caller: tc, Requests: s.link("/requests", callerQuery(b.Key, tc.ID)...)})
+			}
+			row.Blockers = append(row.Blockers, br)
+		}
 		// The report links name no week: the report page chooses the same one and says why.
-		q := []string{"cluster", c.Name, "target-version", target.String()}
-		row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek), Report: link("/report", q...)}
+		q := []string{"cluster", c.Name, "target-version", row.Target.String()}
+		row.Report = link("/report", q...)
 		if !c.NewestBlocker.IsZero() {
 			row.BlockerWeek = link("/report", append(q, "week-ending", weekEnding(c.NewestBlocker).String())...)
 		}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
@@ -38,6 +39,14 @@ type Handler struct {
 	Log   *slog.Logger
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// Limits bound the lookback, the requests reading at once and their deadline.
+	Limits Limits
+	// Deadline returns ctx ending after d and telling the store so (store.WithDeadline);
+	// nil: a plain context deadline.
+	Deadline func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
+
+	semOnce sync.Once
+	sem     chan struct{}
 }
 
 // CSP is the pages' Content-Security-Policy: nothing loads but their own inline styles and
@@ -60,7 +69,9 @@ func (h *Handler) Register(mux *http.ServeMux) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.get(h.report).ServeHTTP(w, r) }
 
 // get adapts a page to a handler of GET and HEAD that answers its error: 400 for a bad
-// request, else 503 (logged).
+// request, 403 for a cluster the user may not read, 404 for an unknown cluster, else 503
+// (logged). At most Limits.MaxQueries pages run at once (beyond: 503 with Retry-After at
+// once), each within Limits.QueryTimeout.
 func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -68,13 +79,31 @@ func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) h
 			http.Error(w, "use GET", http.StatusMethodNotAllowed)
 			return
 		}
-		err := page(w, r)
+		release, ok := h.admit()
+		if !ok {
+			busy(w)
+			return
+		}
+		defer release()
+		ctx, cancel := h.deadline(r.Context())
+		defer cancel()
+		err := page(w, r.WithContext(ctx))
 		var bp paramError
+		var nf notFoundError
 		switch {
 		case err == nil:
 		case errors.As(err, &bp), errors.Is(err, console.ErrInvalid), errors.Is(err, weekly.ErrInvalid):
 			http.Error(w, err.Error(), http.StatusBadRequest)
-		case errors.Is(err, context.Canceled):
+		case errors.Is(err, errForbidden):
+			http.Error(w, err.Error(), http.StatusForbidden)
+		case errors.As(err, &nf):
+			nf.write(w)
+		case r.Context().Err() != nil:
+			// The client left: nobody reads an answer.
+		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+			h.log().Warn("console page over its deadline", "path", r.URL.Path, "deadline", h.Limits.QueryTimeout, "err", err)
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "reading the findings took longer than the console allows; narrow the window or retry", http.StatusServiceUnavailable)
 		default:
 			h.log().Error("serve console page", "path", r.URL.Path, "err", err)
 			http.Error(w, "the findings could not be read; see the service log", http.StatusServiceUnavailable)
@@ -118,10 +147,10 @@ func (h *Handler) targets(selected weekly.Version, extra ...weekly.Version) []we
 	return slices.CompactFunc(vs, func(a, b weekly.Version) bool { return a == b })
 }
 
-// defaultTarget is the target when a request names none: DefaultTarget, else the newest of
-// Releases.
+// defaultTarget is the target when neither the request nor the cluster's version names one:
+// the newest of Releases, else DefaultTarget.
 func (h *Handler) defaultTarget() weekly.Version {
-	if !h.DefaultTarget.IsZero() || len(h.Releases) == 0 {
+	if len(h.Releases) == 0 {
 		return h.DefaultTarget
 	}
 	return slices.MaxFunc(h.Releases, func(a, b weekly.Version) int { return a.Key() - b.Key() })

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
 
@@ -38,7 +39,7 @@ func TestReportPage(t *testing.T) {
 	}
 	h := &Handler{DB: st.DB(), Cluster: "default", Log: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC) }}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(access.Loopback(h))
 	defer srv.Close()
 	get := func(q string) (*http.Response, string) {
 		resp, err := http.Get(srv.URL + "/report?" + q)

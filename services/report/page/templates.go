@@ -36,6 +36,9 @@ var funcs = template.FuncMap{
 	// A cell's title holds the value (up to maxTitle bytes), so that a page stays bounded.
 	"title": func(s string) string { return printable.Truncate(s, maxTitle) },
 	"api":   func(k console.BlockerKey) string { return k.API() },
+	// Advice (a rule's message) is shown whole: it comes from the catalogue, not the event,
+	// and is bounded to maxTitle all the same.
+	"full": func(s string) string { return printable.Truncate(s, maxTitle) },
 }
 
 // pages are the console's templates, each with the layout.

@@ -229,3 +229,12 @@ func (b *Block) appendColumns(cols []column.Interface, ingested time.Time) error
 }
 
 func (b *serverBackend) Close() error { return b.conn.Close() }
+
+// WithDeadline returns ctx ending after d, carrying ClickHouse's max_execution_time of d
+// (whole seconds, at least one) for the queries run with it on a server; embedded chDB
+// cancels its running query when ctx ends. A query past d fails on both engines.
+func WithDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	secs := max(1, int((d+time.Second-1)/time.Second))
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_execution_time": secs}))
+	return context.WithTimeout(ctx, d)
+}

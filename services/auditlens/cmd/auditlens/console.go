@@ -10,7 +10,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 )
 
-// consoleURL is the URL of the console's index on addr (--metrics-addr) for a browser on
+// consoleURL is the URL of the console's index on addr (--report-console-addr) for a browser on
 // this machine: a host left unspecified (":9100", "0.0.0.0:9100", "[::]:9100") is
 // 127.0.0.1. Empty when addr serves nothing or names no port to open.
 func consoleURL(addr string) string {

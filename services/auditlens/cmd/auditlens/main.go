@@ -23,8 +23,9 @@ Runs ingest, classify and report in one process. Audit events come from --audit-
 the apiserver writes, followed across rotations) and/or --webhook-addr (the audit webhook);
 findings go to embedded ClickHouse in --data-root (or --clickhouse-dsn). The services talk over
 an embedded NATS JetStream server (or --nats-url / --kafka-brokers). The web console (clusters,
-the weekly report, callers and requests) is at / on --metrics-addr: once every stage is ready,
-the log says the URL to open.
+the weekly report, callers and requests) is at / on --report-console-addr (loopback only, as
+kubectl port-forward reaches it); --report-console-auth-addr serves it to Kubernetes bearer
+tokens. Once every stage is ready, the log says the URL to open.
 
 Every flag of the ingest, classify and report binaries is accepted, under the same name.
 --data-root (AUDITLENS_DATA_ROOT) sets the default of every data location: nats/,
@@ -44,6 +45,10 @@ const classifyReportMemory = 64 << 20
 // all-in-one peak memory).
 const maxBacklog = 256
 
+// consoleAddr is the all-in-one's --report-console-addr: loopback, beside --metrics-addr's
+// 127.0.0.1:9100.
+const consoleAddr = "127.0.0.1:9101"
+
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
@@ -57,6 +62,7 @@ func run(args []string) int {
 		report:   report.DefaultConfig(root),
 	}
 	c.ingest.Backlog.Max = maxBacklog
+	c.report.Console.Addr = consoleAddr
 	return daemon.Main(daemon.Spec{
 		Name:               "auditlens",
 		Synopsis:           synopsis,
@@ -92,7 +98,7 @@ func run(args []string) int {
 			}
 			comps := append(append(in, cl...), out...)
 			if c.report.Page {
-				comps = append(comps, announce(consoleURL(c.metricsAddr()), comps, d.Bus, d.Logger))
+				comps = append(comps, announce(consoleURL(c.report.Console.Addr), comps, d.Bus, d.Logger))
 			}
 			return comps, nil
 		},
@@ -105,25 +111,11 @@ type configs struct {
 	ingest   ingest.Config
 	classify classify.Config
 	report   report.Config
-	// flags is the parsed flag set, for --metrics-addr (the daemon's flag).
-	flags *flag.FlagSet
-}
-
-// metricsAddr is --metrics-addr, where the console is served ("" when not served).
-func (c *configs) metricsAddr() string {
-	if c.flags == nil {
-		return ""
-	}
-	if f := c.flags.Lookup("metrics-addr"); f != nil {
-		return f.Value.String()
-	}
-	return ""
 }
 
 // registerFlags registers --data-root and every service's flags on fs. The services' flag
 // names are distinct (a name two of them defined would panic here, and TestFlags says which).
 func (c *configs) registerFlags(fs *flag.FlagSet) {
-	c.flags = fs
 	fs.StringVar(&c.root, "data-root", c.root, "root `directory` of every default data location: nats/, checkpoints/, chdb/")
 	// Before report's flags: report's own deprecated --data-dir (its ClickHouse directory)
 	// must not take the name, which here always meant the data root.

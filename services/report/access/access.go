@@ -1,0 +1,89 @@
+// Package access decides who may read the console: on its plain listener only loopback
+// requests (a local browser, kubectl port-forward), on its authenticated listener a bearer
+// token the Kubernetes apiserver vouches for (TokenReview) whose user may get the console of
+// the cluster asked for (SubjectAccessReview on auditlens.io/console, name = the cluster).
+package access
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+)
+
+// Authorizer says whether the request's user may read the console of cluster.
+type Authorizer interface {
+	Allowed(ctx context.Context, cluster string) (bool, error)
+}
+
+// AuthorizerFunc adapts a function to an Authorizer.
+type AuthorizerFunc func(ctx context.Context, cluster string) (bool, error)
+
+// Allowed calls f.
+func (f AuthorizerFunc) Allowed(ctx context.Context, cluster string) (bool, error) {
+	return f(ctx, cluster)
+}
+
+// Everyone allows every cluster: the loopback listener's authorizer (whoever reaches a
+// loopback address already runs code on the machine, or passed port-forward's RBAC).
+var Everyone = AuthorizerFunc(func(context.Context, string) (bool, error) { return true, nil })
+
+type authorizerKey struct{}
+
+// WithAuthorizer returns ctx carrying a.
+func WithAuthorizer(ctx context.Context, a Authorizer) context.Context {
+	return context.WithValue(ctx, authorizerKey{}, a)
+}
+
+// Allowed says whether the user of ctx may read the console of cluster. A context that
+// carries no authorizer allows nothing: a handler reached without passing Loopback or Kube
+// shows no cluster.
+func Allowed(ctx context.Context, cluster string) (bool, error) {
+	a, ok := ctx.Value(authorizerKey{}).(Authorizer)
+	if !ok {
+		return false, nil
+	}
+	return a.Allowed(ctx, cluster)
+}
+
+// Loopback serves next to requests from a loopback address only (with Everyone as their
+// authorizer); any other gets 403 and no console content, whatever address the listener
+// was given.
+func Loopback(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsLoopback(r.RemoteAddr) {
+			http.Error(w, "this listener serves the console to loopback clients only (a local browser or kubectl port-forward); "+
+				"shared access goes through the authenticated listener (--report-console-auth-addr)", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(WithAuthorizer(r.Context(), Everyone)))
+	})
+}
+
+// IsLoopback reports whether addr (host:port, as http.Request.RemoteAddr) is a loopback
+// address (127.0.0.0/8, ::1, or an IPv4 loopback mapped into IPv6).
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	return ip.Unmap().IsLoopback()
+}
+
+// IsLoopbackListen reports whether a listen address (host:port) binds loopback only: a
+// literal loopback IP or "localhost". An empty host binds every interface.
+func IsLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}

@@ -1,0 +1,19 @@
+package console
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBoundedCarriesTheDeadline(t *testing.T) {
+	if got := bounded(context.Background(), "SELECT 1"); got != "SELECT 1" {
+		t.Errorf("without a deadline: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if got := bounded(ctx, "SELECT 1"); !strings.HasSuffix(got, "SETTINGS max_execution_time = 2") {
+		t.Errorf("with 1.5 s left: %q", got)
+	}
+}

@@ -1,0 +1,119 @@
+package page
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/auditlens/auditlens/services/report/access"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/store"
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+var (
+	loadFindings = flag.Int("console.findings", 2_000_000, "BenchmarkConsoleUnderLoad: findings generated over 90 days")
+	loadQueries  = flag.Int("console.max-queries", DefaultLimits().MaxQueries, "BenchmarkConsoleUnderLoad: Limits.MaxQueries")
+	loadTimeout  = flag.Duration("console.timeout", DefaultLimits().QueryTimeout, "BenchmarkConsoleUnderLoad: Limits.QueryTimeout")
+)
+
+// BenchmarkConsoleUnderLoad serves every console page to 16 clients at once over
+// -console.findings findings spanning 90 days on a ClickHouse 18.16 server, with the default
+// limits (4 requests reading at once, 5 s each): each request is either served or refused
+// with a fast 503. Reported: the slowest served request and the slowest refusal per page,
+// and how many of the 16 were refused. Run with
+//
+//	go test -run '^$' -bench ConsoleUnderLoad -benchtime 3x -console.findings 10000000 ./page/
+func BenchmarkConsoleUnderLoad(b *testing.B) {
+	_, st := chtest.ServerStore(b)
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	t0 := time.Now()
+	generate(b, st, now, *loadFindings)
+	b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
+	h := &Handler{DB: st.DB(), Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 16}, {Major: 1, Minor: 32}},
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Limits: Limits{Lookback: DefaultLimits().Lookback, MaxQueries: *loadQueries, QueryTimeout: *loadTimeout}, Deadline: store.WithDeadline}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	defer srv.Close()
+	scope := "cluster=prod&target-version=1.32&week-ending=2026-11-29"
+	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
+	_, callers := fetch(b, http.MethodGet, srv.URL+"/callers?"+scope+key)
+	requests := hrefOf(b, callers, "requests-link")
+	pages := []struct{ name, path string }{
+		{"index", "/"},
+		{"report", "/report?" + scope},
+		{"callers", "/callers?" + scope + key},
+		{"requests", requests},
+		{"search", "/search?" + scope + "&by=agent&q=client-go"},
+	}
+	const clients = 16
+	for _, p := range pages {
+		b.Run(p.name, func(b *testing.B) {
+			var served, refused time.Duration
+			var nRefused int
+			for range b.N {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for range clients {
+					wg.Go(func() {
+						start := time.Now()
+						req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+p.path, nil)
+						resp, err := http.DefaultClient.Do(req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						resp.Body.Close()
+						d := time.Since(start)
+						mu.Lock()
+						defer mu.Unlock()
+						switch resp.StatusCode {
+						case http.StatusOK:
+							served = max(served, d)
+						case http.StatusServiceUnavailable:
+							refused, nRefused = max(refused, d), nRefused+1
+						default:
+							b.Errorf("%s: %d", p.path, resp.StatusCode)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
+			b.ReportMetric(float64(refused.Milliseconds()), "max-503-ms")
+			b.ReportMetric(float64(nRefused)/float64(b.N), "503/16")
+		})
+	}
+}
+
+// generate writes n findings spanning the 90 days before now, server-side: 14 APIs, 7,400
+// users, 30 agents (two of them kubelets of 1.31), 200 namespaces, 10% in a second cluster.
+func generate(b testing.TB, st *store.Store, now time.Time, n int) {
+	from := now.AddDate(0, 0, -90)
+	q := `INSERT INTO findings (rule_id, severity, cluster, audit_id, event_time, verb, request_uri, api_group, api_version,
+  resource, namespace, name, username, user_agent, source_ip, response_code, removed_in, removed_in_key, ingested_at)
+SELECT 'removed-api', 'warning', if(number % 10 = 0, 'staging', 'prod'), concat('a', toString(number)),
+  toDateTime(? + (number * 48271) % ?), 'list', concat('/apis/', grp, '/', ver, '/', res), grp, ver, res,
+  concat('ns', toString(number % 200)), concat('obj', toString(number % 1000)),
+  concat('system:serviceaccount:ns', toString(number % 200), ':sa', toString(number % 37)),
+  if(number % 30 < 2, 'kubelet/v1.31.4 (linux/amd64) kubernetes/abc', concat('client-go/v0.', toString(number % 30), ' (linux/amd64)')),
+  concat('10.0.', toString(number % 7), '.1'), 200,
+  removed, toUInt32OrZero(splitByChar('.', removed)[1]) * 1000 + toUInt32OrZero(splitByChar('.', removed)[2]), now()
+FROM (
+  SELECT number, number % 14 + 1 AS i,
+    ['extensions','extensions','apps','policy','networking.k8s.io','batch','policy','flowcontrol.apiserver.k8s.io','autoscaling','storage.k8s.io','discovery.k8s.io','rbac.authorization.k8s.io','','extensions'][i] AS grp,
+    ['v1beta1','v1beta1','v1beta2','v1beta1','v1beta1','v1beta1','v1beta1','v1beta3','v2beta2','v1beta1','v1beta1','v1beta1','v1','v1beta1'][i] AS ver,
+    ['ingresses','daemonsets','deployments','podsecuritypolicies','ingresses','cronjobs','poddisruptionbudgets','flowschemas','horizontalpodautoscalers','csistoragecapacities','endpointslices','roles','componentstatuses','networkpolicies'][i] AS res,
+    ['1.22','1.16','1.16','1.25','1.22','1.25','1.25','1.32','1.26','1.27','1.25','1.22','','1.16'][i] AS removed
+  FROM numbers(?)
+)`
+	if _, err := st.DB().ExecContext(context.Background(), q, from.Unix(), int64(now.Sub(from)/time.Second), n); err != nil {
+		b.Fatal(err)
+	}
+}

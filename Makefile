@@ -5,6 +5,14 @@ BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
+## The one version source is deploy/VERSION; every binary built here is stamped with it, the
+## commit and the commit's time (--version, auditlens_build_info), so the same commit gives the
+## same bytes.
+VERSION := $(shell cat deploy/VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+BUILDINFO := github.com/auditlens/auditlens/lib/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(BUILD_DATE)
 
 .PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver
 
@@ -16,10 +24,10 @@ run: build chdb
 ## build: every binary into .bin/
 build:
 	@mkdir -p $(BIN)
-	cd services/ingest && go build -o $(BIN)/ ./cmd/ingest
-	cd services/classify && go build -o $(BIN)/ ./cmd/classify
-	cd services/report && go build -o $(BIN)/ ./cmd/report
-	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
+	cd services/ingest && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ingest
+	cd services/classify && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/classify
+	cd services/report && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/report
+	cd services/auditlens && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/auditlens
 
 ## RACE_<module>: the packages that run goroutines (bus, daemon, pipelines, writer, webhook, tail, ...);
 ## `make test` runs them under the race detector, the rest without it (each package runs once).
@@ -72,7 +80,6 @@ proto-check: proto
 ## images: OCI image archives .bin/images/<binary>.tar for ingest, classify, report and the
 ## all-in-one auditlens, tagged auditlens/<binary>:$(VERSION) as deploy/kubernetes uses them;
 ## built offline and reproducibly (same commit, same digests). See deploy/README.md to load them.
-VERSION := $(shell cat deploy/VERSION)
 IMAGES := ingest classify report auditlens
 images:
 	cd deploy/images && GOWORK=off go run . -repo ../.. -out $(BIN)/images -version $(VERSION) $(IMAGES)

@@ -29,14 +29,14 @@ const repo = "../.."
 var (
 	modsOnce sync.Once
 	mods     []deps.Module
-	modsErr  error
+	errMods  error
 )
 
 func moduleGraph(t *testing.T) []deps.Module {
 	t.Helper()
-	modsOnce.Do(func() { mods, modsErr = modules(repo) })
-	if modsErr != nil {
-		t.Fatal(modsErr)
+	modsOnce.Do(func() { mods, errMods = modules(repo) })
+	if errMods != nil {
+		t.Fatal(errMods)
 	}
 	return mods
 }

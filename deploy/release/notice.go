@@ -20,7 +20,7 @@ The auditlens binaries (ingest, classify, report, auditlens) and images are buil
 third-party Go modules below, under the licences named. This file is generated from the
 binaries' module graph on the shipped platforms (make notice); do not edit it by hand.
 The all-in-one image and the linux/amd64 release archive also carry libchdb (embedded
-ClickHouse): its notices are in deploy/licenses/libchdb.txt, shipped beside it.
+ClickHouse): its notices are shipped beside it, in libchdb-NOTICE.txt.
 `
 
 // Notice renders the NOTICE file: the list of modules with their licences, the NOTICE files of

@@ -196,7 +196,17 @@ func TestAllInOneImage(t *testing.T) {
 	})
 	stop()
 	b, _ := os.ReadFile(logPath)
-	if !bytes.Contains(b, []byte(`"msg":"data root","data_root":"/data"`)) {
+	saidRoot := false
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var l struct {
+			Msg      string
+			DataRoot string `json:"data_root"`
+		}
+		if json.Unmarshal(line, &l) == nil && l.Msg == "data root" && l.DataRoot == "/data" {
+			saidRoot = true
+		}
+	}
+	if !saidRoot {
 		t.Errorf("the log does not say the data root is the volume /data")
 	}
 	// The volume holds what it stored: open it once the container has stopped.

@@ -215,6 +215,51 @@ func TestDist(t *testing.T) {
 	}
 }
 
+// TestSBOM: the bill of materials names auditlens, every module (own ones at the release's
+// version) with its licences, and libchdb with its hash, as CycloneDX JSON.
+func TestSBOM(t *testing.T) {
+	d := Dist{Stamp: gobuild.Stamp{Version: "1.2.3", Commit: "0123456789abcdef0123456789abcdef01234567"}, LibchdbVersion: "26.7.3-stable.1",
+		Source: "https://github.com/auditlens/auditlens", Modules: []deps.Module{
+			{Path: "github.com/auditlens/auditlens/lib", Own: true, Binaries: []string{"classify"}},
+			{Path: "golang.org/x/sys", Version: "v0.49.0", Licenses: []string{"BSD-3-Clause"}, Sum: "h1:x", Binaries: []string{"classify", "ingest"}},
+		}}
+	b, err := SBOM(d, "ab12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bom cdx.BOM
+	if err := cdx.NewBOMDecoder(bytes.NewReader(b), cdx.BOMFileFormatJSON).Decode(&bom); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range *bom.Components {
+		var lic []string
+		if c.Licenses != nil {
+			for _, l := range *c.Licenses {
+				lic = append(lic, l.License.ID)
+			}
+		}
+		got[c.PackageURL] = strings.Join(lic, ",")
+	}
+	want := map[string]string{"pkg:golang/github.com/auditlens/auditlens/lib@1.2.3": "Apache-2.0", "pkg:golang/golang.org/x/sys@v0.49.0": "BSD-3-Clause",
+		"pkg:npm/%40chdb/lib-linux-x64-gnu@26.7.3-stable.1": "Apache-2.0"}
+	if len(got) != len(want) {
+		t.Errorf("components %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("component %s: licences %q, want %q", k, got[k], v)
+		}
+	}
+	if bom.Metadata.Component.Version != "1.2.3" || !strings.HasPrefix(bom.SerialNumber, "urn:uuid:") || len(bom.SerialNumber) != 45 {
+		t.Errorf("metadata %+v, serial %s", bom.Metadata.Component, bom.SerialNumber)
+	}
+	again, _ := SBOM(d, "ab12")
+	if !bytes.Equal(b, again) {
+		t.Error("two SBOMs of the same release differ")
+	}
+}
+
 // list reads a tar.gz into memory (name -> content).
 func list(t *testing.T, path string) map[string][]byte {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"net/url"
 	"strings"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
@@ -16,7 +15,9 @@ func SBOM(d Dist, libchdbSHA256 string) ([]byte, error) {
 	bom := cdx.NewBOM()
 	// The serial number and time are derived from the release, so that two builds agree.
 	id := sha256.Sum256([]byte("auditlens " + d.Stamp.Version + " " + d.Stamp.Commit))
-	bom.SerialNumber = fmt.Sprintf("urn:uuid:%x-%x-5%x-%x-%x", id[0:4], id[4:6], id[6:8][1:], append([]byte{id[8]&0x3f | 0x80}, id[9]), id[10:16])
+	id[6] = id[6]&0x0f | 0x50 // a name-based UUID (version 5 layout, RFC 9562 variant)
+	id[8] = id[8]&0x3f | 0x80
+	bom.SerialNumber = fmt.Sprintf("urn:uuid:%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
 	main := cdx.Component{
 		BOMRef: "pkg:golang/github.com/auditlens/auditlens@" + d.Stamp.Version, Type: cdx.ComponentTypeApplication,
 		Name: "auditlens", Version: d.Stamp.Version, PackageURL: "pkg:golang/github.com/auditlens/auditlens@" + d.Stamp.Version,
@@ -56,7 +57,8 @@ func SBOM(d Dist, libchdbSHA256 string) ([]byte, error) {
 		comps = append(comps, c)
 		refs = append(refs, purl)
 	}
-	libPurl := "pkg:npm/" + url.PathEscape("@chdb") + "/lib-linux-x64-gnu@" + d.LibchdbVersion
+	// A purl's npm scope is percent-encoded: @chdb is %40chdb.
+	libPurl := "pkg:npm/%40chdb/lib-linux-x64-gnu@" + d.LibchdbVersion
 	comps = append(comps, cdx.Component{
 		BOMRef: libPurl, Type: cdx.ComponentTypeLibrary, Group: "@chdb", Name: "libchdb.so", Version: d.LibchdbVersion,
 		Description: "embedded ClickHouse (chDB), shipped in the linux/amd64 archive and the all-in-one image",

@@ -1,12 +1,20 @@
 # auditlens: the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-MODULES := lib proto deploy deploy/images deploy/kubetest services/ingest services/classify services/report services/auditlens
+MODULES := lib proto deploy deploy/images deploy/release deploy/kubetest services/ingest services/classify services/report services/auditlens
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
+## The one version source is deploy/VERSION; every binary built here is stamped with it, the
+## commit and the commit's time (--version, auditlens_build_info), so the same commit gives the
+## same bytes.
+VERSION := $(shell cat deploy/VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+BUILDINFO := github.com/auditlens/auditlens/lib/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(BUILD_DATE)
 
-.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver
+.PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver release notice
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
@@ -16,10 +24,10 @@ run: build chdb
 ## build: every binary into .bin/
 build:
 	@mkdir -p $(BIN)
-	cd services/ingest && go build -o $(BIN)/ ./cmd/ingest
-	cd services/classify && go build -o $(BIN)/ ./cmd/classify
-	cd services/report && go build -o $(BIN)/ ./cmd/report
-	cd services/auditlens && go build -o $(BIN)/ ./cmd/auditlens
+	cd services/ingest && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ingest
+	cd services/classify && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/classify
+	cd services/report && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/report
+	cd services/auditlens && go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/auditlens
 
 ## RACE_<module>: the packages that run goroutines (bus, daemon, pipelines, writer, webhook, tail, ...);
 ## `make test` runs them under the race detector, the rest without it (each package runs once).
@@ -69,13 +77,27 @@ proto: tools
 proto-check: proto
 	@git diff --exit-code -- proto || { echo "generated proto code is stale: run make proto and commit"; exit 1; }
 
-## images: OCI image archives .bin/images/<binary>.tar for ingest, classify, report and the
-## all-in-one auditlens, tagged auditlens/<binary>:$(VERSION) as deploy/kubernetes uses them;
-## built offline and reproducibly (same commit, same digests). See deploy/README.md to load them.
-VERSION := $(shell cat deploy/VERSION)
+## images: OCI archives .bin/images/<binary>.tar: ingest, classify and report as image indexes
+## for linux/amd64 and linux/arm64, the all-in-one auditlens for linux/amd64 with libchdb inside;
+## named $(REGISTRY)/<binary>:$(VERSION), as deploy/kubernetes uses them (REGISTRY is set here
+## only: make images REGISTRY=registry.example.com/auditlens). Built offline and reproducibly
+## (same commit, same digests). See docs/install.md to load or push them.
+REGISTRY ?= ghcr.io/auditlens
 IMAGES := ingest classify report auditlens
-images:
-	cd deploy/images && GOWORK=off go run . -repo ../.. -out $(BIN)/images -version $(VERSION) $(IMAGES)
+images: chdb
+	cd deploy/images && GOWORK=off go run . -repo ../.. -out $(BIN)/images -registry $(REGISTRY) -libchdb $(CHDB_LIB_PATH) $(IMAGES)
+
+## release: dist/ for the commit you are on (see docs/install.md): a tar.gz per platform
+## (linux/amd64 with libchdb.so), the krew plugin's archives, a CycloneDX SBOM, SHA256SUMS, and
+## generated, not published, the krew manifest and the Homebrew formula carrying the checksums.
+## Reproducible: the same commit gives the same SHA256SUMS (deploy/release TestDist).
+release: chdb
+	cd deploy/release && GOWORK=off go run . dist -repo ../.. -out ../../dist -libchdb $(CHDB_LIB_PATH) -libchdb-version $(CHDB_VERSION)
+	cat dist/SHA256SUMS
+
+## notice: regenerate NOTICE from the module graph of the shipped binaries (a test fails when stale).
+notice:
+	cd deploy/release && GOWORK=off go run . notice -repo ../.. -out ../../NOTICE
 
 ## kube-apiserver: build the real kube-apiserver deploy/kubetest runs (cached in .cache/kube-apiserver;
 ## the tests build it themselves when missing).
@@ -112,7 +134,7 @@ fuzz:
 	  done; done); done
 
 clean:
-	rm -rf $(BIN) .data
+	rm -rf $(BIN) .data dist
 
 .PHONY: catalogue catalogue-check
 ## catalogue: regenerate the API section of the classify rule catalogue

@@ -7,7 +7,9 @@ package deploy
 import (
 	"bytes"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -150,6 +152,20 @@ func kustomizations(t *testing.T) []string {
 	return dirs
 }
 
+// defaultRegistry is the Makefile's REGISTRY, where `make images` names the images: the one
+// place the registry is set, which the manifests must follow.
+func defaultRegistry(t *testing.T) string {
+	b, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^REGISTRY \?= (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Makefile sets no REGISTRY ?= ...")
+	}
+	return string(m[1])
+}
+
 func version(t *testing.T) string {
 	b, err := os.ReadFile("VERSION")
 	if err != nil {
@@ -182,7 +198,7 @@ func TestEveryManifestIsRendered(t *testing.T) {
 }
 
 func TestKustomizationsRenderHardened(t *testing.T) {
-	tag := version(t)
+	tag, registry := version(t), defaultRegistry(t)
 	for _, dir := range kustomizations(t) {
 		t.Run(dir, func(t *testing.T) {
 			r := build(t, dir)
@@ -197,7 +213,7 @@ func TestKustomizationsRenderHardened(t *testing.T) {
 			}
 			checkNamespaces(t, r)
 			for _, w := range r.workloads {
-				checkWorkload(t, r, w, tag)
+				checkWorkload(t, r, w, registry, tag)
 			}
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
@@ -226,7 +242,7 @@ func checkNamespaces(t *testing.T, r *rendered) {
 	}
 }
 
-func checkWorkload(t *testing.T, r *rendered, w workload, tag string) {
+func checkWorkload(t *testing.T, r *rendered, w workload, registry, tag string) {
 	id := w.kind + " " + w.namespace + "/" + w.name
 	s := w.spec
 	privileged := r.namespaces[w.namespace].Labels["pod-security.kubernetes.io/enforce"] == "privileged"
@@ -313,11 +329,12 @@ func checkWorkload(t *testing.T, r *rendered, w workload, tag string) {
 		if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":") {
 			t.Errorf("%s: image %q has no pinned tag", cid, c.Image)
 		}
-		if !strings.HasPrefix(c.Image, "auditlens/") {
+		repo, _, _ := strings.Cut(c.Image, ":")
+		if b := path.Base(repo); b != "ingest" && b != "classify" && b != "report" && b != "auditlens" {
 			continue
 		}
-		if want := strings.SplitN(c.Image, ":", 2)[0] + ":" + tag; c.Image != want {
-			t.Errorf("%s: image %q, want %q (the tag make images writes, deploy/VERSION)", cid, c.Image, want)
+		if want := registry + "/" + path.Base(repo) + ":" + tag; c.Image != want {
+			t.Errorf("%s: image %q, want %q (the registry and tag make images writes: the Makefile's REGISTRY, deploy/VERSION)", cid, c.Image, want)
 		}
 		if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
 			return e.ConfigMapRef != nil && e.ConfigMapRef.Name == "auditlens" && r.configs[w.namespace+"/auditlens"] != nil

@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -12,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/auditlens/auditlens/deploy/release/gobuild"
 )
 
 var binaries = []string{"ingest", "classify", "report", "auditlens"}
@@ -30,9 +32,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	stamp := gobuild.Stamp{Version: "0.1.0", Commit: "0123456789abcdef0123456789abcdef01234567", Date: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	for _, name := range binaries {
-		bin, err := Build("../..", name, dir)
-		if err != nil {
+		bin := filepath.Join(dir, name)
+		if err := gobuild.Build("../..", name, gobuild.Platform{OS: "linux", Arch: "amd64"}, stamp, bin); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
@@ -44,9 +47,77 @@ func TestMain(m *testing.M) {
 }
 
 func config() Config {
-	return Config{Repository: "auditlens", Version: "0.1.0", Revision: "0123456789abcdef0123456789abcdef01234567",
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if lib == "" {
+		lib = "../../.cache/chdb/libchdb.so"
+	}
+	return Config{Registry: "ghcr.io/auditlens", Version: "0.1.0", Revision: "0123456789abcdef0123456789abcdef01234567",
 		Source: "https://github.com/auditlens/auditlens", CACerts: "/etc/ssl/certs/ca-certificates.crt",
-		Created: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+		Created: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		Libchdb: lib, LibchdbNotice: "../licenses/libchdb.txt", Legal: []string{"../../LICENSE", "../../NOTICE"}}
+}
+
+// needLibchdb skips (fails in CI) a test of the all-in-one image when libchdb is missing.
+func needLibchdb(t *testing.T, c Config) {
+	t.Helper()
+	if _, err := os.Stat(c.Libchdb); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("libchdb is required in CI: %v", err)
+		}
+		t.Skipf("libchdb unavailable (make chdb), skipping the all-in-one image: %v", err)
+	}
+}
+
+// readArchive opens an OCI archive as a registry client would: its index, named by ref.
+func readArchive(t *testing.T, path, ref string) v1.ImageIndex {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, h.Name)
+		if h.Typeflag == tar.TypeDir {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		w, err := os.Create(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(w, tr); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	outer, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := outer.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != ref {
+		t.Fatalf("index.json names %+v, want one index named %s", m.Manifests, ref)
+	}
+	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx
 }
 
 // TestImages opens each archive as a registry client would and checks what a cluster relies on.
@@ -55,18 +126,26 @@ func TestImages(t *testing.T) {
 	dir := t.TempDir()
 	for _, bin := range binaries {
 		t.Run(bin, func(t *testing.T) {
+			if bin == "auditlens" {
+				needLibchdb(t, c)
+			}
 			path := filepath.Join(dir, bin+".tar")
-			digest, err := c.WriteArchive(path, bin, built[bin])
+			digest, err := c.WriteArchive(path, bin, map[string]string{"amd64": built[bin]})
 			if err != nil {
 				t.Fatal(err)
 			}
-			tag, _ := name.NewTag(c.Tag(bin))
-			img, err := tarball.ImageFromPath(path, &tag)
-			if err != nil {
-				t.Fatalf("open %s as %s: %v", path, tag, err)
+			tag := c.Ref(bin)
+			idx := readArchive(t, path, tag)
+			if d, _ := idx.Digest(); d != digest {
+				t.Errorf("archive's index digest %s, WriteArchive said %s", d, digest)
 			}
-			if d, _ := img.Digest(); d != digest {
-				t.Errorf("archive's image digest %s, WriteArchive said %s", d, digest)
+			im, err := idx.IndexManifest()
+			if err != nil || len(im.Manifests) != 1 || im.Manifests[0].Platform == nil || im.Manifests[0].Platform.Architecture != "amd64" {
+				t.Fatalf("index manifest %+v, %v", im, err)
+			}
+			img, err := idx.Image(im.Manifests[0].Digest)
+			if err != nil {
+				t.Fatal(err)
 			}
 			cf, err := img.ConfigFile()
 			if err != nil {
@@ -80,7 +159,7 @@ func TestImages(t *testing.T) {
 				t.Errorf("entrypoint %q cmd %q, want [%s]", cfg.Entrypoint, cfg.Cmd, want)
 			}
 			for k, v := range map[string]string{"org.opencontainers.image.source": c.Source, "org.opencontainers.image.version": "0.1.0",
-				"org.opencontainers.image.revision": c.Revision} {
+				"org.opencontainers.image.revision": c.Revision, "org.opencontainers.image.licenses": "Apache-2.0"} {
 				if cfg.Labels[k] != v {
 					t.Errorf("label %s %q, want %q", k, cfg.Labels[k], v)
 				}
@@ -97,8 +176,9 @@ func TestImages(t *testing.T) {
 				if base == "sh" || base == "bash" || base == "ash" || base == "dash" || base == "busybox" || strings.HasPrefix(p, "bin/") {
 					t.Errorf("image holds %s", p)
 				}
+				allInOne := bin == "auditlens" && (strings.HasPrefix(p, "usr/local/lib") || strings.HasPrefix(p, "usr/local/share") || p == "data")
 				if p != "etc" && !strings.HasPrefix(p, "etc/") && p != "usr" && p != "usr/local" && !strings.HasPrefix(p, "usr/local/bin") &&
-					!strings.HasPrefix(p, "home") && p != "tmp" && !strings.HasPrefix(p, "lib") {
+					!strings.HasPrefix(p, "home") && p != "tmp" && !strings.HasPrefix(p, "lib") && !allInOne {
 					t.Errorf("unexpected file %s", p)
 				}
 			}
@@ -112,6 +192,17 @@ func TestImages(t *testing.T) {
 			}
 			if (bin == "ingest" || bin == "classify") && files["lib64/ld-linux-x86-64.so.2"] != nil {
 				t.Errorf("%s is static: its image needs no loader", bin)
+			}
+			if bin == "auditlens" {
+				for _, p := range []string{"usr/local/lib/libchdb.so", "usr/local/share/doc/auditlens/libchdb-NOTICE.txt", "usr/local/share/doc/auditlens/NOTICE",
+					"usr/local/share/doc/auditlens/LICENSE", "lib/x86_64-linux-gnu/librt.so.1", "lib/x86_64-linux-gnu/libm.so.6"} {
+					if files[p] == nil {
+						t.Errorf("the all-in-one image lacks %s", p)
+					}
+				}
+				if _, vol := cfg.Volumes["/data"]; files["data"] == nil || files["data"].Uid != UID || !vol {
+					t.Errorf("data directory %+v, volumes %v", files["data"], cfg.Volumes)
+				}
 			}
 
 			// The binary inside runs: on this machine, and chrooted into the image's own
@@ -140,7 +231,7 @@ func TestImages(t *testing.T) {
 			}
 			st, _ := os.Stat(path)
 			t.Logf("%s: %d layers, %.1f MB compressed, archive %.1f MB, %s", tag, len(layers), float64(size)/1e6, float64(st.Size())/1e6, digest)
-			if size > maxCompressedSize {
+			if bin != "auditlens" && size > maxCompressedSize {
 				t.Errorf("image is %d bytes compressed, more than %d", size, maxCompressedSize)
 			}
 		})
@@ -197,7 +288,7 @@ func TestReproducible(t *testing.T) {
 	c := config()
 	sum := func(dir string) ([32]byte, string) {
 		p := filepath.Join(dir, "report.tar")
-		d, err := c.WriteArchive(p, "report", built["report"])
+		d, err := c.WriteArchive(p, "report", map[string]string{"amd64": built["report"]})
 		if err != nil {
 			t.Fatal(err)
 		}

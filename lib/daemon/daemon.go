@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditlens/auditlens/lib/buildinfo"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/flagenv"
@@ -50,6 +51,8 @@ type Deps struct {
 type Spec struct {
 	Name     string // binary name, used in logs and as the default consumer group
 	Synopsis string // first lines of --help
+	// Stdout receives --version (nil: os.Stdout).
+	Stdout io.Writer
 	// DefaultMetricsAddr of --metrics-addr.
 	DefaultMetricsAddr string
 	// Flags registers the command's own flags; it runs before parsing.
@@ -79,7 +82,16 @@ type Spec struct {
 const ExitUsage = 2
 
 // Main runs spec with args (without the program name) and returns the process exit code.
+// --version alone prints the build (buildinfo) and exits 0.
 func Main(spec Spec, args []string, stderr io.Writer) int {
+	if buildinfo.IsVersionFlag(args) {
+		out := spec.Stdout
+		if out == nil {
+			out = os.Stdout
+		}
+		_, _ = io.WriteString(out, buildinfo.Get().String(spec.Name))
+		return 0
+	}
 	fs := flag.NewFlagSet(spec.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var tel telemetry.Config

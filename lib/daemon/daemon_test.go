@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/buildinfo"
 	"github.com/auditlens/auditlens/lib/transport"
 )
 
@@ -76,6 +77,18 @@ func TestMainBadInput(t *testing.T) {
 		if code != c.code || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%v: code %d, output %q; want %d and %q", c.args, code, out.String(), c.code, c.want)
 		}
+	}
+}
+
+// --version prints the build to Stdout without opening anything (the stage builder fails).
+func TestMainVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	spec := Spec{Name: "x", Stdout: &stdout, Build: func(context.Context, Deps) ([]Component, error) { return nil, errors.New("built") }}
+	if code := Main(spec, []string{"--version"}, &stderr); code != 0 || stderr.Len() != 0 {
+		t.Fatalf("code %d, stderr %q", code, stderr.String())
+	}
+	if want := "x " + buildinfo.Get().Version + "\ncommit: "; !strings.HasPrefix(stdout.String(), want) || !strings.Contains(stdout.String(), "\ngo: go") {
+		t.Fatalf("--version printed %q", stdout.String())
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/auditlens/auditlens/lib/buildinfo"
 )
 
 // Config holds the observability flags common to every service.
@@ -66,10 +68,12 @@ func NewLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: want json or text", format)
 }
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
+// NewRegistry returns a registry with the Go runtime and process collectors and
+// auditlens_build_info.
 func NewRegistry() *prometheus.Registry {
 	r := prometheus.NewRegistry()
-	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Get().Collector())
 	return r
 }
 

@@ -36,7 +36,7 @@ func TestServerEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "auditlens_test_total 3") {
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "auditlens_test_total 3") || !strings.Contains(body, "auditlens_build_info{commit=") {
 		t.Fatalf("metrics %d %s", code, body)
 	}
 	if code, body := get("/report"); code != 200 || body != "weekly" {

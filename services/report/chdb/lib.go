@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
+
+// Platform is the only one libchdb is published for (npm package @chdb/lib-linux-x64-gnu):
+// elsewhere embedded ClickHouse is unavailable and report needs --clickhouse-dsn.
+const Platform = "linux/amd64"
 
 // ErrNoLibrary is returned when libchdb.so cannot be found or loaded.
 var ErrNoLibrary = errors.New("libchdb.so not available (set CHDB_LIB_PATH or run `make chdb`)")
@@ -40,12 +45,21 @@ type cResult struct {
 	internal unsafe.Pointer //nolint:unused // C memory layout; only libchdb reads it
 }
 
-// LibraryPath returns where libchdb.so is looked for: $CHDB_LIB_PATH, else
-// <repo>/.cache/chdb/libchdb.so found by walking up from the working directory, else
-// /usr/local/lib/libchdb.so. The path may not exist.
+// LibraryPath returns where libchdb.so is looked for: $CHDB_LIB_PATH, else lib/libchdb.so
+// beside the executable (the release archive's layout), else <repo>/.cache/chdb/libchdb.so
+// found by walking up from the working directory, else /usr/local/lib/libchdb.so (the
+// all-in-one image's). The path may not exist.
 func LibraryPath() string {
 	if p := os.Getenv("CHDB_LIB_PATH"); p != "" {
 		return p
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			p := filepath.Join(filepath.Dir(exe), "lib", "libchdb.so")
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
 	}
 	if dir, err := os.Getwd(); err == nil {
 		for {
@@ -68,6 +82,9 @@ func loadLibrary() error {
 		path := LibraryPath()
 		if _, err := os.Stat(path); err != nil {
 			errLib = fmt.Errorf("%w: %w", ErrNoLibrary, err)
+			if runtime.GOOS+"/"+runtime.GOARCH != Platform {
+				errLib = fmt.Errorf("%w: libchdb is published for %s only, this is %s/%s: give --clickhouse-dsn of a ClickHouse server", ErrNoLibrary, Platform, runtime.GOOS, runtime.GOARCH)
+			}
 			return
 		}
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)

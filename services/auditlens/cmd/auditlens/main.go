@@ -54,7 +54,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	// The data root is the default of every data location, so it must be known before the
 	// flags (whose defaults derive from it) are registered.
-	root := dataRootArg(args, os.LookupEnv)
+	root, tempNote := writableDataRoot(dataRootArg(args, os.LookupEnv))
 	c := configs{
 		root:     root,
 		ingest:   ingest.DefaultConfig(root),
@@ -78,6 +78,11 @@ func run(args []string) int {
 		Flags:    c.registerFlags,
 		Validate: c.validate,
 		Build: func(_ context.Context, d daemon.Deps) ([]daemon.Component, error) {
+			if tempNote != "" {
+				d.Logger.Warn(tempNote, "data_root", c.root)
+			} else {
+				d.Logger.Info("data root", "data_root", c.root)
+			}
 			// Upstream first, so a shutdown drains ingest, then classify, then report.
 			// Ingest waits for this classify's group, whatever --bus-backlog-group says.
 			c.ingest.Backlog.Group = c.classify.Group
@@ -133,6 +138,24 @@ func (c *configs) validate() error {
 		}
 	}
 	return nil
+}
+
+// writableDataRoot returns root when this process can write there (creating it if needed),
+// else a new temporary directory and a sentence saying so for the log: in a container whose
+// volume the user cannot write, the pipeline still runs, and says its data will not last.
+func writableDataRoot(root string) (string, string) {
+	if err := os.MkdirAll(root, 0o700); err == nil {
+		if f, err := os.CreateTemp(root, ".writable-"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return root, ""
+		}
+	}
+	tmp, err := os.MkdirTemp("", "auditlens-data-")
+	if err != nil {
+		return root, "" // the stages fail on the data root with their own message
+	}
+	return tmp, fmt.Sprintf("data root %s is not writable: using a temporary directory, lost when the process or container stops (mount a writable volume there, or give --data-root)", root)
 }
 
 // dataRootArg finds the data root before the flags are parsed: --data-root (or its deprecated

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,5 +88,24 @@ func TestFlags(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "--data-dir is deprecated: use --data-root") || !strings.Contains(out.String(), "--batch-size is deprecated: use --report-batch-size") {
 		t.Errorf("deprecation notes: %q", out.String())
+	}
+}
+
+// A data root this process cannot write gives way to a temporary directory, with a note.
+func TestWritableDataRoot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if got, note := writableDataRoot(dir); got != dir || note != "" {
+		t.Fatalf("writable %s: got %s, %q", dir, got, note)
+	}
+	// Under a plain file: no one, root included, can make a directory there.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(file, "data")
+	got, note := writableDataRoot(bad)
+	defer os.RemoveAll(got)
+	if got == bad || !strings.Contains(note, "not writable") {
+		t.Fatalf("unwritable %s: got %s, %q", bad, got, note)
 	}
 }

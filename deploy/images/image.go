@@ -311,10 +311,13 @@ func (c Config) Image(name, bin, arch string) (v1.Image, error) {
 		Labels:       labels,
 	}
 	if allInOne {
-		// Alone in a container: the console and metrics on every interface (-p 9100:9100),
-		// every data location under the volume.
-		cf.Config.Env = append(cf.Config.Env, "AUDITLENS_METRICS_ADDR=:9100", "AUDITLENS_DATA_ROOT="+DataDir, "CHDB_LIB_PATH="+LibchdbPath)
-		cf.Config.ExposedPorts = map[string]struct{}{"9100/tcp": {}}
+		// Alone in a container: metrics on every interface (-p 9100:9100); the console's
+		// listener too, which still answers loopback clients only unless the user adds
+		// --report-console-allow-remote (published on the host's loopback: -p
+		// 127.0.0.1:9101:9101); every data location under the volume.
+		cf.Config.Env = append(cf.Config.Env, "AUDITLENS_METRICS_ADDR=:9100", "AUDITLENS_REPORT_CONSOLE_ADDR=:9101",
+			"AUDITLENS_DATA_ROOT="+DataDir, "CHDB_LIB_PATH="+LibchdbPath)
+		cf.Config.ExposedPorts = map[string]struct{}{"9100/tcp": {}, "9101/tcp": {}}
 		cf.Config.Volumes = map[string]struct{}{DataDir: {}}
 	}
 	img, err = mutate.ConfigFile(img, cf)

@@ -22,6 +22,10 @@ type ConsoleConfig struct {
 	// Addr serves the console to loopback clients only (a local browser, kubectl
 	// port-forward); empty: off.
 	Addr string
+	// AllowRemote serves Addr to every client without authentication: for a container
+	// alone on a workstation whose port is published on the host's loopback only
+	// (-p 127.0.0.1:9101:9101), where the runtime's forwarding makes every client look remote.
+	AllowRemote bool
 	// AuthAddr serves the console to clients with a Kubernetes bearer token allowed to get
 	// auditlens.io/console of the cluster (empty: off); over TLS when TLSCert is set.
 	AuthAddr        string
@@ -42,6 +46,7 @@ func DefaultConsoleConfig() ConsoleConfig {
 // --report-console-tls-*, the apiserver's flags and the page's limits.
 func (c *ConsoleConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "report-console-addr", c.Addr, "`host:port` serving the web console to loopback clients only (a local browser, kubectl port-forward); empty: off")
+	fs.BoolVar(&c.AllowRemote, "report-console-allow-remote", c.AllowRemote, "serve --report-console-addr to every client, unauthenticated (not only loopback): only for a container whose port is published on the host's loopback (-p 127.0.0.1:9101:9101); never where others can reach it")
 	fs.StringVar(&c.AuthAddr, "report-console-auth-addr", c.AuthAddr, "`host:port` serving the web console to any client with a Kubernetes bearer token (TokenReview) allowed to get auditlens.io/console of the cluster (SubjectAccessReview); empty: off")
 	fs.StringVar(&c.TLSCert, "report-console-tls-cert", c.TLSCert, "certificate `file` (PEM) of the authenticated console listener (empty: plain HTTP, for a TLS-terminating proxy in front)")
 	fs.StringVar(&c.TLSKey, "report-console-tls-key", c.TLSKey, "private key `file` (PEM) of --report-console-tls-cert")
@@ -58,6 +63,9 @@ func (c ConsoleConfig) Validate() error {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			return fmt.Errorf("%s %q: want host:port", a.name, a.v)
 		}
+	}
+	if c.AllowRemote && c.Addr == "" {
+		return errors.New("--report-console-allow-remote needs --report-console-addr")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--report-console-tls-cert and --report-console-tls-key go together")
@@ -94,7 +102,14 @@ func newConsoleServer(c ConsoleConfig, h http.Handler, log *slog.Logger) (*conso
 		s.servers, s.lns, s.tls, s.who = append(s.servers, srv), append(s.lns, ln), append(s.tls, cfg != nil), append(s.who, who)
 		return nil
 	}
-	if c.Addr != "" {
+	switch {
+	case c.Addr != "" && c.AllowRemote:
+		log.Warn("--report-console-allow-remote: the console is served to every client that reaches it, unauthenticated; "+
+			"publish its port on the host's loopback only", "addr", c.Addr)
+		if err := add("--report-console-addr", c.Addr, "every client (--report-console-allow-remote)", access.Anyone(h), nil); err != nil {
+			return nil, err
+		}
+	case c.Addr != "":
 		if !access.IsLoopbackListen(c.Addr) {
 			log.Warn("the console listener is not bound to loopback: it answers loopback clients only, others get 403",
 				"addr", c.Addr)

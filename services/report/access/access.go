@@ -50,12 +50,21 @@ func Allowed(ctx context.Context, cluster string) (bool, error) {
 // authorizer); any other gets 403 and no console content, whatever address the listener
 // was given.
 func Loopback(next http.Handler) http.Handler {
+	anyone := Anyone(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !IsLoopback(r.RemoteAddr) {
 			http.Error(w, "this listener serves the console to loopback clients only (a local browser or kubectl port-forward); "+
 				"shared access goes through the authenticated listener (--report-console-auth-addr)", http.StatusForbidden)
 			return
 		}
+		anyone.ServeHTTP(w, r)
+	})
+}
+
+// Anyone serves next to every request, unauthenticated (with Everyone as their authorizer):
+// the loopback listener opened on purpose by --report-console-allow-remote.
+func Anyone(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(WithAuthorizer(r.Context(), Everyone)))
 	})
 }

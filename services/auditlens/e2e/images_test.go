@@ -182,9 +182,10 @@ func TestAllInOneImage(t *testing.T) {
 		t.Fatalf("give the volume to the image's user: %v", err)
 	}
 	want := expected(t, filepath.Join(logs, "audit.log")).keys
-	addr := freeAddr(t)
+	addr, consoleAddr := freeAddr(t), freeAddr(t)
 	logPath, stop := container(t, dir, "auditlens", ref,
-		[]string{"-v", logs + ":/logs:ro", "-v", data + ":/data", "-e", "AUDITLENS_METRICS_ADDR=" + addr},
+		[]string{"-v", logs + ":/logs:ro", "-v", data + ":/data", "-e", "AUDITLENS_METRICS_ADDR=" + addr,
+			"-e", "AUDITLENS_REPORT_CONSOLE_ADDR=" + consoleAddr},
 		"--audit-log", "/logs/audit.log", "--retention-days", "0", "--log-format", "json")
 	var url string
 	testkit.Eventually(t, 120*time.Second, "the all-in-one container ready", func() bool {
@@ -194,6 +195,19 @@ func TestAllInOneImage(t *testing.T) {
 	testkit.Eventually(t, 120*time.Second, fmt.Sprintf("%d findings written", len(want)), func() bool {
 		return metric(addr, "auditlens_report_findings_written_total") >= float64(len(want))
 	})
+	// The console the log points to answers a loopback client (the host's network).
+	if !strings.Contains(url, consoleAddr) {
+		t.Errorf("the ready line points to %s, want the console's %s", url, consoleAddr)
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("coordination.k8s.io/v1beta1 leases")) {
+		t.Errorf("GET %s: %d, want the first screen naming the sample's blocker: %.300s", url, resp.StatusCode, page)
+	}
 	stop()
 	b, _ := os.ReadFile(logPath)
 	saidRoot := false

@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"services/classify/dedup":     {},
 	"services/classify/scan":      {"services/classify/rules", "services/classify/dedup"},
 	"services/classify/manifests": {"services/classify/rules", "services/classify/scan"},
-	"services/classify/checklist": {"services/classify/rules"},
+	"services/classify/checklist": {"services/classify/rules", "services/classify/scan"},
 
 	"services/report/store":   {},
 	"services/report/writer":  {"services/report/store"},

@@ -133,6 +133,12 @@ func TestSource(t *testing.T) {
 	f.add("kube-apiserver-audit-2", newest.Add(-30*time.Second).UnixMilli(), string(line))
 	want = append(want, key)
 	testkit.Eventually(t, time.Minute, "every event stored", func() bool { return n.Count(t, bus.Events) >= uint64(len(want)) })
+	// A run is counted once its acknowledgement is back, which can be after the stream shows
+	// it: wait for the count before stopping (a publish cut by the stop is stored but
+	// uncounted until it is published again).
+	testkit.Eventually(t, time.Minute, "every stored event counted", func() bool {
+		return testutil.ToFloat64(m.Published.WithLabelValues(cloudwatch.Input)) >= float64(len(want))
+	})
 	r.stop()
 
 	msgs := n.Messages(t, bus.Events)

@@ -17,7 +17,7 @@ LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -
 .PHONY: run test build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver release notice
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
-## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2021).
+## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2025).
 run: build chdb
 	$(BIN)/auditlens --data-root .data --audit-log examples/audit.log --retention-days 0
 

@@ -6,12 +6,12 @@ import (
 )
 
 // Releases are the Kubernetes releases the catalogue of c (the embedded one and
-// c.RulesFiles) judges upgrades against (rules.Catalogue.Releases): what the report's console
-// offers as target versions in the all-in-one.
+// c.RulesFiles) judges upgrades against today (rules.Catalogue.Targets): what the report's
+// console offers as target versions in the all-in-one, the newest being its default.
 func (c Config) Releases() ([]kubeversion.Version, error) {
 	cat, err := rules.Load(c.RulesFiles...)
 	if err != nil {
 		return nil, err
 	}
-	return cat.Releases(), nil
+	return cat.Targets(), nil
 }

@@ -397,6 +397,7 @@ func (c *catalogueData) write(w io.Writer, mods []moduleSpec) error {
 	fmt.Fprintf(bw, "# plus tools/catalogue/overlay.yaml (what the data lacks, each line with its source).\n")
 	fmt.Fprintf(bw, "# Newest release read: %s. `source` says where each value came from.\n", c.Newest)
 	fmt.Fprintf(bw, "schema_version: 1\n\n")
+	fmt.Fprintf(bw, "# The newest Kubernetes release the data was read from: the console offers upgrade\n# targets up to the release after it.\nnewest_release: %q\n\n", c.Newest.String())
 	fmt.Fprintf(bw, "# Removed or deprecated API versions, keyed by group/version/resource.\napis:\n")
 	for _, r := range c.APIs {
 		fmt.Fprintf(bw, "  - %s\n", r.yaml(false))

@@ -39,7 +39,7 @@ func TestFirstHour(t *testing.T) {
 		t.Fatalf("the log says to open %q, want %q", url, want)
 	}
 
-	// The sample is from 2017 to 2021: the first screen names its blockers (from the window of
+	// The sample is from 2017 to 2025: the first screen names its blockers (from the window of
 	// their newest use, older than the lookback before its newest event) with their callers,
 	// once its findings are stored.
 	var next, index string

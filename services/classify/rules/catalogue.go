@@ -64,7 +64,10 @@ func embeddedSources() []Source {
 
 // Catalogue is the rule catalogue file.
 type Catalogue struct {
-	SchemaVersion     int              `yaml:"schema_version"`
+	SchemaVersion int `yaml:"schema_version"`
+	// NewestRelease is the newest Kubernetes release the catalogue's data was read from
+	// (generated); a later document may raise it.
+	NewestRelease     string           `yaml:"newest_release"`
 	Rules             []RuleSpec       `yaml:"rules"`
 	APIs              []APISpec        `yaml:"apis"`
 	Annotations       []AnnotationSpec `yaml:"annotations"`

@@ -6,6 +6,9 @@ import (
 
 // merge adds o's entries to c, replacing those with the same key.
 func (c *Catalogue) merge(o *Catalogue) {
+	if o.NewestRelease != "" {
+		c.NewestRelease = o.NewestRelease
+	}
 	c.Rules = mergeBy(c.Rules, o.Rules, func(r RuleSpec) string { return r.ID })
 	c.APIs = mergeBy(c.APIs, o.APIs, func(a APISpec) gvr { return gvr{a.Group, a.Version, a.Resource} })
 	c.BodyKinds = mergeBy(c.BodyKinds, o.BodyKinds, func(b BodyKindSpec) gvr { return gvr{b.Group, b.Version, b.Kind} })

@@ -6,6 +6,19 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
+// Targets are the Releases an upgrade can be planned to today: those up to the release after
+// NewestRelease (the newest the catalogue's data was read from), all of them when it is unset.
+// Later removals the data already schedules are findings' facts, not upgrade targets yet.
+func (c *Catalogue) Targets() []kubeversion.Version {
+	all := c.Releases()
+	newest, err := kubeversion.Parse(c.NewestRelease)
+	if c.NewestRelease == "" || err != nil {
+		return all
+	}
+	last := newest.Next()
+	return slices.DeleteFunc(all, func(v kubeversion.Version) bool { return last.Less(v) })
+}
+
 // Releases are the versions an upgrade can be judged against: every minor release from the
 // first to the last the catalogue names as removing something (rules, APIs, body kinds,
 // annotations, labels), oldest first; releases between removals are upgrade targets too.

@@ -34,3 +34,38 @@ func TestReleases(t *testing.T) {
 		t.Errorf("last release %s, want 1.99", got[len(got)-1])
 	}
 }
+
+func TestTargets(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, err := kubeversion.Parse(c.NewestRelease)
+	if err != nil {
+		t.Fatalf("newest_release %q: %v", c.NewestRelease, err)
+	}
+	all, targets := c.Releases(), c.Targets()
+	// The data schedules removals past the release after the newest it was read from (betas
+	// deprecated in the newest are removed three releases later): those are not targets.
+	if last := all[len(all)-1]; !newest.Next().Less(last) {
+		t.Fatalf("releases end at %s, newest %s: the test needs a scheduled later removal", last, newest)
+	}
+	if got := targets[len(targets)-1]; got != newest.Next() {
+		t.Errorf("targets end at %s, want %s (the release after newest_release %s)", got, newest.Next(), newest)
+	}
+	if !slices.Equal(targets, all[:len(targets)]) {
+		t.Errorf("targets %v are not the start of releases %v", targets, all)
+	}
+	// A later document raises the newest release; without one every release is a target.
+	o, err := LoadSources(append(embeddedSources(), Source{Name: "o", Data: []byte("schema_version: 1\nnewest_release: \"1.40\"\n")})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.Targets(); got[len(got)-1] != kubeversion.MustParse("1.41") {
+		t.Errorf("with newest_release 1.40: targets end at %s, want 1.41", got[len(got)-1])
+	}
+	c.NewestRelease = ""
+	if got := c.Targets(); !slices.Equal(got, all) {
+		t.Errorf("without newest_release: targets %v, want every release", got)
+	}
+}

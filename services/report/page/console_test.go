@@ -100,7 +100,7 @@ func TestConsolePages(t *testing.T) {
 		// The first screen: prod's blockers for its target (no kubelet names its version: the
 		// catalogue's newest, 1.25) in the 30 days to now, with the busiest callers.
 		index := get("/", `<a class="report-link" href="/report?cluster=prod&amp;target-version=1.25">`,
-			`<span class="blocker-count">1</span> blockers for 1.25`, "Target 1.25: the catalogue&#39;s newest release. Window: 2026-11-03 to 2026-12-02 (UTC), the last 30 days.",
+			`<span class="blocker-count">1</span> blocker for 1.25`, "Target 1.25: the catalogue&#39;s newest release. Window: 2026-11-03 to 2026-12-02 (UTC), the last 30 days.",
 			`<td class="n">61</td><td class="n"><a class="callers-link" href="/callers?cluster=prod&amp;days=30&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.25&amp;until=2026-12-02&amp;version=v1beta1&amp;week-ending=2026-12-06">2</a></td>`,
 			"Findings this week so far: 61; last full week: 0.", "Weekly report (week ending 2026-12-06): ",
 			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.25&amp;week-ending=2026-12-06">2026-12-02 15:00:00Z</a>`,
@@ -224,7 +224,7 @@ func TestReportOpensTheNewestWeek(t *testing.T) {
 		`<a class="blocker-week" href="/report?cluster=sample&amp;target-version=1.25&amp;week-ending=2019-01-06">2019-01-02 15:01:16Z</a>`,
 		"Window: 2021-02-11 to 2021-03-12 (UTC), the 30 days to the newest finding",
 		"below, the 30 days to its newest use (2018-12-04 to 2019-01-02)",
-		`<span class="blocker-count">1</span> blockers for 1.25`,
+		`<span class="blocker-count">1</span> blocker for 1.25`,
 		`<a class="callers-link" href="/callers?cluster=sample&amp;days=30&amp;group=coordination.k8s.io&amp;resource=leases&amp;rule=removed-api&amp;target-version=1.25&amp;until=2019-01-02&amp;version=v1beta1&amp;week-ending=2019-01-06">1</a>`,
 	} {
 		if !strings.Contains(index, want) {

@@ -5,8 +5,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/classify"
@@ -22,7 +25,46 @@ by replicas), matches them against the embedded rule catalogue (plus --rules-fil
 publishes one protobuf Finding per (cluster, audit_id, rule_id) to AUDIT_FINDINGS, acknowledging
 each event once its findings are stored. Undecodable events go to AUDIT_DEADLETTER.`
 
-func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+// pluginName is the binary's name as a kubectl plugin (the release's krew archive): kubectl
+// runs it for `kubectl auditlens ...`.
+const pluginName = "kubectl-auditlens"
+
+const pluginSynopsis = `usage: kubectl auditlens COMMAND [flags]
+
+Finds what blocks a Kubernetes upgrade, from the cluster's audit logs and manifests:
+
+  kubectl auditlens scan [flags] FILE...        audit logs (plain, .gz, or - for stdin): who still calls
+                                                removed APIs and other risky features
+  kubectl auditlens manifests [flags] PATH...   Kubernetes manifests, rendered charts, or the Helm
+                                                releases stored in the cluster (--helm-live)
+  kubectl auditlens catalogue --from X.Y --to X.Y   what is removed and deprecated between two releases
+
+Each command's flags: kubectl auditlens COMMAND --help. Messages name the commands as classify
+scan, classify manifests and classify catalogue: the plugin is auditlens's classify binary.
+`
+
+func main() {
+	if filepath.Base(os.Args[0]) == pluginName {
+		os.Exit(runPlugin(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// runPlugin is run as the kubectl plugin: the offline commands only, never the service.
+func runPlugin(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && subcommands[args[0]] != nil {
+		return subcommands[args[0]](args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help") {
+		fmt.Fprint(stdout, pluginSynopsis)
+		return 0
+	}
+	fmt.Fprint(stderr, pluginSynopsis)
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "\nkubectl auditlens: unknown command %q: want one of scan, manifests, catalogue\n", strings.TrimSpace(args[0]))
+	}
+	return 2
+}
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && subcommands[args[0]] != nil {

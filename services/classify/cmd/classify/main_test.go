@@ -49,3 +49,24 @@ func TestNegativeFlagsNamed(t *testing.T) {
 		}
 	}
 }
+
+// As the kubectl plugin the binary names itself so and runs the offline commands only: no
+// command, or an unknown one, is a usage error instead of starting the classify service.
+func TestPlugin(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := runPlugin([]string{"--help"}, nil, &out, &errOut); code != 0 || !strings.Contains(out.String(), "kubectl auditlens scan") || strings.Contains(out.String(), "--nats-url") {
+		t.Errorf("--help: exit %d, stdout %q", code, out.String())
+	}
+	out.Reset()
+	if code := runPlugin(nil, nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "usage: kubectl auditlens") {
+		t.Errorf("no command: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := runPlugin([]string{"--nats-url", "nats://x"}, nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `unknown command "--nats-url"`) {
+		t.Errorf("service flags: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := runPlugin([]string{"catalogue", "--from", "1.24", "--to", "1.25", "--format", "json"}, nil, &out, &errOut); code != 0 || !strings.Contains(out.String(), "podsecuritypolicies") {
+		t.Errorf("catalogue: exit %d, stdout %.200q, stderr %q", code, out.String(), errOut.String())
+	}
+}

@@ -95,8 +95,20 @@ func decodeAll(t *testing.T, path string) []*unstructured.Unstructured {
 	return out
 }
 
+// testCluster is the cluster name the tests give the overlays (and the chart's presets).
+const testCluster = "test-cluster"
+
+// renderKustomization renders dir under root as an installer would: the base as it is, an
+// overlay with the cluster's name given.
+func renderKustomization(root, dir string) ([]*unstructured.Unstructured, error) {
+	if dir == "base" {
+		return render.Build(filepath.Join(root, dir))
+	}
+	return render.BuildWithCluster(root, dir, testCluster)
+}
+
 // TestKustomizationsApplyToARealAPIServer applies every kustomization, as rendered by kustomize,
-// server-side to a real kube-apiserver (the monitoring one after its CRDs): every object must be
+// server-side to a real kube-apiserver (after the monitoring component's CRDs): every object must be
 // accepted with no warning at all, Pod Security warnings included.
 func TestKustomizationsApplyToARealAPIServer(t *testing.T) {
 	s := kubeapiserver.Start(t, kubeapiserver.Options{})
@@ -134,7 +146,7 @@ func TestKustomizationsApplyToARealAPIServer(t *testing.T) {
 		t.Fatalf("only %v", dirs)
 	}
 	for _, dir := range dirs {
-		objs, err := render.Build(filepath.Join(root, dir))
+		objs, err := renderKustomization(root, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +172,7 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 	s := kubeapiserver.Start(t, kubeapiserver.Options{})
 	w := &warnings{}
 	cs := kubernetes.NewForConfigOrDie(s.Config(w))
-	objs, err := render.Build(filepath.Join("..", "kubernetes", "base"))
+	objs, err := renderKustomization(filepath.Join("..", "kubernetes"), "overlays/self-managed")
 	if err != nil {
 		t.Fatal(err)
 	}

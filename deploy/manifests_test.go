@@ -54,7 +54,9 @@ const testCluster = "test-cluster"
 
 func build(t *testing.T, dir string) *rendered {
 	t.Helper()
-	build := func() ([]*unstructured.Unstructured, error) { return render.BuildWithCluster("kubernetes", dir, testCluster) }
+	build := func() ([]*unstructured.Unstructured, error) {
+		return render.BuildWithCluster("kubernetes", dir, testCluster)
+	}
 	if dir == "base" {
 		build = func() ([]*unstructured.Unstructured, error) { return render.Build(filepath.Join("kubernetes", dir)) }
 	}

@@ -76,7 +76,7 @@ func TestRulesParse(t *testing.T) {
 func TestRulesUseExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
 	re := regexp.MustCompile(`"(auditlens_[a-z_]+)"`)
-	for _, dir := range []string{"../../../lib", "../../../services"} {
+	for _, dir := range []string{"../../../../lib", "../../../../services"} {
 		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err

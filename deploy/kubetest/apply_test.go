@@ -115,27 +115,7 @@ func TestKustomizationsApplyToARealAPIServer(t *testing.T) {
 	w := &warnings{}
 	a := newApplier(t, s, w)
 
-	for _, crd := range decodeAll(t, "testdata/monitoring-crds.yaml") {
-		if err := a.apply(crd, false); err != nil {
-			t.Fatalf("apply CRD %s: %v", crd.GetName(), err)
-		}
-	}
-	// Wait until the new kinds are served.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		a.mapper.Reset()
-		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "PodMonitor"}, "v1")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRDs not served: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if l := w.take(); len(l) > 0 {
-		t.Fatalf("warnings applying the CRDs: %q", l)
-	}
+	applyMonitoringCRDs(t, a, w)
 
 	root := filepath.Join("..", "kubernetes")
 	dirs, err := render.Kustomizations(root)
@@ -210,5 +190,32 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 		default:
 			t.Logf("%s: %v", level, err)
 		}
+	}
+}
+
+// applyMonitoringCRDs applies the Prometheus Operator's two CRDs (testdata) and waits until
+// their kinds are served.
+func applyMonitoringCRDs(t *testing.T, a *applier, w *warnings) {
+	t.Helper()
+	for _, crd := range decodeAll(t, "testdata/monitoring-crds.yaml") {
+		if err := a.apply(crd, false); err != nil {
+			t.Fatalf("apply CRD %s: %v", crd.GetName(), err)
+		}
+	}
+	// Wait until the new kinds are served.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a.mapper.Reset()
+		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "PodMonitor"}, "v1")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRDs not served: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l := w.take(); len(l) > 0 {
+		t.Fatalf("warnings applying the CRDs: %q", l)
 	}
 }

@@ -137,7 +137,7 @@ func build(t *testing.T, dir string) *rendered {
 				t.Errorf("%s: ClusterRoleBinding %s binds %s to %v: only the report's system:auth-delegator belongs here", dir, o.Name, o.RoleRef.Name, o.Subjects)
 			}
 		case "PodMonitor", "PrometheusRule":
-			// Custom resources: kubernetes/monitoring's tests check the rules; kubetest applies
+			// Custom resources: kubernetes/components/monitoring's tests check the rules; kubetest applies
 			// both to a real apiserver with their CRDs.
 		default:
 			t.Errorf("%s: unexpected kind %s (%s): add it to this test", dir, u.GetKind(), key)

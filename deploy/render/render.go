@@ -5,7 +5,6 @@ package render
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,7 +99,7 @@ func BuildWithCluster(root, dir, cluster string) ([]*unstructured.Unstructured, 
 		}
 		return mem.WriteFile(filepath.Join("/k", rel), b)
 	})
-	if err != nil && err != fs.SkipAll {
+	if err != nil {
 		return nil, fmt.Errorf("copy %s: %w", root, err)
 	}
 	return run(mem, filepath.Join("/k", dir))

@@ -349,6 +349,15 @@ func checkWorkload(t *testing.T, r *rendered, w workload, registry, tag string) 
 	} else if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("%s: service account %s mounts its token", id, sa.Name)
 	}
+	// The images are multi-arch (amd64, arm64): nothing may pin an architecture.
+	for k := range s.NodeSelector {
+		if strings.Contains(k, "arch") {
+			t.Errorf("%s: nodeSelector pins %s: the images are multi-arch", id, k)
+		}
+	}
+	if s.Affinity != nil && s.Affinity.NodeAffinity != nil {
+		t.Errorf("%s: node affinity is not checked by this test (it must not pin an architecture)", id)
+	}
 	if s.HostNetwork || s.HostPID || s.HostIPC {
 		t.Errorf("%s: uses host namespaces", id)
 	}

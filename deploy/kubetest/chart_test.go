@@ -30,10 +30,10 @@ const chartDir = "../helm/auditlens"
 
 // presets are the chart's ci/<name>-values.yaml files; each has the overlay of the same name
 // under deploy/kubernetes/overlays, which installs the same thing.
-var presets = []string{"aks", "cluster", "console", "eks", "gke", "quickstart", "self-managed", "webhook"}
+var presets = []string{"aks", "cluster", "console", "eks", "eks-cloudwatch", "gke", "kafka", "quickstart", "self-managed", "webhook"}
 
 // managedPresets must install no DaemonSet and no privileged namespace.
-var managedPresets = map[string]bool{"aks": true, "eks": true, "gke": true, "webhook": true}
+var managedPresets = map[string]bool{"aks": true, "eks": true, "eks-cloudwatch": true, "gke": true, "webhook": true}
 
 func TestChartPresetsAreTheCIFiles(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
@@ -44,6 +44,7 @@ func TestChartPresetsAreTheCIFiles(t *testing.T) {
 	for _, f := range files {
 		names = append(names, strings.TrimSuffix(filepath.Base(f), "-values.yaml"))
 	}
+	sort.Strings(names)
 	if !reflect.DeepEqual(names, presets) {
 		t.Fatalf("ci/*-values.yaml are %v, the tests know %v", names, presets)
 	}

@@ -495,6 +495,21 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 	}
 	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true, 9443: true}
 	for _, p := range r.policies {
+		// Metrics from the overlay's monitoring-namespace literal (components/settings): every
+		// overlay names "monitoring"; the base leaves it empty (no namespace has that name).
+		if p.Name == "allow-metrics" {
+			want := "monitoring"
+			if r.dir == "base" {
+				want = ""
+			}
+			for _, i := range p.Spec.Ingress {
+				for _, peer := range i.From {
+					if peer.NamespaceSelector == nil || peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != want {
+						t.Errorf("NetworkPolicy %s/%s admits metrics from %v, want namespace %q", p.Namespace, p.Name, peer.NamespaceSelector, want)
+					}
+				}
+			}
+		}
 		for _, e := range p.Spec.Egress {
 			if len(e.Ports) == 0 {
 				t.Errorf("NetworkPolicy %s/%s allows egress on every port", p.Namespace, p.Name)

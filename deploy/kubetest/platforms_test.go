@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path"
 	"path/filepath"
@@ -229,7 +230,7 @@ func TestPlatformGuides(t *testing.T) {
 	}
 	for _, p := range platforms {
 		t.Run(p, func(t *testing.T) {
-			_, log := guideValues(t, p)
+			vals, log := guideValues(t, p)
 			if p == "openshift" {
 				var c struct {
 					APIVersion string `json:"apiVersion"`
@@ -252,6 +253,26 @@ func TestPlatformGuides(t *testing.T) {
 				}
 				if log != "/var/log/kube-apiserver/audit.log" {
 					t.Errorf("openshift: the DaemonSet reads %s, the kube-apiserver writes /var/log/kube-apiserver/audit.log", log)
+				}
+				// DNS: OpenShift's resolvers, in openshift-dns on 5353, for both namespaces.
+				objs, _, err := renderChart(t, vals)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, o := range objs {
+					if o.GetKind() != "NetworkPolicy" || o.GetName() != "allow-dns" {
+						continue
+					}
+					n++
+					b, _ := json.Marshal(o.Object["spec"])
+					if !strings.Contains(string(b), `"kubernetes.io/metadata.name":"openshift-dns"`) || !strings.Contains(string(b), `"port":5353`) ||
+						!strings.Contains(string(b), `"dns.operator.openshift.io/daemonset-dns":"default"`) {
+						t.Errorf("openshift: %s/allow-dns does not let DNS out to openshift-dns:5353: %s", o.GetNamespace(), b)
+					}
+				}
+				if n != 2 {
+					t.Errorf("openshift: %d allow-dns policies, want 2 (auditlens, auditlens-ingest)", n)
 				}
 				return
 			}

@@ -143,11 +143,11 @@ spec:
   policyTypes: [Egress]
   egress:
     - to:
-        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
-          podSelector: {matchLabels: {k8s-app: kube-dns}}
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $v.networkPolicy.dns.namespace }}}}
+          podSelector: {matchLabels: {{ toJson $v.networkPolicy.dns.podLabels }}}
       ports:
-        - {protocol: UDP, port: 53}
-        - {protocol: TCP, port: 53}
+        - {protocol: UDP, port: {{ $v.networkPolicy.dns.port }}}
+        - {protocol: TCP, port: {{ $v.networkPolicy.dns.port }}}
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy

@@ -49,9 +49,18 @@ type workload struct {
 	replicas              int32 // of a Deployment or StatefulSet (1 when unset); 0 otherwise
 }
 
+// testCluster is the cluster name the tests give every overlay that asks for one.
+const testCluster = "test-cluster"
+
 func build(t *testing.T, dir string) *rendered {
 	t.Helper()
-	objs, err := render.Build(filepath.Join("kubernetes", dir))
+	build := func() ([]*unstructured.Unstructured, error) {
+		return render.BuildWithCluster("kubernetes", dir, testCluster)
+	}
+	if dir == "base" {
+		build = func() ([]*unstructured.Unstructured, error) { return render.Build(filepath.Join("kubernetes", dir)) }
+	}
+	objs, err := build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +137,7 @@ func build(t *testing.T, dir string) *rendered {
 				t.Errorf("%s: ClusterRoleBinding %s binds %s to %v: only the report's system:auth-delegator belongs here", dir, o.Name, o.RoleRef.Name, o.Subjects)
 			}
 		case "PodMonitor", "PrometheusRule":
-			// Custom resources: kubernetes/monitoring's tests check the rules; kubetest applies
+			// Custom resources: kubernetes/components/monitoring's tests check the rules; kubetest applies
 			// both to a real apiserver with their CRDs.
 		default:
 			t.Errorf("%s: unexpected kind %s (%s): add it to this test", dir, u.GetKind(), key)
@@ -145,12 +154,28 @@ func kustomizations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"base", "monitoring", "overlays/aks", "overlays/cluster", "overlays/console", "overlays/eks", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/webhook"}
+	want := []string{"base", "overlays/aks", "overlays/cluster", "overlays/console", "overlays/eks", "overlays/eks-cloudwatch", "overlays/gke", "overlays/kafka", "overlays/quickstart", "overlays/self-managed", "overlays/webhook"}
 	if !slices.Equal(dirs, want) {
 		t.Fatalf("kustomizations %v, want %v", dirs, want)
 	}
 	return dirs
 }
+
+func components(t *testing.T) []string {
+	dirs, err := render.Components("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"components/cloudwatch", "components/cluster", "components/console", "components/eventhubs", "components/file-ingest", "components/firehose", "components/kafka", "components/monitoring", "components/pubsub", "components/quickstart", "components/settings", "components/webhook", "components/weekly"}
+	if !slices.Equal(dirs, want) {
+		t.Fatalf("components %v, want %v", dirs, want)
+	}
+	return dirs
+}
+
+// managed are the overlays for control planes whose log file is out of reach: they must hold
+// no DaemonSet and no privileged namespace.
+var managed = map[string]bool{"overlays/eks": true, "overlays/eks-cloudwatch": true, "overlays/aks": true, "overlays/gke": true, "overlays/webhook": true}
 
 // defaultRegistry is the Makefile's REGISTRY, where `make images` names the images: the one
 // place the registry is set, which the manifests must follow.
@@ -174,10 +199,32 @@ func version(t *testing.T) string {
 	return string(bytes.TrimSpace(b))
 }
 
-// Every directory with YAML under kubernetes/ is a kustomization, and every YAML file in it is
-// one of its resources (or a test case), so nothing is left out of what gets applied.
+// Every directory with YAML under kubernetes/ is a kustomization or a component, every YAML
+// file in it is one of its resources (or a test case), and every component is part of an
+// overlay, so nothing is left out of what gets applied.
 func TestEveryManifestIsRendered(t *testing.T) {
+	used := map[string]bool{}
 	for _, dir := range kustomizations(t) {
+		b, err := os.ReadFile(filepath.Join("kubernetes", dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k struct {
+			Components []string `json:"components"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range k.Components {
+			used[path.Clean(path.Join(dir, c))] = true
+		}
+	}
+	for _, c := range components(t) {
+		if !used[c] {
+			t.Errorf("%s is part of no overlay: nothing renders or applies it", c)
+		}
+	}
+	for _, dir := range append(kustomizations(t), components(t)...) {
 		b, err := os.ReadFile(filepath.Join("kubernetes", dir, "kustomization.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -197,19 +244,64 @@ func TestEveryManifestIsRendered(t *testing.T) {
 	}
 }
 
+// An overlay installed as shipped stops at the build, with a message that names the missing
+// cluster literal; only the quickstart names its own ("quickstart"). No overlay or component
+// carries a real cluster's name as a default.
+func TestClusterNameIsRequired(t *testing.T) {
+	for _, dir := range kustomizations(t) {
+		if dir == "base" {
+			continue
+		}
+		_, err := render.Build(filepath.Join("kubernetes", dir))
+		if dir == "overlays/quickstart" {
+			if err != nil {
+				t.Errorf("%s: %v", dir, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "data.cluster") || !strings.Contains(err.Error(), "auditlens-settings") {
+			t.Errorf("%s as shipped: %v, want the build to stop naming data.cluster of auditlens-settings", dir, err)
+		}
+	}
+	err := filepath.WalkDir("kubernetes", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if code, _, _ := strings.Cut(line, "#"); strings.Contains(code, "prod-eu-1") || strings.Contains(code, "AUDITLENS_CLUSTER: ") && !strings.Contains(code, `AUDITLENS_CLUSTER: ""`) {
+				t.Errorf("%s: %q: the cluster's name comes from the overlay's literal only", p, line)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestKustomizationsRenderHardened(t *testing.T) {
 	tag, registry := version(t), defaultRegistry(t)
 	for _, dir := range kustomizations(t) {
 		t.Run(dir, func(t *testing.T) {
 			r := build(t, dir)
-			if dir == "monitoring" {
-				if r.kinds["PrometheusRule"] != 1 || r.kinds["PodMonitor"] != 1 {
-					t.Fatalf("kinds %v", r.kinds)
-				}
-				return
+			if dir == "overlays/cluster" && (r.kinds["PrometheusRule"] != 1 || r.kinds["PodMonitor"] != 1) {
+				t.Fatalf("kinds %v: the cluster overlay carries the monitoring component", r.kinds)
 			}
-			if r.kinds["Deployment"] < 2 || r.kinds["DaemonSet"] != 1 {
-				t.Fatalf("kinds %v", r.kinds)
+			wantDaemonSets := 1
+			if managed[dir] || dir == "base" {
+				wantDaemonSets = 0
+			}
+			if r.kinds["Deployment"] < 2 || r.kinds["DaemonSet"] != wantDaemonSets {
+				t.Fatalf("kinds %v, want %d DaemonSet", r.kinds, wantDaemonSets)
+			}
+			for name, ns := range r.namespaces {
+				if managed[dir] && ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+					t.Errorf("%s: namespace %s is not restricted: a managed control plane needs no privileged namespace", dir, name)
+				}
 			}
 			checkNamespaces(t, r)
 			for _, w := range r.workloads {
@@ -256,6 +348,15 @@ func checkWorkload(t *testing.T, r *rendered, w workload, registry, tag string) 
 		t.Errorf("%s: service account %q is not created here", id, s.ServiceAccountName)
 	} else if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("%s: service account %s mounts its token", id, sa.Name)
+	}
+	// The images are multi-arch (amd64, arm64): nothing may pin an architecture.
+	for k := range s.NodeSelector {
+		if strings.Contains(k, "arch") {
+			t.Errorf("%s: nodeSelector pins %s: the images are multi-arch", id, k)
+		}
+	}
+	if s.Affinity != nil && s.Affinity.NodeAffinity != nil {
+		t.Errorf("%s: node affinity is not checked by this test (it must not pin an architecture)", id)
 	}
 	if s.HostNetwork || s.HostPID || s.HostIPC {
 		t.Errorf("%s: uses host namespaces", id)
@@ -394,6 +495,21 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 	}
 	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true, 9443: true}
 	for _, p := range r.policies {
+		// Metrics from the overlay's monitoring-namespace literal (components/settings): every
+		// overlay names "monitoring"; the base leaves it empty (no namespace has that name).
+		if p.Name == "allow-metrics" {
+			want := "monitoring"
+			if r.dir == "base" {
+				want = ""
+			}
+			for _, i := range p.Spec.Ingress {
+				for _, peer := range i.From {
+					if peer.NamespaceSelector == nil || peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != want {
+						t.Errorf("NetworkPolicy %s/%s admits metrics from %v, want namespace %q", p.Namespace, p.Name, peer.NamespaceSelector, want)
+					}
+				}
+			}
+		}
 		for _, e := range p.Spec.Egress {
 			if len(e.Ports) == 0 {
 				t.Errorf("NetworkPolicy %s/%s allows egress on every port", p.Namespace, p.Name)
@@ -405,6 +521,19 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 			}
 		}
 		for _, i := range p.Spec.Ingress {
+			// Metrics and the console: from the namespaces named for them only, never from all.
+			if slices.ContainsFunc(i.Ports, func(port networkingv1.NetworkPolicyPort) bool {
+				return port.Port != nil && (port.Port.IntVal == 9090 || port.Port.IntVal == 9443)
+			}) {
+				if len(i.From) == 0 {
+					t.Errorf("NetworkPolicy %s/%s admits metrics or the console from everywhere", p.Namespace, p.Name)
+				}
+				for _, peer := range i.From {
+					if peer.NamespaceSelector == nil || len(peer.NamespaceSelector.MatchLabels) == 0 || peer.IPBlock != nil {
+						t.Errorf("NetworkPolicy %s/%s admits metrics or the console from every namespace (%v)", p.Namespace, p.Name, peer)
+					}
+				}
+			}
 			if len(i.Ports) == 0 {
 				t.Errorf("NetworkPolicy %s/%s allows ingress on every port", p.Namespace, p.Name)
 			}
@@ -422,8 +551,21 @@ func checkConfig(t *testing.T, r *rendered) {
 	for _, ns := range []string{"auditlens", "auditlens-ingest"} {
 		cm := r.configs[ns+"/auditlens"]
 		if cm == nil {
-			t.Errorf("no auditlens ConfigMap in %s", ns)
+			if ns == "auditlens" || r.namespaces[ns] != nil {
+				t.Errorf("no auditlens ConfigMap in %s", ns)
+			}
 			continue
+		}
+		// The cluster's name is the one the installer gave (components/settings), never a default.
+		wantCluster := testCluster
+		switch r.dir {
+		case "base":
+			wantCluster = ""
+		case "overlays/quickstart":
+			wantCluster = "quickstart"
+		}
+		if got := cm.Data["AUDITLENS_CLUSTER"]; got != wantCluster {
+			t.Errorf("ConfigMap %s/auditlens: AUDITLENS_CLUSTER %q, want %q", ns, got, wantCluster)
 		}
 		for k := range cm.Data {
 			if !strings.HasPrefix(k, "AUDITLENS_") {
@@ -463,6 +605,8 @@ func checkConfig(t *testing.T, r *rendered) {
 		checkSecretFiles(t, r, "ingest-eventhubs", map[string]string{"--eventhubs-connection-string-file": "auditlens-eventhubs"})
 	case "overlays/gke":
 		checkSecretFiles(t, r, "ingest-pubsub", map[string]string{}) // Workload Identity: no key file
+	case "overlays/eks-cloudwatch":
+		checkSecretFiles(t, r, "ingest-cloudwatch", map[string]string{}) // Pod Identity or IRSA: no key file
 	}
 }
 

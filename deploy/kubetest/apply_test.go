@@ -95,35 +95,27 @@ func decodeAll(t *testing.T, path string) []*unstructured.Unstructured {
 	return out
 }
 
+// testCluster is the cluster name the tests give the overlays (and the chart's presets).
+const testCluster = "test-cluster"
+
+// renderKustomization renders dir under root as an installer would: the base as it is, an
+// overlay with the cluster's name given.
+func renderKustomization(root, dir string) ([]*unstructured.Unstructured, error) {
+	if dir == "base" {
+		return render.Build(filepath.Join(root, dir))
+	}
+	return render.BuildWithCluster(root, dir, testCluster)
+}
+
 // TestKustomizationsApplyToARealAPIServer applies every kustomization, as rendered by kustomize,
-// server-side to a real kube-apiserver (the monitoring one after its CRDs): every object must be
+// server-side to a real kube-apiserver (after the monitoring component's CRDs): every object must be
 // accepted with no warning at all, Pod Security warnings included.
 func TestKustomizationsApplyToARealAPIServer(t *testing.T) {
 	s := kubeapiserver.Start(t, kubeapiserver.Options{})
 	w := &warnings{}
 	a := newApplier(t, s, w)
 
-	for _, crd := range decodeAll(t, "testdata/monitoring-crds.yaml") {
-		if err := a.apply(crd, false); err != nil {
-			t.Fatalf("apply CRD %s: %v", crd.GetName(), err)
-		}
-	}
-	// Wait until the new kinds are served.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		a.mapper.Reset()
-		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "PodMonitor"}, "v1")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRDs not served: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if l := w.take(); len(l) > 0 {
-		t.Fatalf("warnings applying the CRDs: %q", l)
-	}
+	applyMonitoringCRDs(t, a, w)
 
 	root := filepath.Join("..", "kubernetes")
 	dirs, err := render.Kustomizations(root)
@@ -134,7 +126,7 @@ func TestKustomizationsApplyToARealAPIServer(t *testing.T) {
 		t.Fatalf("only %v", dirs)
 	}
 	for _, dir := range dirs {
-		objs, err := render.Build(filepath.Join(root, dir))
+		objs, err := renderKustomization(root, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +152,7 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 	s := kubeapiserver.Start(t, kubeapiserver.Options{})
 	w := &warnings{}
 	cs := kubernetes.NewForConfigOrDie(s.Config(w))
-	objs, err := render.Build(filepath.Join("..", "kubernetes", "base"))
+	objs, err := renderKustomization(filepath.Join("..", "kubernetes"), "overlays/self-managed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,5 +190,32 @@ func TestIngestNeedsPrivileged(t *testing.T) {
 		default:
 			t.Logf("%s: %v", level, err)
 		}
+	}
+}
+
+// applyMonitoringCRDs applies the Prometheus Operator's two CRDs (testdata) and waits until
+// their kinds are served.
+func applyMonitoringCRDs(t *testing.T, a *applier, w *warnings) {
+	t.Helper()
+	for _, crd := range decodeAll(t, "testdata/monitoring-crds.yaml") {
+		if err := a.apply(crd, false); err != nil {
+			t.Fatalf("apply CRD %s: %v", crd.GetName(), err)
+		}
+	}
+	// Wait until the new kinds are served.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a.mapper.Reset()
+		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "PodMonitor"}, "v1")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRDs not served: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l := w.take(); len(l) > 0 {
+		t.Fatalf("warnings applying the CRDs: %q", l)
 	}
 }

@@ -1,0 +1,247 @@
+{{/* Labels of every object: the same part-of label as deploy/kubernetes, and Helm's own. */}}
+{{- define "auditlens.labels" -}}
+app.kubernetes.io/part-of: auditlens
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/* The cluster's name: required, no default. */}}
+{{- define "auditlens.cluster" -}}
+{{- required "set .Values.cluster.name: this cluster's name, as findings, the console and the weekly mail show it (--set cluster.name=prod-eu-1)" .Values.cluster.name -}}
+{{- end }}
+
+{{/* image NAME: the fully qualified reference of an auditlens image. */}}
+{{- define "auditlens.image" -}}
+image: {{ printf "%s/%s:%s" .root.Values.image.registry .name (.root.Values.image.tag | default .root.Chart.AppVersion) | quote }}
+{{- with .root.Values.image.pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The pod securityContext of every non-root workload. */}}
+{{- define "auditlens.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{/* The container securityContext of every container. */}}
+{{- define "auditlens.containerSecurityContext" -}}
+securityContext:
+  readOnlyRootFilesystem: true
+  allowPrivilegeEscalation: false
+  capabilities: {drop: [ALL]}
+{{- end }}
+
+{{/* env of an ingest: its node's name and the Go soft memory limit. */}}
+{{- define "auditlens.ingestEnv" -}}
+env:
+  - name: AUDITLENS_NODE_NAME
+    valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+  - name: GOMEMLIMIT
+    valueFrom: {resourceFieldRef: {resource: limits.memory}}
+envFrom:
+  - configMapRef: {name: auditlens}
+{{- end }}
+
+{{/* Probes on the metrics port; startup failureThreshold as the argument. */}}
+{{- define "auditlens.probes" -}}
+startupProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 2
+  failureThreshold: {{ . }}
+readinessProbe:
+  httpGet: {path: /readyz, port: metrics}
+  periodSeconds: 10
+livenessProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 20
+  failureThreshold: 3
+{{- end }}
+
+{{/* A PodDisruptionBudget: one pod down at a time. dict "root" . "name" N "namespace" NS "app" LABEL */}}
+{{- define "auditlens.pdb" -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{ .app }}}
+{{- end }}
+
+{{/* A ServiceAccount without a mounted token. dict "root" . "name" N "namespace" NS */}}
+{{- define "auditlens.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+  {{- with .annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+automountServiceAccountToken: false
+{{- end }}
+
+{{/* The shared settings, as the ConfigMap "auditlens" holds them. */}}
+{{- define "auditlens.config" -}}
+AUDITLENS_CLUSTER: {{ include "auditlens.cluster" . | quote }}
+{{- if .Values.config.kafka.brokers }}
+AUDITLENS_KAFKA_BROKERS: {{ .Values.config.kafka.brokers | quote }}
+{{- else }}
+AUDITLENS_NATS_URL: {{ .Values.config.nats.url | quote }}
+{{- if gt (int .Values.config.nats.replicas) 1 }}
+AUDITLENS_NATS_REPLICAS: {{ .Values.config.nats.replicas | toString | quote }}
+{{- end }}
+{{- end }}
+AUDITLENS_CLICKHOUSE_DSN: {{ .Values.config.clickhouse.dsn | quote }}
+{{- with .Values.config.clickhouse.cluster }}
+AUDITLENS_CLICKHOUSE_CLUSTER: {{ . | quote }}
+{{- end }}
+{{- with .Values.config.report.batchMaxWait }}
+AUDITLENS_REPORT_BATCH_MAX_WAIT: {{ . | quote }}
+{{- end }}
+AUDITLENS_LOG_FORMAT: {{ .Values.config.logFormat | quote }}
+AUDITLENS_METRICS_ADDR: {{ .Values.config.metricsAddr | quote }}
+{{- end }}
+
+{{/* The NetworkPolicies every namespace with auditlens pods gets: deny by default, DNS and the
+bus out, metrics in from the monitoring namespace only. The namespace as the argument. */}}
+{{- define "auditlens.networkPolicies" -}}
+{{- $ns := .namespace }}
+{{- $v := .root.Values }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: default-deny
+  namespace: {{ $ns }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress, Egress]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-dns
+  namespace: {{ $ns }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+    - to:
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $v.networkPolicy.dns.namespace }}}}
+          podSelector: {matchLabels: {{ toJson $v.networkPolicy.dns.podLabels }}}
+      ports:
+        - {protocol: UDP, port: {{ $v.networkPolicy.dns.port }}}
+        - {protocol: TCP, port: {{ $v.networkPolicy.dns.port }}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-bus
+  namespace: {{ $ns }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+    - to:
+        {{- if $v.config.kafka.brokers }}
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $v.networkPolicy.kafkaNamespace }}}}
+      ports:
+        - {protocol: TCP, port: 9092}
+        {{- else }}
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $v.networkPolicy.natsNamespace }}}}
+      ports:
+        - {protocol: TCP, port: 4222}
+        {{- end }}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-metrics
+  namespace: {{ $ns }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress:
+    - from:
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $v.networkPolicy.monitoringNamespace }}}}
+      ports:
+        - {protocol: TCP, port: 9090}
+{{- end }}
+
+{{/* An ingest Deployment reading one cloud source or serving one endpoint, with its
+ServiceAccount and PodDisruptionBudget. dict "root" . "name" N "app" LABEL "replicas" R "args" LIST
+"port" (dict "name" P "containerPort" C, optional) "secrets" (LIST of dict "name" V "secret" S "path" M)
+"resources" RES "annotations" SA-ANNOTATIONS */}}
+{{- define "auditlens.ingestDeployment" -}}
+{{ include "auditlens.serviceAccount" (dict "root" .root "name" .name "namespace" .root.Release.Namespace "annotations" .annotations) }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "auditlens.labels" .root | nindent 4 }}
+spec:
+  replicas: {{ .replicas }}
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{ .app }}}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: {{ .app }}, app.kubernetes.io/component: ingest, app.kubernetes.io/part-of: auditlens}
+      annotations:
+        checksum/config: {{ include "auditlens.config" .root | sha256sum }}
+    spec:
+      serviceAccountName: {{ .name }}
+      automountServiceAccountToken: false
+      {{- include "auditlens.podSecurityContext" .root | nindent 6 }}
+      containers:
+        - name: ingest
+          {{- include "auditlens.image" (dict "root" .root "name" "ingest") | nindent 10 }}
+          args:
+            {{- toYaml .args | nindent 12 }}
+          {{- include "auditlens.ingestEnv" .root | nindent 10 }}
+          ports:
+            {{- with .port }}
+            - {name: {{ .name }}, containerPort: {{ .containerPort }}}
+            {{- end }}
+            - {name: metrics, containerPort: 9090}
+          {{- include "auditlens.probes" 30 | nindent 10 }}
+          resources:
+            {{- toYaml .resources | nindent 12 }}
+          {{- include "auditlens.containerSecurityContext" .root | nindent 10 }}
+          volumeMounts:
+            {{- range .secrets }}
+            - {name: {{ .name }}, mountPath: {{ .path }}, readOnly: true}
+            {{- end }}
+            - {name: tmp, mountPath: /tmp}
+      volumes:
+        {{- range .secrets }}
+        - name: {{ .name }}
+          secret: {secretName: {{ .secret }}}
+        {{- end }}
+        - name: tmp
+          emptyDir: {sizeLimit: 64Mi}
+---
+{{ include "auditlens.pdb" (dict "root" .root "name" .name "namespace" .root.Release.Namespace "app" .app) }}
+{{- end }}

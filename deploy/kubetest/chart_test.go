@@ -1,0 +1,478 @@
+package kubetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
+)
+
+var update = flag.Bool("update", false, "rewrite the chart README's values table")
+
+const chartDir = "../helm/auditlens"
+
+// presets are the chart's ci/<name>-values.yaml files; each has the overlay of the same name
+// under deploy/kubernetes/overlays, which installs the same thing.
+var presets = []string{"aks", "cluster", "console", "eks", "eks-cloudwatch", "gke", "kafka", "quickstart", "self-managed", "webhook"}
+
+// managedPresets must install no DaemonSet and no privileged namespace.
+var managedPresets = map[string]bool{"aks": true, "eks": true, "eks-cloudwatch": true, "gke": true, "webhook": true}
+
+func TestChartPresetsAreTheCIFiles(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), "-values.yaml"))
+	}
+	sort.Strings(names)
+	if !reflect.DeepEqual(names, presets) {
+		t.Fatalf("ci/*-values.yaml are %v, the tests know %v", names, presets)
+	}
+}
+
+func presetValues(t *testing.T, preset string) map[string]any {
+	t.Helper()
+	v, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "ci", preset+"-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// renderChart renders the chart as `helm template auditlens deploy/helm/auditlens -n auditlens`
+// does, values validated against values.schema.json.
+func renderChart(t *testing.T, vals map[string]any) ([]*unstructured.Unstructured, string, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &action.Configuration{Log: t.Logf}
+	inst := action.NewInstall(cfg)
+	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
+	inst.ReleaseName, inst.Namespace = "auditlens", "auditlens"
+	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	rel, err := inst.Run(ch, vals)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []*unstructured.Unstructured
+	manifests := releaseutil.SplitManifests(rel.Manifest)
+	keys := make([]string, 0, len(manifests))
+	for k := range manifests {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		u := &unstructured.Unstructured{}
+		if err := yaml.UnmarshalStrict([]byte(manifests[k]), &u.Object); err != nil {
+			t.Fatalf("%s: %v\n%s", k, err, manifests[k])
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+	return out, rel.Info.Notes, nil
+}
+
+// TestChartLint is `helm lint --strict` with every preset: no warning, no error.
+func TestChartLint(t *testing.T) {
+	for _, p := range presets {
+		l := action.NewLint()
+		l.Strict, l.Namespace = true, "auditlens"
+		l.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+		res := l.Run([]string{chartDir}, presetValues(t, p))
+		for _, m := range res.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("%s: %s", p, m)
+			}
+		}
+		for _, err := range res.Errors {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// The chart's version and appVersion are the release's, deploy/VERSION.
+func TestChartVersionIsTheRelease(t *testing.T) {
+	b, err := os.ReadFile("../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := string(bytes.TrimSpace(b))
+	if ch.Metadata.AppVersion != v || ch.Metadata.Version != v {
+		t.Fatalf("Chart.yaml version %q appVersion %q, deploy/VERSION %q", ch.Metadata.Version, ch.Metadata.AppVersion, v)
+	}
+}
+
+// Without the cluster's name nothing renders, and the message names the value to set.
+func TestChartRequiresTheClusterName(t *testing.T) {
+	for _, vals := range []map[string]any{{}, {"cluster": map[string]any{"name": ""}}} {
+		_, _, err := renderChart(t, vals)
+		if err == nil || !strings.Contains(err.Error(), ".Values.cluster.name") {
+			t.Errorf("values %v: %v, want an error naming .Values.cluster.name", vals, err)
+		}
+	}
+}
+
+// values.schema.json refuses unknown keys and wrong types, with the key in the message.
+func TestChartSchemaRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		yaml, want string
+	}{
+		{"cluster: {name: a}\nclasify: {replicas: 2}", "clasify"},
+		{"cluster: {name: a}\nclassify: {replica: 2}", "replica"},
+		{"cluster: {name: a}\nclassify: {replicas: two}", "replicas"},
+		{"cluster: {name: a}\ningest: {file: {enabled: \"yes\"}}", "enabled"},
+		{"cluster: {name: a}\nconfig: {logFormat: xml}", "logFormat"},
+		{"cluster: {name: a}\nclassify: {resources: {requests: {cpu: [1]}}}", "cpu"},
+		{"cluster: {name: a}\nnetworkPolicy: {monitoringNamespace: Monitoring_NS}", "monitoringNamespace"},
+		{"cluster: {name: 5}", "name"},
+	} {
+		vals, err := chartutil.ReadValues([]byte(c.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = renderChart(t, vals)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want a schema error naming %s", c.yaml, err, c.want)
+		}
+	}
+}
+
+// TestChartPresetsApplyToARealAPIServer applies every preset's rendering server-side to a real
+// kube-apiserver, as the kustomizations are: every object accepted with no warning. The
+// release's namespace is created first, as `kubectl create namespace` would (with the
+// restricted Pod Security labels the README gives).
+func TestChartPresetsApplyToARealAPIServer(t *testing.T) {
+	s := kubeapiserver.Start(t, kubeapiserver.Options{})
+	w := &warnings{}
+	a := newApplier(t, s, w)
+	applyMonitoringCRDs(t, a, w)
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{
+		"name": "auditlens", "labels": map[string]any{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+			"pod-security.kubernetes.io/audit": "restricted", "pod-security.kubernetes.io/warn": "restricted"}}}}
+	if err := a.apply(ns, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range presets {
+		objs, notes, err := renderChart(t, presetValues(t, p))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if !strings.Contains(notes, "port-forward deploy/report 9104") || !strings.Contains(notes, "auditlens_ingest_events_published_total") {
+			t.Errorf("%s: NOTES.txt does not say how to open the console and check that events arrive:\n%s", p, notes)
+		}
+		sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+		for _, obj := range objs {
+			id := p + ": " + obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
+			if managedPresets[p] && (obj.GetKind() == "DaemonSet" || obj.GetKind() == "Namespace" && obj.GetLabels()["pod-security.kubernetes.io/enforce"] == "privileged") {
+				t.Errorf("%s: a managed control plane's preset installs no DaemonSet and no privileged namespace", id)
+			}
+			if err := a.apply(obj, false); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+			if l := w.take(); len(l) > 0 {
+				t.Errorf("%s: warnings %q", id, l)
+			}
+		}
+		t.Logf("%s: %d objects applied", p, len(objs))
+	}
+}
+
+// TestChartAgreesWithKustomize renders each preset and the overlay of the same name (with the
+// same cluster name) and compares them object by object: the same kinds, namespaces and names,
+// and the same pod specs (containers' images, args, env, security contexts, resources, probes,
+// volumes), replicas, ConfigMap data, Service, NetworkPolicy and PodDisruptionBudget specs, RBAC
+// and monitoring objects. Labels and annotations may differ (Helm adds its own). The release's
+// own namespace is created by the installer, not by the chart.
+func TestChartAgreesWithKustomize(t *testing.T) {
+	for _, p := range presets {
+		t.Run(p, func(t *testing.T) {
+			chartObjs, _, err := renderChart(t, presetValues(t, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kObjs, err := renderKustomization(filepath.Join("..", "kubernetes"), "overlays/"+p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chart, kust := comparable(t, chartObjs), comparable(t, kObjs)
+			delete(kust, "Namespace /auditlens")
+			for id := range kust {
+				if _, ok := chart[id]; !ok {
+					t.Errorf("kustomize has %s, the chart does not", id)
+				}
+			}
+			for id, c := range chart {
+				k, ok := kust[id]
+				if !ok {
+					t.Errorf("the chart has %s, kustomize does not", id)
+					continue
+				}
+				for _, d := range differences("", c, k) {
+					t.Errorf("%s: %s", id, d)
+				}
+			}
+			t.Logf("%d objects agree", len(chart))
+		})
+	}
+}
+
+// comparable maps "Kind namespace/name" to the parts of an object that must agree, as JSON
+// values (numbers as float64), so that YAML spellings do not matter.
+func comparable(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	out := map[string]any{}
+	for _, o := range objs {
+		var part any
+		switch o.GetKind() {
+		case "Deployment", "StatefulSet", "DaemonSet":
+			spec := o.Object["spec"].(map[string]any)
+			tmpl := spec["template"].(map[string]any)
+			part = map[string]any{"replicas": spec["replicas"], "selector": spec["selector"], "pod": tmpl["spec"],
+				"podLabels": podLabels(tmpl), "volumeClaimTemplates": spec["volumeClaimTemplates"], "updateStrategy": spec["updateStrategy"]}
+		case "CronJob":
+			spec := o.Object["spec"].(map[string]any)
+			job := spec["jobTemplate"].(map[string]any)["spec"].(map[string]any)
+			tmpl := job["template"].(map[string]any)
+			rest := map[string]any{}
+			for k, v := range spec {
+				if k != "jobTemplate" {
+					rest[k] = v
+				}
+			}
+			part = map[string]any{"schedule": rest, "pod": tmpl["spec"], "podLabels": podLabels(tmpl)}
+		case "ConfigMap":
+			part = o.Object["data"]
+		case "ClusterRole":
+			part = o.Object["rules"]
+		case "ClusterRoleBinding":
+			part = map[string]any{"roleRef": o.Object["roleRef"], "subjects": o.Object["subjects"]}
+		case "ServiceAccount":
+			part = map[string]any{"automount": o.Object["automountServiceAccountToken"], "annotations": o.GetAnnotations()}
+		case "Namespace":
+			l := map[string]any{}
+			for k, v := range o.GetLabels() {
+				if strings.HasPrefix(k, "pod-security.kubernetes.io/") {
+					l[k] = v
+				}
+			}
+			part = l
+		default:
+			part = o.Object["spec"]
+		}
+		b, err := json.Marshal(part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		if _, dup := out[id]; dup {
+			t.Errorf("%s twice", id)
+		}
+		out[id] = v
+	}
+	return out
+}
+
+// differences lists where chart (c) and kustomize (k) values differ, by JSON path.
+func differences(path string, c, k any) []string {
+	cm, cok := c.(map[string]any)
+	km, kok := k.(map[string]any)
+	if cok && kok {
+		var out []string
+		keys := map[string]bool{}
+		for x := range cm {
+			keys[x] = true
+		}
+		for x := range km {
+			keys[x] = true
+		}
+		sorted := make([]string, 0, len(keys))
+		for x := range keys {
+			sorted = append(sorted, x)
+		}
+		sort.Strings(sorted)
+		for _, x := range sorted {
+			out = append(out, differences(path+"."+x, cm[x], km[x])...)
+		}
+		return out
+	}
+	cl, cok := c.([]any)
+	kl, kok := k.([]any)
+	if cok && kok && len(cl) == len(kl) {
+		var out []string
+		for i := range cl {
+			out = append(out, differences(fmt.Sprintf("%s[%d]", path, i), cl[i], kl[i])...)
+		}
+		return out
+	}
+	if reflect.DeepEqual(c, k) {
+		return nil
+	}
+	cj, _ := json.Marshal(c)
+	kj, _ := json.Marshal(k)
+	return []string{fmt.Sprintf("%s: chart %s, kustomize %s", path, cj, kj)}
+}
+
+// podLabels are a pod template's labels but Helm's own.
+func podLabels(tmpl map[string]any) map[string]any {
+	out := map[string]any{}
+	md, _ := tmpl["metadata"].(map[string]any)
+	l, _ := md["labels"].(map[string]any)
+	for k, v := range l {
+		if k != "helm.sh/chart" && k != "app.kubernetes.io/managed-by" && k != "app.kubernetes.io/instance" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestChartValuesTable: README.md's values table is generated from values.schema.json (key,
+// type, description) and values.yaml (default); -update rewrites it.
+func TestChartValuesTable(t *testing.T) {
+	readme := filepath.Join(chartDir, "README.md")
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- values-table:begin (generated by deploy/kubetest TestChartValuesTable -update) -->\n", "<!-- values-table:end -->"
+	i, j := bytes.Index(b, []byte(begin)), bytes.Index(b, []byte(end))
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q ... %q markers", readme, begin, end)
+	}
+	table := valuesTable(t)
+	got := string(b[i+len(begin) : j])
+	if got == table {
+		return
+	}
+	if *update {
+		out := append(append(append([]byte{}, b[:i+len(begin)]...), table...), b[j:]...)
+		if err := os.WriteFile(readme, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("%s: the values table is stale; run: cd deploy/kubetest && GOWORK=off go test -run TestChartValuesTable -update .", readme)
+}
+
+type schemaNode struct {
+	Type        any                    `json:"type"`
+	Description string                 `json:"description"`
+	Properties  map[string]*schemaNode `json:"properties"`
+	Ref         string                 `json:"$ref"`
+	Enum        []any                  `json:"enum"`
+}
+
+func valuesTable(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root schemaNode
+	if err := json.Unmarshal(b, &root); err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	var walk func(prefix string, n *schemaNode)
+	walk = func(prefix string, n *schemaNode) {
+		keys := make([]string, 0, len(n.Properties))
+		for k := range n.Properties {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			c, key := n.Properties[k], strings.TrimPrefix(prefix+"."+k, ".")
+			if len(c.Properties) > 0 {
+				walk(key, c)
+				continue
+			}
+			typ := fmt.Sprint(c.Type)
+			switch {
+			case c.Ref == "#/$defs/resources":
+				typ = "resources"
+			case c.Ref != "":
+				typ = "string"
+			case len(c.Enum) > 0:
+				var e []string
+				for _, v := range c.Enum {
+					e = append(e, fmt.Sprintf("%q", v))
+				}
+				typ = "one of " + strings.Join(e, ", ")
+			}
+			if c.Description == "" {
+				t.Errorf("values.schema.json: %s has no description", key)
+			}
+			def, ok := lookup(defaults, key)
+			if !ok {
+				t.Errorf("values.yaml has no %s (the schema describes it)", key)
+			}
+			d, _ := json.Marshal(def)
+			rows = append(rows, fmt.Sprintf("| `%s` | %s | `%s` | %s |", key, strings.ReplaceAll(typ, "|", "\\|"), d, strings.ReplaceAll(c.Description, "|", "\\|")))
+		}
+	}
+	walk("", &root)
+	// Every leaf of values.yaml is described by the schema.
+	var leaves func(prefix string, v map[string]any)
+	described := strings.Join(rows, "\n")
+	leaves = func(prefix string, v map[string]any) {
+		for k, x := range v {
+			key := strings.TrimPrefix(prefix+"."+k, ".")
+			if m, ok := x.(map[string]any); ok && !strings.Contains(described, "| `"+key+"` |") {
+				leaves(key, m)
+				continue
+			}
+			if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(key) + "` \\|").MatchString(described) {
+				t.Errorf("values.yaml: %s is in no row of the table (describe it in values.schema.json)", key)
+			}
+		}
+	}
+	leaves("", defaults)
+	return "| Key | Type | Default | Description |\n|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
+}
+
+// lookup finds the value at a dotted key in values.yaml, maps included.
+func lookup(v map[string]any, key string) (any, bool) {
+	var cur any = v
+	for _, k := range strings.Split(key, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}

@@ -41,6 +41,8 @@ type Config struct {
 	Readiness readiness.Config
 	// ReadinessObjects keeps UpgradeReadiness objects current in a Kubernetes cluster.
 	ReadinessObjects status.Config
+	// Files are the accepted risks and the owners.
+	Files FilesConfig
 	// Releases are the Kubernetes releases the rule catalogue names, offered as target
 	// versions by the console (with those the findings name); set by a caller that has the
 	// catalogue, not a flag.
@@ -58,6 +60,7 @@ func DefaultConfig(dataRoot string) Config {
 		Console: DefaultConsoleConfig(),
 
 		Readiness: readiness.DefaultConfig(),
+		Files:     DefaultFilesConfig(),
 	}
 }
 
@@ -72,6 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Console.RegisterFlags(fs)
 	c.Readiness.RegisterFlags(fs)
 	c.ReadinessObjects.RegisterFlags(fs)
+	c.Files.RegisterFlags(fs)
 }
 
 // Validate checks c and never changes it.
@@ -89,6 +93,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.ReadinessObjects.Validate(); err != nil {
+		return err
+	}
+	if err := c.Files.Validate(); err != nil {
 		return err
 	}
 	if c.ReadinessObjects.Enabled && c.Readiness.Interval == 0 {
@@ -119,6 +126,11 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if d.Registry != nil {
 		reg = d.Registry
 	}
+	files, err := OpenFiles(cfg.Files, log, reg)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	wc := cfg.Writer
 	wc.RetentionDays = cfg.Engine.RetentionDays
 	w, err := writer.New(wc, st, d.Bus, log, reg)
@@ -133,6 +145,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			_ = st.Close()
 			return nil, err
 		}
+		files.Weekly(sch.Delivery())
 		comps = append(comps, sch)
 	}
 	var pub readiness.Publisher
@@ -146,17 +159,20 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			return nil, err
 		}
 	}
-	gate, err := readiness.NewGate(cfg.Readiness, st.DB(), cfg.Weekly.Target, nil, pub, log, reg)
+	gate, err := readiness.NewGate(cfg.Readiness, st.DB(), cfg.Weekly.Target, files.Acceptor, pub, log, reg)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
 	comps = append(comps, gate)
+	if wt := files.Watcher(cfg.Files.Reload); wt != nil {
+		comps = append(comps, wt)
+	}
 	if cfg.Page && (cfg.Console.Addr != "" || cfg.Console.AuthAddr != "") {
 		// On embedded ClickHouse this shares the writer's session (chDB allows one per
 		// process): the page reads while the writer writes.
 		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log,
-			Limits: cfg.Console.Page, Deadline: store.WithDeadline}
+			Limits: cfg.Console.Page, Deadline: store.WithDeadline, Accept: files.Acceptor, Owners: files.teamFilter()}
 		mux := http.NewServeMux()
 		h.Register(mux)
 		mux.Handle(readiness.APIPath, gate.Handler())

@@ -39,6 +39,9 @@ var allowed = map[string][]string{
 	"services/report/console":          {},
 	"services/report/access":           {},
 	"services/report/page":             {"services/report/access", "services/report/console", "services/report/weekly", "services/report/weekly/render"},
+	"services/report/yamlfile":         {},
+	"services/report/acks":             {"services/report/weekly", "services/report/yamlfile"},
+	"services/report/owners":           {"services/report/weekly", "services/report/weekly/schedule", "services/report/yamlfile"},
 	"services/report/readiness":        {"services/report/access", "services/report/weekly"},
 	"services/report/readiness/status": {"services/report/readiness", "services/report/weekly"},
 }

@@ -55,13 +55,12 @@ type CommandConfig struct {
 	MaxSilence time.Duration
 	Format     string
 	Timeout    time.Duration
-	// Acceptor loads the acknowledgements named by the flags it registered; nil: none.
-	Acceptor func() (weekly.Acceptor, error)
 }
 
 // Main runs `report readiness` with args and returns its exit code. register adds more flags
-// (the acknowledgements file) and accept loads what they name (nil: no acknowledgements).
-func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*flag.FlagSet), accept func() (weekly.Acceptor, error)) int {
+// (the acknowledgements file) and accept loads what they name for a cluster (nil: no
+// acknowledgements).
+func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*flag.FlagSet), accept func(cluster string) (weekly.Acceptor, error)) int {
 	fs := flag.NewFlagSet("report readiness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute}
@@ -109,7 +108,7 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	}
 	var acc weekly.Acceptor
 	if accept != nil {
-		a, err := accept()
+		a, err := accept(c.Cluster)
 		if err != nil {
 			fmt.Fprintf(stderr, "report readiness: %v\n", err)
 			return ExitError

@@ -119,7 +119,7 @@ type Gate struct {
 	cfg      Config
 	db       *sql.DB
 	targets  []weekly.Version
-	acceptor func() weekly.Acceptor
+	acceptor func(cluster string) weekly.Acceptor
 	pub      Publisher
 	log      *slog.Logger
 	now      func() time.Time
@@ -127,8 +127,9 @@ type Gate struct {
 }
 
 // NewGate returns the gate over db; target is judged when cfg names no target. acceptor
-// returns the acknowledged risks in force (nil: none); pub may be nil; reg may be nil.
-func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func() weekly.Acceptor, pub Publisher, log *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
+// returns the acknowledged risks of a cluster in force (nil: none); pub may be nil; reg may
+// be nil.
+func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func(cluster string) weekly.Acceptor, pub Publisher, log *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -153,7 +154,7 @@ func (g *Gate) Targets() []weekly.Version { return g.targets }
 func (g *Gate) Evaluate(ctx context.Context, cluster string, target weekly.Version) (*Result, error) {
 	var acc weekly.Acceptor
 	if g.acceptor != nil {
-		acc = g.acceptor()
+		acc = g.acceptor(cluster)
 	}
 	return Evaluate(ctx, g.db, Options{Cluster: cluster, Target: target, Window: g.cfg.Window, MaxSilence: g.cfg.MaxSilence,
 		Acceptor: acc, Now: g.now})

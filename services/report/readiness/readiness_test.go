@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/access"
+	"github.com/auditlens/auditlens/services/report/acks"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/readiness"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -164,6 +166,65 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 					t.Errorf("report readiness --format json: %v, %q", err, out.String())
 				}
 			}
+		}
+
+		// Accepted risks, with a clock: the ingresses (the only blocker of 1.22) accepted
+		// until the last day of the week: ready until then (the stream is alive), blocked and
+		// flagged after it.
+		set, err := acks.Parse("acks.yaml", []byte(fmt.Sprintf(`schema_version: 1
+acknowledgements:
+  - cluster: prod
+    api: extensions/v1beta1 ingresses
+    reason: the web team migrates next week
+    accepted_by: web@example.com
+    expires: %s
+  - rule: psp
+    reason: never used here
+    accepted_by: nobody@example.com
+`, s.week)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			at      time.Time
+			state   string
+			expired bool
+		}{
+			{s.end.Add(-time.Second), readiness.Ready, false},
+			{s.end.Add(time.Hour), readiness.Blocked, true},
+		} {
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 22},
+				Acceptor: set.For("prod"), Now: func() time.Time { return c.at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.State != c.state || (len(g.Blockers) == 1 && (g.Blockers[0].Expired != nil) != c.expired) {
+				t.Errorf("at %s: %s with %d blocker(s), %d accepted; want %s (expired flagged: %t)", c.at, g.State, len(g.Blockers), len(g.Accepted), c.state, c.expired)
+			}
+			if c.state == readiness.Ready && (len(g.Accepted) != 1 || g.Accepted[0].Acceptance.Source != "acks.yaml:3" || !strings.Contains(g.Message, "1 accepted risk")) {
+				t.Errorf("at %s: accepted %+v, message %q; want the ingresses named, accepted by acks.yaml:3", c.at, g.Accepted, g.Message)
+			}
+		}
+		// Review: the PSP acknowledgement has no expiry, and matched nothing in 30 days in
+		// cluster clean; the ingresses one expired after the week.
+		ns, err := set.Review(ctx, st.DB(), "clean", s.end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ns) != 2 || ns[0].Source != "acks.yaml:8" || !strings.Contains(ns[0].Message, "no expiry") || !strings.Contains(ns[1].Message, "matched nothing in the last 30 days") {
+			t.Errorf("review of clean: %+v", ns)
+		}
+		ns, err = set.Review(ctx, st.DB(), "prod", s.end.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		for _, n := range ns {
+			msgs = append(msgs, n.Source+" "+n.Message)
+		}
+		if got := strings.Join(msgs, "; "); !strings.Contains(got, "acks.yaml:3 expired on "+s.week.String()) ||
+			strings.Contains(got, "acks.yaml:3 matched nothing") || !strings.Contains(got, "acks.yaml:8 has no expiry") || strings.Contains(got, "acks.yaml:8 matched nothing") {
+			t.Errorf("review of prod: %s; want the ingresses one expired (and used), the PSP one without expiry (and used)", got)
 		}
 
 		// The gate in the service: metrics and the HTTP API.

@@ -60,3 +60,10 @@ func (r *Report) Accept(a Acceptor, at time.Time) {
 	}
 	r.Blockers, r.Accepted = Split(r.Blockers, a, at)
 }
+
+// Notice is something to review in a file the report reads (an acknowledgement without
+// expiry, expired, or unused), at its source (file:line).
+type Notice struct {
+	Source  string `json:"source"`
+	Message string `json:"message"`
+}

@@ -45,6 +45,8 @@ type Report struct {
 	Blockers []Blocker `json:"blockers"`
 	// Accepted are blockers that an acknowledged risk accepts until a day (Accept).
 	Accepted []Accepted `json:"accepted,omitempty"`
+	// Notices are acknowledgements to review: without expiry, expired, unused.
+	Notices []Notice `json:"notices,omitempty"`
 	// New are the blocker callers seen this week but not the week before (the busiest,
 	// NewCount in all).
 	New      []Change `json:"new"`

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
+	"github.com/auditlens/auditlens/services/report/owners"
 	"github.com/auditlens/auditlens/services/report/readiness"
 	"github.com/auditlens/auditlens/services/report/readiness/status"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -172,6 +173,42 @@ func TestUpgradeReadinessObjects(t *testing.T) {
 	// report's account may not delete, nor touch other resources.
 	if err := dynamic.NewForConfigOrDie(asReport).Resource(status.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 		t.Error("report's service account may delete UpgradeReadiness objects: the RBAC grants too much")
+	}
+
+	// --owners-namespace-labels: report's account lists the namespaces; a team owns the
+	// callers of the namespaces labelled for it.
+	nsRes := dynamic.NewForConfigOrDie(s.Config(w)).Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+	for name, team := range map[string]string{"shop-frontend": "web", "shop-db": "data", "misc": ""} {
+		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{"example.com/team": team}}}}
+		if _, err := nsRes.Apply(ctx, name, ns, metav1.ApplyOptions{FieldManager: "auditlens-test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nss, err := owners.NewNamespaces(asReport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nss.Refresh(ctx); err != nil {
+		t.Fatalf("list namespaces as report: %v", err)
+	}
+	own, err := owners.Parse("owners.yaml", []byte(`schema_version: 1
+teams:
+  - name: web
+    email: [web@example.com]
+    namespace_labels: {example.com/team: web}
+  - name: data
+    email: [data@example.com]
+    namespace_labels: {example.com/team: data}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own = own.WithLabels(nss.Labels)
+	for ns, want := range map[string]string{"shop-frontend": "web", "shop-db": "data", "misc": "", "gone": ""} {
+		if got := own.Owner("alice", "kubectl/v1.34.0", ns); got != want {
+			t.Errorf("owner of a caller in namespace %s: %q, want %q", ns, got, want)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/acks"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/owners"
 	"github.com/auditlens/auditlens/services/report/page"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -49,6 +50,10 @@ func (c FilesConfig) Validate() error {
 type Files struct {
 	Acks   *yamlfile.File[*acks.Set]
 	Owners *yamlfile.File[*owners.Owners]
+	// Namespaces are the cluster's namespace labels, for the owners' namespace_labels
+	// (nil: not read).
+	Namespaces *owners.Namespaces
+	log        *slog.Logger
 	// Now is the clock of acceptances (tests); nil: time.Now.
 	Now func() time.Time
 }
@@ -56,7 +61,7 @@ type Files struct {
 // OpenFiles loads the files c names; a file that does not load is an error (the service
 // does not start with a broken file; later versions that do not load are refused and
 // counted in auditlens_report_file_refused_total{file}).
-func OpenFiles(c FilesConfig, log *slog.Logger, reg prometheus.Registerer) (*Files, error) {
+func OpenFiles(c FilesConfig, kube kubeclient.Config, log *slog.Logger, reg prometheus.Registerer) (*Files, error) {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "auditlens_report_file_refused_total",
 		Help: "Versions of --acknowledgements-file or --owners-file refused (the last good version stays in force)."}, []string{"file"})
 	if reg != nil {
@@ -73,18 +78,33 @@ func OpenFiles(c FilesConfig, log *slog.Logger, reg prometheus.Registerer) (*Fil
 	if err != nil {
 		return nil, err
 	}
-	return &Files{Acks: a, Owners: o}, nil
+	f := &Files{Acks: a, Owners: o, log: log}
+	if c.Owners.NamespaceLabels {
+		rc, err := kube.REST()
+		if err != nil {
+			return nil, fmt.Errorf("--owners-namespace-labels: %w", err)
+		}
+		if f.Namespaces, err = owners.NewNamespaces(rc); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 // Watcher reloads the files every interval; nil when there is none.
 func (f *Files) Watcher(interval time.Duration) daemon.Component {
-	if f.Acks == nil && f.Owners == nil {
+	if f.Acks == nil && f.Owners == nil && f.Namespaces == nil {
 		return nil
 	}
 	return daemon.ComponentFuncs{RunFunc: func(ctx context.Context) error {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
+			if f.Namespaces != nil {
+				if err := f.Namespaces.Refresh(ctx); err != nil && ctx.Err() == nil && f.log != nil {
+					f.log.Warn("namespace labels not read; the last ones stay", "err", err)
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return nil
@@ -111,10 +131,13 @@ func (f *Files) now() time.Time {
 // Acceptor is the acceptor of a cluster's blockers in force (nil: none).
 func (f *Files) Acceptor(cluster string) weekly.Acceptor { return acks.Acceptor(f.Acks)(cluster) }
 
-// CurrentOwners is the owners file in force (nil: none).
+// CurrentOwners is the owners file in force (nil: none), with the namespace labels.
 func (f *Files) CurrentOwners() *owners.Owners {
 	if f.Owners == nil {
 		return nil
+	}
+	if f.Namespaces != nil {
+		return f.Owners.Current().WithLabels(f.Namespaces.Labels)
 	}
 	return f.Owners.Current()
 }
@@ -147,7 +170,7 @@ func (f *Files) Weekly(d *schedule.Delivery) {
 		d.Options.CallersPerBlocker = callersForTeams
 		platform := d.Recipients
 		d.Split = func(r *weekly.Report) []schedule.Addressed {
-			return f.Owners.Current().Split(r, platform, per)
+			return f.CurrentOwners().Split(r, platform, per)
 		}
 	}
 }
@@ -157,5 +180,5 @@ func (f *Files) teamFilter() func() page.TeamFilter {
 	if f.Owners == nil {
 		return nil
 	}
-	return func() page.TeamFilter { return f.Owners.Current() }
+	return func() page.TeamFilter { return f.CurrentOwners() }
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/auditlens/auditlens/lib/flagenv"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/mail"
 	"github.com/auditlens/auditlens/services/report/weekly/mail/mailpittest"
@@ -82,7 +83,7 @@ func TestWeeklyMailPerTeam(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	files, err := OpenFiles(fc, nil, nil)
+	files, err := OpenFiles(fc, kubeclient.Config{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

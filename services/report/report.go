@@ -13,6 +13,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/page"
 	"github.com/auditlens/auditlens/services/report/readiness"
 	"github.com/auditlens/auditlens/services/report/readiness/status"
@@ -43,6 +44,8 @@ type Config struct {
 	ReadinessObjects status.Config
 	// Files are the accepted risks and the owners.
 	Files FilesConfig
+	// Kube is the apiserver of the UpgradeReadiness objects and the namespace labels.
+	Kube kubeclient.Config
 	// Releases are the Kubernetes releases the rule catalogue names, offered as target
 	// versions by the console (with those the findings name); set by a caller that has the
 	// catalogue, not a flag.
@@ -76,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Readiness.RegisterFlags(fs)
 	c.ReadinessObjects.RegisterFlags(fs)
 	c.Files.RegisterFlags(fs)
+	c.Kube.RegisterFlags(fs)
 }
 
 // Validate checks c and never changes it.
@@ -92,7 +96,7 @@ func (c Config) Validate() error {
 	if err := c.Readiness.Validate(); err != nil {
 		return err
 	}
-	if err := c.ReadinessObjects.Validate(); err != nil {
+	if err := c.Kube.Validate(); err != nil {
 		return err
 	}
 	if err := c.Files.Validate(); err != nil {
@@ -126,7 +130,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if d.Registry != nil {
 		reg = d.Registry
 	}
-	files, err := OpenFiles(cfg.Files, log, reg)
+	files, err := OpenFiles(cfg.Files, cfg.Kube, log, reg)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -150,7 +154,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	var pub readiness.Publisher
 	if cfg.ReadinessObjects.Enabled {
-		rc, err := cfg.ReadinessObjects.RESTConfig()
+		rc, err := cfg.Kube.REST()
 		if err == nil {
 			pub, err = status.New(rc)
 		}

@@ -80,7 +80,7 @@ func TestConfigValidate(t *testing.T) {
 		{"readiness window", func(c *Config) { c.Readiness.Window = time.Second }},
 		{"readiness silence", func(c *Config) { c.Readiness.MaxSilence = 2 * c.Readiness.Window }},
 		{"readiness objects without interval", func(c *Config) { c.ReadinessObjects.Enabled, c.Readiness.Interval = true, 0 }},
-		{"readiness kube token without url", func(c *Config) { c.ReadinessObjects.TokenFile = "/t" }},
+		{"readiness kube token without url", func(c *Config) { c.Kube.TokenFile = "/t" }},
 	} {
 		cfg := DefaultConfig(t.TempDir())
 		if err := cfg.Validate(); err != nil {

@@ -40,6 +40,7 @@ var allowed = map[string][]string{
 	"services/report/access":           {},
 	"services/report/page":             {"services/report/access", "services/report/console", "services/report/weekly", "services/report/weekly/render"},
 	"services/report/yamlfile":         {},
+	"services/report/kubeclient":       {},
 	"services/report/acks":             {"services/report/weekly", "services/report/yamlfile"},
 	"services/report/owners":           {"services/report/weekly", "services/report/weekly/schedule", "services/report/yamlfile"},
 	"services/report/readiness":        {"services/report/access", "services/report/weekly"},

@@ -28,8 +28,11 @@ type team struct {
 	Name       string   `yaml:"name"`
 	Email      []string `yaml:"email"`
 	Namespaces []string `yaml:"namespaces"`
-	Usernames  []string `yaml:"usernames"`
-	UserAgents []string `yaml:"user_agents"`
+	// NamespaceLabels match the labels of the request's namespace, read from the cluster
+	// (--owners-namespace-labels): every label given must be there with its value.
+	NamespaceLabels map[string]string `yaml:"namespace_labels"`
+	Usernames       []string          `yaml:"usernames"`
+	UserAgents      []string          `yaml:"user_agents"`
 }
 
 // Team is one team and the callers it owns. Each list holds patterns ("*" any run of
@@ -41,15 +44,44 @@ type Team struct {
 	Name                              string
 	Email                             []string
 	Namespaces, Usernames, UserAgents []yamlfile.Pattern
+	NamespaceLabels                   map[string]string
 	Source                            string
 }
 
 // Owners is a parsed owners file; its zero value owns nothing.
 type Owners struct {
 	Teams []Team
+	// labels returns the labels of a namespace (nil: namespace labels are not read).
+	labels func(namespace string) map[string]string
 }
 
-var teamName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+// WithLabels is o matching namespace_labels against the labels labels returns.
+func (o *Owners) WithLabels(labels func(namespace string) map[string]string) *Owners {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.labels = labels
+	return &c
+}
+
+func (o *Owners) labelsMatch(t Team, namespace string) bool {
+	if len(t.NamespaceLabels) == 0 || o.labels == nil || namespace == "" {
+		return false
+	}
+	have := o.labels(namespace)
+	for k, v := range t.NamespaceLabels {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	teamName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	labelKey = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+)
 
 // Parse reads an owners file strictly: unknown keys, a team without a name, an e-mail
 // address or a selector, a bad address, a pattern that cannot match (empty, or a bare "*"
@@ -82,10 +114,15 @@ func Parse(name string, data []byte) (*Owners, error) {
 				return nil, d.At(fmt.Sprintf("%s.email[%d]", p, j), "team %s: email %q: want one plain address, e.g. team@example.com", t.Name, e)
 			}
 		}
-		if len(t.Namespaces)+len(t.Usernames)+len(t.UserAgents) == 0 {
-			return nil, d.At(p, "team %s owns nothing: give it namespaces, usernames or user_agents", t.Name)
+		if len(t.Namespaces)+len(t.Usernames)+len(t.UserAgents)+len(t.NamespaceLabels) == 0 {
+			return nil, d.At(p, "team %s owns nothing: give it namespaces, namespace_labels, usernames or user_agents", t.Name)
 		}
-		tm := Team{Name: t.Name, Email: t.Email, Source: d.Line(p)}
+		for k := range t.NamespaceLabels {
+			if !labelKey.MatchString(k) {
+				return nil, d.At(p+".namespace_labels", "team %s: label key %q cannot match: not a Kubernetes label key", t.Name, k)
+			}
+		}
+		tm := Team{Name: t.Name, Email: t.Email, NamespaceLabels: t.NamespaceLabels, Source: d.Line(p)}
 		for _, l := range []struct {
 			key string
 			in  []string
@@ -117,7 +154,8 @@ func anyMatch(ps []yamlfile.Pattern, s string) bool {
 
 // Owner is the team that owns a caller, "" when none does. The caller's identity decides
 // first (the first team whose usernames match), then its user agent, then the namespace
-// of the request: a team's service account acting in another team's namespace stays its own.
+// of the request (its name, then its labels): a team's service account acting in another
+// team's namespace stays its own.
 func (o *Owners) Owner(username, userAgent, namespace string) string {
 	if o == nil {
 		return ""
@@ -126,6 +164,7 @@ func (o *Owners) Owner(username, userAgent, namespace string) string {
 		func(t Team) bool { return anyMatch(t.Usernames, username) },
 		func(t Team) bool { return anyMatch(t.UserAgents, userAgent) },
 		func(t Team) bool { return namespace != "" && anyMatch(t.Namespaces, namespace) },
+		func(t Team) bool { return o.labelsMatch(t, namespace) },
 	} {
 		for _, t := range o.Teams {
 			if by(t) {
@@ -234,10 +273,13 @@ func capCallers(r *weekly.Report, perBlocker int) *weekly.Report {
 // Config names the owners file.
 type Config struct {
 	Path string
+	// NamespaceLabels reads the namespaces' labels from the cluster for namespace_labels.
+	NamespaceLabels bool
 }
 
 // RegisterFlags registers --owners-file.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.NamespaceLabels, "owners-namespace-labels", c.NamespaceLabels, "read the namespaces' labels from the cluster (--report-kube-url, or in-cluster; list on namespaces) every --report-files-reload, for the owners file's namespace_labels")
 	fs.StringVar(&c.Path, "owners-file", c.Path, "YAML `file` mapping callers to teams (examples/owners.yaml): each team gets the weekly report of its own callers, --mail-to everything; the console filters by team; reloaded when it changes, a refused version leaves the last good one in force")
 }
 

@@ -19,6 +19,7 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		"bad name":     {"schema_version: 1\nteams:\n  - name: Web Team\n    email: [w@example.com]\n    namespaces: [a]\n", `owners.yaml:3:11: team name "Web Team"`},
 		"blank":        {"schema_version: 1\nteams:\n  - name: web\n    email: [w@example.com]\n    namespaces: [\" web\"]\n", `cannot match`},
 		"schema":       {"teams: []\n", "schema_version 0"},
+		"label key":    {"schema_version: 1\nteams:\n  - name: web\n    email: [w@example.com]\n    namespace_labels: {\"bad key\": web}\n", `label key "bad key" cannot match`},
 	} {
 		_, err := owners.Parse("owners.yaml", []byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -54,6 +55,18 @@ func TestOwner(t *testing.T) {
 		if got := o.Owner(c.user, c.ua, c.ns); got != c.want {
 			t.Errorf("Owner(%q, %q, %q) = %q, want %q", c.user, c.ua, c.ns, got, c.want)
 		}
+	}
+	labelled, err := owners.Parse("owners.yaml", []byte("schema_version: 1\nteams:\n  - name: shop\n    email: [s@example.com]\n    namespace_labels: {team: shop, tier: web}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]string{"a": {"team": "shop", "tier": "web", "x": "y"}, "b": {"team": "shop"}}
+	if labelled.Owner("u", "ua", "a") != "" {
+		t.Error("namespace labels matched without a label source")
+	}
+	labelled = labelled.WithLabels(func(ns string) map[string]string { return labels[ns] })
+	if labelled.Owner("u", "ua", "a") != "shop" || labelled.Owner("u", "ua", "b") != "" || labelled.Owner("u", "ua", "c") != "" {
+		t.Error("namespace labels: want every label given to match")
 	}
 	if got := strings.Join(o.TeamNames(), ","); got != "web,data,observability" {
 		t.Errorf("TeamNames %s", got)

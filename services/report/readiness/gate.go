@@ -31,7 +31,7 @@ type Config struct {
 
 // DefaultConfig is the gate's configuration when no flag changes it.
 func DefaultConfig() Config {
-	return Config{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Interval: time.Minute}
+	return Config{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Interval: 5 * time.Minute}
 }
 
 // RegisterFlags registers the --readiness-* flags on fs.

@@ -9,6 +9,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report"
 	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/weekly/command"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
 )
@@ -19,18 +20,30 @@ import (
 func weeklyMain(args []string, stdout, stderr io.Writer) int {
 	ec := engine.DefaultConfig(daemon.DataRoot())
 	fc := report.DefaultFilesConfig()
+	var kc kubeclient.Config
 	return command.Main(args, stdout, stderr, command.Engine{
 		RegisterFlags: func(fs *flag.FlagSet) {
 			ec.RegisterFlags(fs)
 			fc.Acks.RegisterFlags(fs)
 			fc.Owners.RegisterFlags(fs)
+			kc.RegisterFlags(fs)
 		},
-		Validate: func() error { return ec.Validate() },
-		Open:     func(ctx context.Context) (command.Store, error) { return ec.Open(ctx) },
-		Prepare: func(d *schedule.Delivery) error {
-			files, err := report.OpenFiles(fc, slog.New(slog.DiscardHandler), nil)
+		Validate: func() error {
+			if err := kc.Validate(); err != nil {
+				return err
+			}
+			return ec.Validate()
+		},
+		Open: func(ctx context.Context) (command.Store, error) { return ec.Open(ctx) },
+		Prepare: func(ctx context.Context, d *schedule.Delivery) error {
+			files, err := report.OpenFiles(fc, kc, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				return err
+			}
+			if files.Namespaces != nil {
+				if err := files.Namespaces.Refresh(ctx); err != nil {
+					return err
+				}
 			}
 			files.Weekly(d)
 			return nil

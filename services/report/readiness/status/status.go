@@ -4,7 +4,6 @@ package status
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"regexp"
@@ -35,45 +34,14 @@ const (
 	maxListed      = 50
 )
 
-// Config says whether and where report keeps the objects.
+// Config says whether report keeps the objects (the apiserver: kubeclient.Config).
 type Config struct {
-	// Enabled turns the objects on.
 	Enabled bool
-	// URL of the apiserver; empty: in-cluster (the pod's service account).
-	URL string
-	// TokenFile and CAFile are the bearer token and the CA bundle when URL is set.
-	TokenFile, CAFile string
 }
 
-// RegisterFlags registers --readiness-objects and --readiness-kube-*.
+// RegisterFlags registers --readiness-objects.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&c.Enabled, "readiness-objects", c.Enabled, "keep an UpgradeReadiness object (deploy/crds) per cluster and target version current in the Kubernetes cluster report runs in (or --readiness-kube-url), every --readiness-interval")
-	fs.StringVar(&c.URL, "readiness-kube-url", c.URL, "`URL` of the apiserver that holds the UpgradeReadiness objects (empty: in-cluster, the pod's service account)")
-	fs.StringVar(&c.TokenFile, "readiness-kube-token-file", c.TokenFile, "`file` holding the bearer token for --readiness-kube-url (read again when it changes)")
-	fs.StringVar(&c.CAFile, "readiness-kube-ca-file", c.CAFile, "CA bundle `file` for --readiness-kube-url (empty: the system's)")
-}
-
-// Validate checks c and never changes it.
-func (c Config) Validate() error {
-	if c.URL == "" && (c.TokenFile != "" || c.CAFile != "") {
-		return errors.New("--readiness-kube-token-file and --readiness-kube-ca-file need --readiness-kube-url")
-	}
-	if c.URL != "" && !strings.HasPrefix(c.URL, "https://") && !strings.HasPrefix(c.URL, "http://") {
-		return fmt.Errorf("--readiness-kube-url %q: want an http(s) URL", c.URL)
-	}
-	return nil
-}
-
-// RESTConfig is the client configuration c names.
-func (c Config) RESTConfig() (*rest.Config, error) {
-	if c.URL == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("--readiness-objects in-cluster: %w", err)
-		}
-		return rc, nil
-	}
-	return &rest.Config{Host: c.URL, BearerTokenFile: c.TokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: c.CAFile}}, nil
+	fs.BoolVar(&c.Enabled, "readiness-objects", c.Enabled, "keep an UpgradeReadiness object (deploy/crds) per cluster and target version current in the Kubernetes cluster report runs in (or --report-kube-url), every --readiness-interval")
 }
 
 // Publisher applies the gate's results as UpgradeReadiness objects.

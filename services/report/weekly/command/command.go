@@ -41,7 +41,7 @@ type Engine struct {
 	Open func(ctx context.Context) (Store, error)
 	// Prepare, when set, sets up the delivery (accepted risks, owners) after the flags are
 	// parsed: its Amend applies to the report written too.
-	Prepare func(d *schedule.Delivery) error
+	Prepare func(ctx context.Context, d *schedule.Delivery) error
 }
 
 // Synopsis is the head of --help.
@@ -181,7 +181,7 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker}
 	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Recipients: c.Mail.To, Options: opts}
 	if eng.Prepare != nil {
-		if err := eng.Prepare(d); err != nil {
+		if err := eng.Prepare(ctx, d); err != nil {
 			return err
 		}
 	}

@@ -94,7 +94,19 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := render.Page(&buf, rep, img, h.controls(s, rep, releases)); err != nil {
+	ctl := h.controls(s, rep, releases)
+	if teams != nil {
+		ctl.Teams = []render.Option{{Value: "", Label: "all callers", Selected: team == ""}}
+		for _, n := range teams.TeamNames() {
+			ctl.Teams = append(ctl.Teams, render.Option{Value: n, Label: n, Selected: n == team})
+		}
+		if team != "" {
+			for i, f := range ctl.Formats {
+				ctl.Formats[i].URL = s.link("/report", "format", f.Label, "team", team)
+			}
+		}
+	}
+	if err := render.Page(&buf, rep, img, ctl); err != nil {
 		return fmt.Errorf("render weekly report: %w", err)
 	}
 	write(w, ct, &buf)

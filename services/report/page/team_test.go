@@ -53,6 +53,12 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(web, "bob") || strings.Contains(web, "system:serviceaccount:ci:") {
 		t.Errorf("team web: %d, want bob only:\n%s", resp.StatusCode, web)
 	}
+	// The HTML form offers the teams, the chosen one selected, and its format links keep it.
+	_, page := fetch(t, http.MethodGet, srv.URL+"/report?cluster=prod&week-ending=2026-12-06&team=web")
+	if !strings.Contains(page, `<select name="team"><option value="">all callers</option><option value="web" selected>web</option></select>`) ||
+		!strings.Contains(page, "format=csv&amp;target-version=1.33&amp;team=web") {
+		t.Errorf("the form has no team selector with web selected, or the format links lose the team")
+	}
 	resp, body := fetch(t, http.MethodGet, srv.URL+week+"&team=nobody")
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "team") {
 		t.Errorf("unknown team: %d %s", resp.StatusCode, body)

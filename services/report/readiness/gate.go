@@ -124,7 +124,12 @@ type Gate struct {
 	log      *slog.Logger
 	now      func() time.Time
 	met      *metrics
+	// busy bounds the judgements requested through the API at once.
+	busy chan struct{}
 }
+
+// maxRequests is how many judgements the API runs at once; more get 503.
+const maxRequests = 2
 
 // NewGate returns the gate over db; target is judged when cfg names no target. acceptor
 // returns the acknowledged risks of a cluster in force (nil: none); pub may be nil; reg may
@@ -144,7 +149,7 @@ func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func(cluste
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Gate{cfg: cfg, db: db, targets: ts, acceptor: acceptor, pub: pub, log: log.With("stage", "readiness"),
-		now: time.Now, met: newMetrics(reg)}, nil
+		now: time.Now, met: newMetrics(reg), busy: make(chan struct{}, maxRequests)}, nil
 }
 
 // Targets are the versions the gate judges every Interval.

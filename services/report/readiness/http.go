@@ -14,7 +14,8 @@ const APIPath = "/api/v1/readiness"
 
 // Handler serves the gate as JSON: 200 with the Result whatever the state (the state is in
 // the body), 400 naming a bad parameter, 403 for a cluster the user may not read
-// (access.Allowed, as the console), 500 when the store fails.
+// (access.Allowed, as the console), 503 when maxRequests judgements run already, 500 when
+// the store fails.
 func (g *Gate) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -44,6 +45,14 @@ func (g *Gate) Handler() http.Handler {
 		}
 		if !ok {
 			writeError(w, http.StatusForbidden, "you may not read cluster "+cluster+" (RBAC: get on auditlens.io console, name "+cluster+")")
+			return
+		}
+		select {
+		case g.busy <- struct{}{}:
+			defer func() { <-g.busy }()
+		default:
+			w.Header().Set("Retry-After", "5")
+			writeError(w, http.StatusServiceUnavailable, "too many readiness requests at once; retry")
 			return
 		}
 		res, err := g.Evaluate(r.Context(), cluster, target)

@@ -72,8 +72,9 @@ type Controls struct {
 	Home template.URL
 	// Action is the path the form is submitted to (GET).
 	Action string
-	// Clusters, Weeks (by week ending) and Targets are the form's choices.
-	Clusters, Weeks, Targets []Option
+	// Clusters, Weeks (by week ending) and Targets are the form's choices; Teams too when
+	// there is an owners file (the first, value "", for all callers).
+	Clusters, Weeks, Targets, Teams []Option
 	// WeekNote says which week is shown and why.
 	WeekNote string
 	// Formats link to this report in each format.

@@ -108,3 +108,20 @@ CREATE TABLE IF NOT EXISTS auditlens.weekly_reports (
     status         String
 ) ENGINE = ReplacingMergeTree(sent_at)
 ORDER BY (cluster, week_ending, target_version);
+
+-- migration 4: stream minutes
+CREATE TABLE IF NOT EXISTS auditlens.stream_minutes (
+    cluster  String,
+    minute   DateTime('UTC'),
+    findings AggregateFunction(uniq, String, String)
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(minute)
+ORDER BY (cluster, minute);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.stream_minutes_mv TO auditlens.stream_minutes AS
+SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
+FROM auditlens.findings
+GROUP BY cluster, minute;
+INSERT INTO auditlens.stream_minutes (cluster, minute, findings)
+SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
+FROM auditlens.findings
+GROUP BY cluster, minute;

@@ -4,6 +4,7 @@ package report
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"net/http"
@@ -12,7 +13,10 @@ import (
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report/engine"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/page"
+	"github.com/auditlens/auditlens/services/report/readiness"
+	"github.com/auditlens/auditlens/services/report/readiness/status"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
@@ -33,6 +37,15 @@ type Config struct {
 	Page bool
 	// Console is where and to whom the console is served.
 	Console ConsoleConfig
+	// Readiness is the upgrade readiness gate: its API on the console's listeners
+	// (readiness.APIPath), its metrics, and the UpgradeReadiness objects.
+	Readiness readiness.Config
+	// ReadinessObjects keeps UpgradeReadiness objects current in a Kubernetes cluster.
+	ReadinessObjects status.Config
+	// Files are the accepted risks and the owners.
+	Files FilesConfig
+	// Kube is the apiserver of the UpgradeReadiness objects and the namespace labels.
+	Kube kubeclient.Config
 	// Releases are the Kubernetes releases the rule catalogue names, offered as target
 	// versions by the console (with those the findings name); set by a caller that has the
 	// catalogue, not a flag.
@@ -48,6 +61,9 @@ func DefaultConfig(dataRoot string) Config {
 		Weekly:  schedule.DefaultConfig(),
 		Page:    true,
 		Console: DefaultConsoleConfig(),
+
+		Readiness: readiness.DefaultConfig(),
+		Files:     DefaultFilesConfig(),
 	}
 }
 
@@ -60,6 +76,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Weekly.RegisterFlags(fs)
 	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the web console (/, the weekly report at /report, callers and requests) on --report-console-addr and --report-console-auth-addr")
 	c.Console.RegisterFlags(fs)
+	c.Readiness.RegisterFlags(fs)
+	c.ReadinessObjects.RegisterFlags(fs)
+	c.Files.RegisterFlags(fs)
+	c.Kube.RegisterFlags(fs)
 }
 
 // Validate checks c and never changes it.
@@ -72,6 +92,18 @@ func (c Config) Validate() error {
 	}
 	if err := c.Weekly.Validate(); err != nil {
 		return err
+	}
+	if err := c.Readiness.Validate(); err != nil {
+		return err
+	}
+	if err := c.Kube.Validate(); err != nil {
+		return err
+	}
+	if err := c.Files.Validate(); err != nil {
+		return err
+	}
+	if c.ReadinessObjects.Enabled && c.Readiness.Interval == 0 {
+		return errors.New("--readiness-objects needs a --readiness-interval")
 	}
 	if !c.Page {
 		return nil
@@ -98,6 +130,11 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if d.Registry != nil {
 		reg = d.Registry
 	}
+	files, err := OpenFiles(cfg.Files, cfg.Kube, log, reg)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	wc := cfg.Writer
 	wc.RetentionDays = cfg.Engine.RetentionDays
 	w, err := writer.New(wc, st, d.Bus, log, reg)
@@ -112,15 +149,37 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			_ = st.Close()
 			return nil, err
 		}
+		files.Weekly(sch.Delivery())
 		comps = append(comps, sch)
+	}
+	var pub readiness.Publisher
+	if cfg.ReadinessObjects.Enabled {
+		rc, err := cfg.Kube.REST()
+		if err == nil {
+			pub, err = status.New(rc)
+		}
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	gate, err := readiness.NewGate(cfg.Readiness, st.DB(), cfg.Weekly.Target, files.Acceptor, pub, log, reg)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	comps = append(comps, gate)
+	if wt := files.Watcher(cfg.Files.Reload); wt != nil {
+		comps = append(comps, wt)
 	}
 	if cfg.Page && (cfg.Console.Addr != "" || cfg.Console.AuthAddr != "") {
 		// On embedded ClickHouse this shares the writer's session (chDB allows one per
 		// process): the page reads while the writer writes.
 		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log,
-			Limits: cfg.Console.Page, Deadline: store.WithDeadline}
+			Limits: cfg.Console.Page, Deadline: store.WithDeadline, Accept: files.Acceptor, Owners: files.teamFilter()}
 		mux := http.NewServeMux()
 		h.Register(mux)
+		mux.Handle(readiness.APIPath, gate.Handler())
 		srv, err := newConsoleServer(cfg.Console, mux, log)
 		if err != nil {
 			_ = st.Close()

@@ -40,8 +40,8 @@ func TestNewEmbeddedService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(comps) != 2 {
-		t.Fatalf("%d components, want the writer and the store closer (no weekly schedule without --mail-to)", len(comps))
+	if len(comps) != 3 {
+		t.Fatalf("%d components, want the writer, the readiness gate and the store closer (no weekly schedule without --mail-to)", len(comps))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -77,6 +77,10 @@ func TestConfigValidate(t *testing.T) {
 		{"retry", func(c *Config) { c.Writer.RetryMin, c.Writer.RetryMax = time.Second, time.Millisecond }},
 		{"dsn", func(c *Config) { c.Engine.DSN = "http://localhost:8123" }},
 		{"retention", func(c *Config) { c.Engine.RetentionDays = -1 }},
+		{"readiness window", func(c *Config) { c.Readiness.Window = time.Second }},
+		{"readiness silence", func(c *Config) { c.Readiness.MaxSilence = 2 * c.Readiness.Window }},
+		{"readiness objects without interval", func(c *Config) { c.ReadinessObjects.Enabled, c.Readiness.Interval = true, 0 }},
+		{"readiness kube token without url", func(c *Config) { c.Kube.TokenFile = "/t" }},
 	} {
 		cfg := DefaultConfig(t.TempDir())
 		if err := cfg.Validate(); err != nil {

@@ -44,6 +44,12 @@ type Handler struct {
 	// Deadline returns ctx ending after d and telling the store so (store.WithDeadline);
 	// nil: a plain context deadline.
 	Deadline func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
+	// Accept returns the accepted risks of a cluster in force (nil: none): /report lists the
+	// blockers they accept apart.
+	Accept func(cluster string) weekly.Acceptor
+	// Owners returns the owners in force (nil: no owners file): /report?team=NAME shows one
+	// team's callers.
+	Owners func() TeamFilter
 
 	semOnce sync.Once
 	sem     chan struct{}

@@ -21,10 +21,23 @@ var contentTypes = map[string]string{
 // weeksOffered is how many full weeks before this one the report's week list offers.
 const weeksOffered = 12
 
+// A report cut down to one team reads every caller (up to callersForTeam) and lists
+// defaultCallers per blocker, as the whole report does.
+const (
+	callersForTeam = 10000
+	defaultCallers = 25
+)
+
+// TeamFilter cuts a weekly report down to one team's callers (owners.Owners).
+type TeamFilter interface {
+	TeamNames() []string
+	Filter(r *weekly.Report, team string, perBlocker int) *weekly.Report
+}
+
 // report is GET /report: the weekly report of one cluster, week and target, in a format;
 // as HTML with the console's controls.
 func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
-	f, err := readForm(r.URL.RawQuery, append(scopeParams, "format")...)
+	f, err := readForm(r.URL.RawQuery, append(scopeParams, "format", "team")...)
 	if err != nil {
 		return err
 	}
@@ -40,10 +53,30 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rep, err := weekly.Build(r.Context(), h.DB, weekly.Options{Cluster: s.Cluster, Target: s.Target, WeekEnding: s.Week,
-		Table: h.Table, Now: h.now})
+	team, err := f.text("team", 63)
+	if err != nil {
+		return err
+	}
+	var teams TeamFilter
+	if h.Owners != nil {
+		teams = h.Owners()
+	}
+	if team != "" && (teams == nil || !slices.Contains(teams.TeamNames(), team)) {
+		return bad("team", "%q: no such team in the owners file", team)
+	}
+	o := weekly.Options{Cluster: s.Cluster, Target: s.Target, WeekEnding: s.Week, Table: h.Table, Now: h.now}
+	if team != "" {
+		o.CallersPerBlocker = callersForTeam
+	}
+	rep, err := weekly.Build(r.Context(), h.DB, o)
 	if err != nil {
 		return fmt.Errorf("build weekly report: %w", err)
+	}
+	if h.Accept != nil {
+		rep.Accept(h.Accept(s.Cluster), h.now())
+	}
+	if team != "" {
+		rep = teams.Filter(rep, team, defaultCallers)
 	}
 	var buf bytes.Buffer
 	if format != "html" {
@@ -61,7 +94,19 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := render.Page(&buf, rep, img, h.controls(s, rep, releases)); err != nil {
+	ctl := h.controls(s, rep, releases)
+	if teams != nil {
+		ctl.Teams = []render.Option{{Value: "", Label: "all callers", Selected: team == ""}}
+		for _, n := range teams.TeamNames() {
+			ctl.Teams = append(ctl.Teams, render.Option{Value: n, Label: n, Selected: n == team})
+		}
+		if team != "" {
+			for i, f := range ctl.Formats {
+				ctl.Formats[i].URL = s.link("/report", "format", f.Label, "team", team)
+			}
+		}
+	}
+	if err := render.Page(&buf, rep, img, ctl); err != nil {
 		return fmt.Errorf("render weekly report: %w", err)
 	}
 	write(w, ct, &buf)

@@ -44,6 +44,7 @@ func TestClusterSchema(t *testing.T) {
 		"daily_callers": "Distributed", "daily_callers_local": "ReplicatedAggregatingMergeTree",
 		"weekly_reports": "ReplicatedReplacingMergeTree", "schema_migrations": "ReplicatedReplacingMergeTree",
 		"daily_rules_mv": "MaterializedView", "daily_apis_mv": "MaterializedView", "daily_callers_mv": "MaterializedView",
+		"stream_minutes": "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)

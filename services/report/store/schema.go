@@ -244,4 +244,25 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.weekly_reports{{.On}} (
     status         String
 ) ENGINE = {{.EngineEverywhere "weekly_reports" "ReplacingMergeTree(sent_at)"}}
 ORDER BY (cluster, week_ending, target_version)`}},
+	// Which minutes of each cluster's audit stream carried findings: the upgrade readiness
+	// gate reads it to tell a live cluster (ready) from a silent one (unknown) without scanning
+	// the findings. The view fills it from every insert into findings; the last statement fills
+	// it from the findings stored before (uniq states: a minute inserted twice counts once).
+	{Version: 4, Name: "stream minutes", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "stream_minutes"}}{{.On}} (
+    cluster  {{.LC}},
+    minute   DateTime('UTC'),
+    findings AggregateFunction(uniq, String, String)
+) ENGINE = {{.Engine "stream_minutes" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(minute)
+ORDER BY (cluster, minute)`,
+		`{{.Distributed "stream_minutes" "cityHash64(cluster)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.stream_minutes_mv{{.On}} TO {{.DB}}.stream_minutes AS
+SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
+FROM {{.DB}}.findings
+GROUP BY cluster, minute`, `
+INSERT INTO {{.DB}}.stream_minutes (cluster, minute, findings)
+SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
+FROM {{.DB}}.findings
+GROUP BY cluster, minute`}},
 }

@@ -129,6 +129,38 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	return r, nil
 }
 
+// Window is a span of time whose blockers Blockers reads, the same way Build reads a
+// week's: [Start, End), whole seconds, compared with the seven days before Start (Blocker.New).
+type Window struct {
+	Cluster    string
+	Target     Version
+	Start, End time.Time
+	// Table holding the findings; default "findings".
+	Table string
+	// CallersPerBlocker caps the callers listed under each blocker (the busiest first);
+	// default 25. Blocker.CallerCount counts them all.
+	CallersPerBlocker int
+}
+
+// Blockers returns what blocks the upgrade of w.Cluster to w.Target in the window, most
+// findings first, with the queries Build uses for a week's Blockers: the upgrade readiness
+// gate and the weekly report agree on the same data by construction.
+func Blockers(ctx context.Context, db *sql.DB, w Window) ([]Blocker, error) {
+	if !w.Start.Before(w.End) {
+		return nil, fmt.Errorf("%w: window %s to %s is empty", ErrInvalid, w.Start, w.End)
+	}
+	o := Options{Cluster: w.Cluster, Target: w.Target, Table: w.Table, CallersPerBlocker: w.CallersPerBlocker,
+		WeekEnding: DateOf(w.End), MaxChanges: 1}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Report{Cluster: w.Cluster, Target: w.Target, WeekStart: w.Start.UTC().Truncate(time.Second), WeekEnd: w.End.UTC().Truncate(time.Second)}
+	if err := blockers(ctx, db, o, r); err != nil {
+		return nil, err
+	}
+	return r.Blockers, nil
+}
+
 // trend fills Totals (but BlockerCallers), Daily and Weekly from one query over the trend
 // weeks grouped by rule, blocking and day. A finding lies in one day, so sums of per-day
 // distinct counts stay exact.
@@ -248,7 +280,8 @@ func blockers(ctx context.Context, db *sql.DB, o Options, r *Report) error {
 	// What blocks, with exact counts of findings and callers.
 	q := `SELECT ` + keyCols + `, any(repl), any(msg),
   toUInt64(sum(this_n)), toUInt64(sum(prev_n)),
-  toUInt64(countIf(this_n > 0)), toUInt64(countIf(this_n > 0 AND prev_n = 0)), toUInt64(countIf(this_n = 0 AND prev_n > 0))
+  toUInt64(countIf(this_n > 0)), toUInt64(countIf(this_n > 0 AND prev_n = 0)), toUInt64(countIf(this_n = 0 AND prev_n > 0)),
+  toUInt32(max(last_seen))
 FROM (` + callerAgg(o.Table) + `)
 GROUP BY ` + keyCols
 	rows, err := db.QueryContext(ctx, q, args...)
@@ -261,8 +294,9 @@ GROUP BY ` + keyCols
 	for rows.Next() {
 		var b Blocker
 		var prev, callers, newCallers, resolved uint64
+		var last uint32
 		if err := rows.Scan(&b.RuleID, &b.APIGroup, &b.APIVersion, &b.Resource, &b.RemovedIn, &b.Replacement, &b.Message,
-			&b.Findings, &prev, &callers, &newCallers, &resolved); err != nil {
+			&b.Findings, &prev, &callers, &newCallers, &resolved, &last); err != nil {
 			return fmt.Errorf("read blockers: %w", err)
 		}
 		r.NewCount += int(newCallers)
@@ -273,6 +307,7 @@ GROUP BY ` + keyCols
 		}
 		b.New = prev == 0
 		b.CallerCount = int(callers)
+		b.LastSeen = time.Unix(int64(last), 0).UTC()
 		idx[b.Key] = len(r.Blockers)
 		r.Blockers = append(r.Blockers, b)
 	}

@@ -43,6 +43,10 @@ type Report struct {
 	Totals Totals `json:"totals"`
 	// Blockers are what breaks on the upgrade to Target, most findings first.
 	Blockers []Blocker `json:"blockers"`
+	// Accepted are blockers that an acknowledged risk accepts until a day (Accept).
+	Accepted []Accepted `json:"accepted,omitempty"`
+	// Notices are acknowledgements to review: without expiry, expired, unused.
+	Notices []Notice `json:"notices,omitempty"`
 	// New are the blocker callers seen this week but not the week before (the busiest,
 	// NewCount in all).
 	New      []Change `json:"new"`
@@ -96,6 +100,10 @@ type Blocker struct {
 	Findings    uint64 `json:"findings"`
 	// New is set when nobody relied on it the week before.
 	New bool `json:"new"`
+	// LastSeen is the time of its last use in the week.
+	LastSeen time.Time `json:"last_seen"`
+	// Expired is the acceptance of this blocker that ran out: it blocks again.
+	Expired *Acceptance `json:"expired_acceptance,omitempty"`
 	// Callers are the busiest callers, CallerCount in all.
 	Callers     []Caller `json:"callers"`
 	CallerCount int      `json:"caller_count"`

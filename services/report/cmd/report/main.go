@@ -15,6 +15,7 @@ import (
 const synopsis = `report [flags]
 report migrate [flags]
 report weekly [flags]     (see report weekly --help)
+report readiness [flags]  (see report readiness --help)
 
 report consumes findings (stream AUDIT_FINDINGS, consumer group --report-consumer-group) and
 writes them to ClickHouse in batches, acknowledging each finding once its batch is committed;
@@ -31,6 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return migrate.Main(args[1:], stderr)
 		case "weekly":
 			return weeklyMain(args[1:], stdout, stderr)
+		case "readiness":
+			return readinessMain(args[1:], stdout, stderr)
 		}
 	}
 	cfg := report.DefaultConfig(daemon.DataRoot())

@@ -39,6 +39,9 @@ type Engine struct {
 	Validate func() error
 	// Open opens the store chosen by the flags.
 	Open func(ctx context.Context) (Store, error)
+	// Prepare, when set, sets up the delivery (accepted risks, owners) after the flags are
+	// parsed: its Amend applies to the report written too.
+	Prepare func(ctx context.Context, d *schedule.Delivery) error
 }
 
 // Synopsis is the head of --help.
@@ -162,24 +165,35 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	if err := run(ctx, c, week, stdout, stderr, eng.Open); err != nil {
+	if err := run(ctx, c, week, stdout, stderr, eng); err != nil {
 		fmt.Fprintf(stderr, "report weekly: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writer, open func(context.Context) (Store, error)) error {
-	st, err := open(ctx)
+func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writer, eng Engine) error {
+	st, err := eng.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker}
+	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Recipients: c.Mail.To, Options: opts}
+	if eng.Prepare != nil {
+		if err := eng.Prepare(ctx, d); err != nil {
+			return err
+		}
+	}
 	if c.Out != "" || !c.Send {
 		r, err := weekly.Build(ctx, st.DB(), opts)
 		if err != nil {
 			return err
+		}
+		if d.Amend != nil {
+			if err := d.Amend(ctx, r); err != nil {
+				return err
+			}
 		}
 		if err := write(c, r, stdout); err != nil {
 			return err
@@ -192,8 +206,7 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Sender: snd,
-		Recipients: c.Mail.To, Options: opts}
+	d.Sender = snd
 	out, err := d.Deliver(ctx, week, c.Force)
 	if err != nil {
 		return err

@@ -227,9 +227,16 @@ func New(c Config) (*Sender, error) {
 	return &Sender{c: c}, nil
 }
 
-// Send builds the e-mail of r and delivers it in one SMTP session.
+// Send builds the e-mail of r and delivers it to --mail-to in one SMTP session.
 func (s *Sender) Send(ctx context.Context, r *weekly.Report) error {
-	m, err := Message(s.c, r)
+	return s.SendTo(ctx, r, s.c.To)
+}
+
+// SendTo builds the e-mail of r and delivers it to the addresses to in one SMTP session.
+func (s *Sender) SendTo(ctx context.Context, r *weekly.Report, to []string) error {
+	c := s.c
+	c.To = to
+	m, err := Message(c, r)
 	if err != nil {
 		return err
 	}
@@ -262,7 +269,7 @@ func (s *Sender) Send(ctx context.Context, r *weekly.Report) error {
 		return fmt.Errorf("smtp client for %s: %w", s.c.Addr, err)
 	}
 	if err := cl.DialAndSendWithContext(ctx, m); err != nil {
-		return fmt.Errorf("send report to %s via %s: %w", strings.Join(s.c.To, ","), s.c.Addr, err)
+		return fmt.Errorf("send report to %s via %s: %w", strings.Join(to, ","), s.c.Addr, err)
 	}
 	return nil
 }

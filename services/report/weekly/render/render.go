@@ -72,8 +72,9 @@ type Controls struct {
 	Home template.URL
 	// Action is the path the form is submitted to (GET).
 	Action string
-	// Clusters, Weeks (by week ending) and Targets are the form's choices.
-	Clusters, Weeks, Targets []Option
+	// Clusters, Weeks (by week ending) and Targets are the form's choices; Teams too when
+	// there is an owners file (the first, value "", for all callers).
+	Clusters, Weeks, Targets, Teams []Option
 	// WeekNote says which week is shown and why.
 	WeekNote string
 	// Formats link to this report in each format.
@@ -131,6 +132,11 @@ func escaped(r *weekly.Report) *weekly.Report {
 		}
 		b.Callers = callers
 		c.Blockers[i] = b
+	}
+	c.Accepted = make([]weekly.Accepted, len(r.Accepted))
+	for i, a := range r.Accepted {
+		a.Key, a.Replacement, a.Message, a.Callers = key(a.Key), clean(a.Replacement), clean(a.Message), nil
+		c.Accepted[i] = a
 	}
 	changes := func(in []weekly.Change) []weekly.Change {
 		out := make([]weekly.Change, len(in))
@@ -227,6 +233,9 @@ func Text(w io.Writer, r *weekly.Report) error {
 		if bl.Message != "" {
 			p("   %s\n", clean(bl.Message))
 		}
+		if e := bl.Expired; e != nil {
+			p("   ACCEPTED UNTIL %s by %s (%s): EXPIRED, blocks again\n", e.Until, clean(e.By), clean(e.Source))
+		}
 		for _, c := range bl.Callers {
 			p("   - %s, agent %s, namespace %s: %d, first %s, last %s", orDash(clean(c.Username)),
 				orDash(clean(c.UserAgent)), orDash(clean(c.Namespace)), c.Count,
@@ -238,6 +247,24 @@ func Text(w io.Writer, r *weekly.Report) error {
 		}
 		if more := bl.CallerCount - len(bl.Callers); more > 0 {
 			p("   ... and %d more caller%s\n", more, plural(more))
+		}
+	}
+	if len(r.Accepted) > 0 {
+		p("\nACCEPTED RISKS (not blocking)\n")
+		for _, a := range r.Accepted {
+			until := "without expiry"
+			if !a.Acceptance.Until.IsZero() {
+				until = "until " + a.Acceptance.Until.String()
+			}
+			p("  - %s %s, removed in %s: %d finding%s, %d caller%s; accepted %s by %s: %s (%s)\n", clean(a.RuleID), clean(a.API()),
+				clean(a.RemovedIn), a.Findings, plural(int(a.Findings)), a.CallerCount, plural(a.CallerCount), until,
+				clean(a.Acceptance.By), clean(a.Acceptance.Reason), clean(a.Acceptance.Source))
+		}
+	}
+	if len(r.Notices) > 0 {
+		p("\nACKNOWLEDGEMENTS TO REVIEW\n")
+		for _, n := range r.Notices {
+			p("  - %s: %s\n", clean(n.Source), clean(n.Message))
 		}
 	}
 	changes := func(title string, cs []weekly.Change, total int) {

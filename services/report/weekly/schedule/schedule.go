@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 	_ "time/tzdata" // time zones in minimal images
 
@@ -20,7 +21,17 @@ import (
 
 // Sender delivers one report (mail.Sender does).
 type Sender interface {
+	// Send mails r to the sender's own recipients.
 	Send(ctx context.Context, r *weekly.Report) error
+	// SendTo mails r to the addresses to (a split delivery).
+	SendTo(ctx context.Context, r *weekly.Report, to []string) error
+}
+
+// Addressed is one mail of a split delivery: a report and its recipients.
+type Addressed struct {
+	Name       string
+	Recipients []string
+	Report     *weekly.Report
 }
 
 // Outcome says what Deliver did.
@@ -46,6 +57,11 @@ type Delivery struct {
 	Options weekly.Options
 	Log     *slog.Logger
 	Now     func() time.Time
+	// Amend, when set, changes the built report before it is mailed (accepted risks, notices).
+	Amend func(ctx context.Context, r *weekly.Report) error
+	// Split, when set, mails the reports it returns (one per team, the platform team's whole)
+	// instead of the report to Recipients.
+	Split func(r *weekly.Report) []Addressed
 }
 
 // Deliver sends the report of the week ending week unless the ledger shows it was sent (or
@@ -83,22 +99,49 @@ func (d *Delivery) Deliver(ctx context.Context, week weekly.Date, force bool) (O
 	if err != nil {
 		return "", err
 	}
-	if err := d.Ledger.Record(ctx, o.Cluster, week, o.Target, d.Recipients, weekly.StatusSending, now()); err != nil {
+	if d.Amend != nil {
+		if err := d.Amend(ctx, r); err != nil {
+			return "", err
+		}
+	}
+	mails := []Addressed{{Report: r}} // no Recipients: the sender's own
+	recipients := d.Recipients
+	if d.Split != nil {
+		mails, recipients = d.Split(r), nil
+		for _, m := range mails {
+			recipients = append(recipients, m.Recipients...)
+		}
+	}
+	if err := d.Ledger.Record(ctx, o.Cluster, week, o.Target, recipients, weekly.StatusSending, now()); err != nil {
 		return "", err
 	}
-	if err := d.Sender.Send(ctx, r); err != nil {
+	var err2 error
+	for _, m := range mails {
+		if m.Recipients == nil {
+			err2 = d.Sender.Send(ctx, m.Report)
+		} else if err2 = d.Sender.SendTo(ctx, m.Report, m.Recipients); err2 != nil {
+			err2 = fmt.Errorf("mail %s: %w", strings.Join(m.Recipients, ","), err2)
+		}
+		if err2 != nil {
+			break
+		}
+		if m.Name != "" {
+			log.Info("weekly report sent to a team", "team", m.Name, "blockers", len(m.Report.Blockers), "recipients", len(m.Recipients))
+		}
+	}
+	if err := err2; err != nil {
 		// Recorded on a fresh context: ctx may be what was cancelled.
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if rerr := d.Ledger.Record(rctx, o.Cluster, week, o.Target, d.Recipients, weekly.StatusFailed, now()); rerr != nil {
+		if rerr := d.Ledger.Record(rctx, o.Cluster, week, o.Target, recipients, weekly.StatusFailed, now()); rerr != nil {
 			return "", errors.Join(err, rerr)
 		}
 		return "", err
 	}
-	if err := d.Ledger.Record(ctx, o.Cluster, week, o.Target, d.Recipients, weekly.StatusSent, now()); err != nil {
+	if err := d.Ledger.Record(ctx, o.Cluster, week, o.Target, recipients, weekly.StatusSent, now()); err != nil {
 		return Sent, err
 	}
-	log.Info("weekly report sent", "blockers", len(r.Blockers), "recipients", len(d.Recipients))
+	log.Info("weekly report sent", "blockers", len(r.Blockers), "mails", len(mails), "recipients", len(recipients))
 	return Sent, nil
 }
 
@@ -200,6 +243,9 @@ func New(c Config, db *sql.DB, ins weekly.Inserter, cluster string, log *slog.Lo
 
 // Ready implements daemon.Component; sending problems are logged and retried, not fatal.
 func (s *Scheduler) Ready() error { return nil }
+
+// Delivery is how the scheduler delivers a week: set its Amend and Split before Run.
+func (s *Scheduler) Delivery() *Delivery { return s.d }
 
 // Run sends the report at every activation of the schedule until ctx is cancelled. At start it
 // catches up: when the activation for the latest full week already passed (the service was

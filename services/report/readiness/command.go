@@ -1,0 +1,183 @@
+package readiness
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+// Exit codes of `report readiness`.
+const (
+	ExitReady   = 0
+	ExitError   = 1
+	ExitUsage   = 2
+	ExitBlocked = 3
+	ExitUnknown = 4
+)
+
+// CommandSynopsis is the head of `report readiness --help`.
+const CommandSynopsis = `report readiness --cluster NAME --target-version X.Y [flags]
+
+Judges whether cluster NAME is ready for the upgrade to X.Y: blocked when something removed at
+or before X.Y was used in the window (--readiness-window) and is not accepted in
+--acknowledgements-file; unknown when nothing blocks but the cluster sent no findings for longer
+than --readiness-max-silence within the window; else ready. Writes the judgement (text or
+json) and exits 0 ready, 3 blocked, 4 unknown, 1 error, 2 bad usage.`
+
+// Store is an open auditlens database.
+type Store interface {
+	DB() *sql.DB
+	Close() error
+}
+
+// Engine is how the command reaches the store (the report binary's engine flags).
+type Engine struct {
+	RegisterFlags func(fs *flag.FlagSet)
+	Validate      func() error
+	Open          func(ctx context.Context) (Store, error)
+}
+
+// CommandConfig holds the flags of `report readiness`.
+type CommandConfig struct {
+	Cluster    string
+	Target     weekly.Version
+	Window     time.Duration
+	MaxSilence time.Duration
+	Format     string
+	Timeout    time.Duration
+}
+
+// Main runs `report readiness` with args and returns its exit code. register adds more flags
+// (the acknowledgements file) and accept loads what they name for a cluster (nil: no
+// acknowledgements).
+func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*flag.FlagSet), accept func(cluster string) (weekly.Acceptor, error)) int {
+	fs := flag.NewFlagSet("report readiness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute}
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "the `cluster` to judge")
+	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y of the upgrade")
+	fs.DurationVar(&c.Window, "readiness-window", c.Window, "how far back to look for blockers")
+	fs.DurationVar(&c.MaxSilence, "readiness-max-silence", c.MaxSilence, "the longest stretch of the window without findings before the gate is unknown")
+	fs.StringVar(&c.Format, "format", c.Format, "output format: text or json")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after this long")
+	if register != nil {
+		register(fs)
+	}
+	if eng.RegisterFlags != nil {
+		eng.RegisterFlags(fs)
+	}
+	flagenv.Usage(fs, CommandSynopsis)
+	if err := flagenv.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitUsage
+	}
+	usage := func(err error) int {
+		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usage(fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0)))
+	case c.Cluster == "":
+		return usage(errors.New("--cluster is required"))
+	case c.Target.IsZero():
+		return usage(errors.New("--target-version is required"))
+	case c.Format != "text" && c.Format != "json":
+		return usage(fmt.Errorf("--format %q: want text or json", c.Format))
+	}
+	if err := (Config{Window: c.Window, MaxSilence: c.MaxSilence}).Validate(); err != nil {
+		return usage(err)
+	}
+	if eng.Validate != nil {
+		if err := eng.Validate(); err != nil {
+			return usage(err)
+		}
+	}
+	var acc weekly.Acceptor
+	if accept != nil {
+		a, err := accept(c.Cluster)
+		if err != nil {
+			fmt.Fprintf(stderr, "report readiness: %v\n", err)
+			return ExitError
+		}
+		acc = a
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	st, err := eng.Open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitError
+	}
+	defer st.Close()
+	r, err := Evaluate(ctx, st.DB(), Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc})
+	if err != nil {
+		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitError
+	}
+	if err := Write(stdout, c.Format, r); err != nil {
+		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitError
+	}
+	return ExitCode(r)
+}
+
+// ExitCode is the command's exit code for r.
+func ExitCode(r *Result) int {
+	switch r.State {
+	case Ready:
+		return ExitReady
+	case Blocked:
+		return ExitBlocked
+	default:
+		return ExitUnknown
+	}
+}
+
+// Write writes r as json or text.
+func Write(w io.Writer, format string, r *Result) error {
+	if format == "json" {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(r)
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("%s: %s for %s (%s)\n", r.Cluster, r.State, r.Target, r.Message)
+	p("window: %s to %s; audit stream alive: %t (longest silence %s)\n", r.WindowStart.Format(time.RFC3339),
+		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
+	for _, b := range r.Blockers {
+		p("blocker: %s (%s, removed in %s): %d findings, %d callers, last used %s\n", name(b.Key), b.RuleID, b.RemovedIn,
+			b.Findings, b.CallerCount, b.LastSeen.Format(time.RFC3339))
+		if b.Expired != nil {
+			p("  accepted until %s by %s: EXPIRED, blocks again (%s)\n", b.Expired.Until, b.Expired.By, b.Expired.Source)
+		}
+		for _, cl := range b.Callers {
+			p("  caller: %q user agent %q namespace %q: %d, last %s\n", cl.Username, cl.UserAgent, cl.Namespace, cl.Count,
+				cl.LastSeen.Format(time.RFC3339))
+		}
+	}
+	for _, a := range r.Accepted {
+		until := "no expiry"
+		if !a.Acceptance.Until.IsZero() {
+			until = "until " + a.Acceptance.Until.String()
+		}
+		p("accepted %s: %s (%s, removed in %s) by %s: %s (%s)\n", until, name(a.Key), a.RuleID, a.RemovedIn,
+			a.Acceptance.By, a.Acceptance.Reason, a.Acceptance.Source)
+	}
+	return nil
+}

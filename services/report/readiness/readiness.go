@@ -1,0 +1,227 @@
+// Package readiness is the upgrade readiness gate: per cluster and target version, ready,
+// blocked or unknown, and why, from the weekly report's blocker queries and the minutes in
+// which the cluster's audit stream carried findings.
+package readiness
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+// States of a gate.
+const (
+	// Ready: the stream was alive through the window and nothing unaccepted blocks.
+	Ready = "ready"
+	// Blocked: something removed at or before the target was used in the window and is not
+	// accepted (or its acceptance expired).
+	Blocked = "blocked"
+	// Unknown: nothing blocks, but the stream was silent for longer than MaxSilence in the
+	// window, so absence of blockers proves nothing.
+	Unknown = "unknown"
+)
+
+// Reasons, in the CamelCase of a Kubernetes condition's reason.
+const (
+	ReasonNoBlockers   = "NoBlockers"
+	ReasonBlockers     = "BlockersInUse"
+	ReasonStreamSilent = "AuditStreamSilent"
+)
+
+// Options say what to judge.
+type Options struct {
+	Cluster string
+	Target  weekly.Version
+	// Window is how far back from Now blockers are looked for; default 7 days (the weekly
+	// report's week).
+	Window time.Duration
+	// MaxSilence is the longest stretch of the window without any finding from the cluster
+	// that still counts as a live stream; default one hour.
+	MaxSilence time.Duration
+	// CallersPerBlocker caps the callers listed under each blocker; default 25.
+	CallersPerBlocker int
+	// Acceptor decides which blockers are acknowledged risks; nil accepts none.
+	Acceptor weekly.Acceptor
+	// Now is the end of the window; default time.Now.
+	Now func() time.Time
+	// Table and MinutesTable default to the store's findings and stream_minutes.
+	Table, MinutesTable string
+}
+
+// Defaults of Options.
+const (
+	DefaultWindow     = 7 * 24 * time.Hour
+	DefaultMaxSilence = time.Hour
+)
+
+func (o *Options) fill() error {
+	if o.Cluster == "" {
+		return errors.New("cluster is empty")
+	}
+	if o.Target.IsZero() {
+		return errors.New("target version is not set")
+	}
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	if o.MaxSilence == 0 {
+		o.MaxSilence = DefaultMaxSilence
+	}
+	if o.Window < time.Minute || o.MaxSilence < time.Minute {
+		return fmt.Errorf("window %s, max silence %s: want at least a minute each", o.Window, o.MaxSilence)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MinutesTable == "" {
+		o.MinutesTable = "stream_minutes"
+	}
+	return nil
+}
+
+// Stream says whether the cluster's audit stream was alive through the window.
+type Stream struct {
+	Alive bool `json:"alive"`
+	// LastEvent is the start of the last minute with a finding in the window (zero: none).
+	LastEvent time.Time `json:"last_event,omitzero"`
+	// LongestSilence is the longest stretch without findings, SilentFrom to SilentUntil.
+	LongestSilence Duration  `json:"longest_silence"`
+	SilentFrom     time.Time `json:"silent_from"`
+	SilentUntil    time.Time `json:"silent_until"`
+	// ActiveMinutes counts the minutes of the window with findings.
+	ActiveMinutes int `json:"active_minutes"`
+}
+
+// Duration is a time.Duration written as "1h30m0s" in JSON.
+type Duration time.Duration
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
+// Result is the gate of one cluster and target.
+type Result struct {
+	Cluster string         `json:"cluster"`
+	Target  weekly.Version `json:"target_version"`
+	State   string         `json:"state"`
+	Ready   bool           `json:"ready"`
+	Reason  string         `json:"reason"`
+	Message string         `json:"message"`
+	// WindowStart and WindowEnd bound what was looked at: [start, end).
+	WindowStart time.Time `json:"window_start"`
+	WindowEnd   time.Time `json:"window_end"`
+	Stream      Stream    `json:"stream"`
+	// Blockers block (an expired acceptance is named on the blocker); Accepted do not.
+	Blockers []weekly.Blocker  `json:"blockers"`
+	Accepted []weekly.Accepted `json:"accepted"`
+}
+
+// Evaluate reads the window ending at o.Now from db and judges the gate.
+func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
+	if err := o.fill(); err != nil {
+		return nil, fmt.Errorf("%w: %w", weekly.ErrInvalid, err)
+	}
+	end := o.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+	start := end.Add(-o.Window)
+	bs, err := weekly.Blockers(ctx, db, weekly.Window{Cluster: o.Cluster, Target: o.Target, Start: start, End: end,
+		Table: o.Table, CallersPerBlocker: o.CallersPerBlocker})
+	if err != nil {
+		return nil, err
+	}
+	st, err := stream(ctx, db, o, start, end)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{Cluster: o.Cluster, Target: o.Target, WindowStart: start, WindowEnd: end, Stream: st}
+	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
+	switch {
+	case len(r.Blockers) > 0:
+		r.State, r.Reason = Blocked, ReasonBlockers
+		names := make([]string, 0, 3)
+		for _, b := range r.Blockers[:min(3, len(r.Blockers))] {
+			names = append(names, name(b.Key))
+		}
+		more := ""
+		if len(r.Blockers) > 3 {
+			more = fmt.Sprintf(" and %d more", len(r.Blockers)-3)
+		}
+		r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s%s", len(r.Blockers), o.Target, strings.Join(names, ", "), more)
+	case !st.Alive:
+		r.State, r.Reason = Unknown, ReasonStreamSilent
+		r.Message = fmt.Sprintf("no findings from cluster %s for %s (%s to %s, longer than %s): its audit stream may be down",
+			o.Cluster, time.Duration(st.LongestSilence), st.SilentFrom.Format(time.RFC3339), st.SilentUntil.Format(time.RFC3339), o.MaxSilence)
+	default:
+		r.State, r.Reason, r.Ready = Ready, ReasonNoBlockers, true
+		r.Message = fmt.Sprintf("nothing removed at or before %s was used in the window", o.Target)
+		if len(r.Accepted) > 0 {
+			r.Message += fmt.Sprintf(" but %d accepted risk(s)", len(r.Accepted))
+		}
+	}
+	return r, nil
+}
+
+// name is what a message calls a blocker: its API, else its rule.
+func name(k weekly.Key) string {
+	if a := k.API(); a != "" {
+		return a
+	}
+	return k.RuleID
+}
+
+// stream reads the minutes of the window with findings and finds the longest silence,
+// counting from the window's start and up to its end.
+func stream(ctx context.Context, db *sql.DB, o Options, start, end time.Time) (Stream, error) {
+	rows, err := db.QueryContext(ctx, `SELECT toUInt32(minute) AS m FROM `+o.MinutesTable+`
+WHERE cluster = ? AND minute >= toDateTime(?) AND minute < toDateTime(?)
+GROUP BY m ORDER BY m`, o.Cluster, start.Unix(), end.Unix())
+	if err != nil {
+		return Stream{}, fmt.Errorf("query stream minutes: %w", err)
+	}
+	defer rows.Close()
+	var s Stream
+	prev := start // the end of the last minute with findings
+	gap := func(from, until time.Time) {
+		if d := until.Sub(from); d > time.Duration(s.LongestSilence) {
+			s.LongestSilence, s.SilentFrom, s.SilentUntil = Duration(d), from, until
+		}
+	}
+	for rows.Next() {
+		var m uint32
+		if err := rows.Scan(&m); err != nil {
+			return Stream{}, fmt.Errorf("read stream minutes: %w", err)
+		}
+		t := time.Unix(int64(m), 0).UTC()
+		gap(prev, t)
+		prev = t.Add(time.Minute)
+		s.LastEvent = t
+		s.ActiveMinutes++
+	}
+	if err := rows.Err(); err != nil {
+		return Stream{}, fmt.Errorf("read stream minutes: %w", err)
+	}
+	gap(prev, end)
+	s.Alive = time.Duration(s.LongestSilence) <= o.MaxSilence
+	return s, nil
+}
+
+// Sort orders results by cluster, then target.
+func Sort(rs []*Result) {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Cluster != rs[j].Cluster {
+			return rs[i].Cluster < rs[j].Cluster
+		}
+		return rs[i].Target.Less(rs[j].Target)
+	})
+}

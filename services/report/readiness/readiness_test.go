@@ -1,0 +1,305 @@
+package readiness_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/access"
+	"github.com/auditlens/auditlens/services/report/acks"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/readiness"
+	"github.com/auditlens/auditlens/services/report/store"
+	"github.com/auditlens/auditlens/services/report/weekly"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+func f(cluster, rule, id, group, version, resource, removed, user, ua, ns string, at time.Time) *auditlensv1.Finding {
+	return &auditlensv1.Finding{
+		RuleId: rule, Cluster: cluster, AuditId: id, EventTime: timestamppb.New(at),
+		Severity: auditlensv1.Severity_SEVERITY_CRITICAL, Verb: "list",
+		ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removed,
+		Replacement: "the " + resource + " replacement", Message: "migrate " + resource,
+		Username: user, UserAgent: ua, Namespace: ns, Stage: "ResponseComplete",
+	}
+}
+
+// seed is a week of three clusters: prod (alive, blockers of 1.22 and 1.25, one of 1.32 only),
+// clean (alive, deprecations only) and quiet (one deprecation, then silence).
+type seed struct {
+	week       weekly.Date
+	start, end time.Time
+}
+
+func newSeed() seed {
+	w := weekly.LastWeekEnding(time.Now().UTC())
+	end := w.AddDate(0, 0, 1)
+	return seed{week: w, start: end.AddDate(0, 0, -7), end: end}
+}
+
+func (s seed) findings() []*auditlensv1.Finding {
+	var out []*auditlensv1.Finding
+	add := func(fs ...*auditlensv1.Finding) { out = append(out, fs...) }
+	// A deprecation every 50 minutes keeps prod's and clean's streams alive.
+	for i, at := 0, s.start; at.Before(s.end); i, at = i+1, at.Add(50*time.Minute) {
+		for _, c := range []string{"prod", "clean"} {
+			add(f(c, "deprecated-api", fmt.Sprintf("d%d", i), "", "v1", "componentstatuses", "", "prober", "curl/8", "", at))
+		}
+	}
+	ing := func(id, user, ns string, at time.Time) *auditlensv1.Finding {
+		return f("prod", "removed-api", id, "extensions", "v1beta1", "ingresses", "1.22", user, "kubectl/v1.20.0", ns, at)
+	}
+	for i := 0; i < 5; i++ {
+		a := ing(fmt.Sprintf("i%d", i), "alice", "web", s.start.Add(time.Duration(10+24*i)*time.Hour))
+		add(a, a) // redelivered: counted once
+	}
+	add(ing("x1", `x'); DROP TABLE findings; --`, "default", s.start.Add(3*time.Hour)))
+	add(f("prod", "psp", "p1", "policy", "v1beta1", "podsecuritypolicies", "1.25", "carol", "kubectl/v1.24.0", "kube-system", s.start.Add(30*time.Hour)))
+	add(f("prod", "removed-api", "fs1", "flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas", "1.32", "prometheus", "prometheus/2.45", "monitoring", s.start.Add(100*time.Hour)))
+	// Before the window: never a blocker of this week.
+	add(ing("old", "bob", "web", s.start.Add(-time.Hour)))
+	add(f("quiet", "deprecated-api", "q1", "", "v1", "componentstatuses", "", "prober", "curl/8", "", s.start.Add(2*time.Hour)))
+	return out
+}
+
+// openStore wraps a store for readiness.Main without closing it.
+type openStore struct{ *store.Store }
+
+func (openStore) Close() error { return nil }
+
+func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		if err := st.WriteFindings(ctx, s.findings()); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		for _, target := range []weekly.Version{{Major: 1, Minor: 22}, {Major: 1, Minor: 25}, {Major: 1, Minor: 32}} {
+			rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: target, WeekEnding: s.week, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !g.WindowStart.Equal(rep.WeekStart) || !g.WindowEnd.Equal(rep.WeekEnd) {
+				t.Fatalf("gate window %s..%s, weekly %s..%s", g.WindowStart, g.WindowEnd, rep.WeekStart, rep.WeekEnd)
+			}
+			if len(rep.Blockers) == 0 {
+				t.Fatalf("target %s: the weekly report has no blockers: the comparison proves nothing", target)
+			}
+			if !reflect.DeepEqual(g.Blockers, rep.Blockers) {
+				t.Errorf("target %s: the gate's blockers differ from the weekly report's:\n gate %+v\nweekly %+v", target, g.Blockers, rep.Blockers)
+			}
+			if g.State != readiness.Blocked || g.Reason != readiness.ReasonBlockers || g.Ready || !g.Stream.Alive {
+				t.Errorf("target %s: %s/%s ready=%t alive=%t, want blocked with a live stream", target, g.State, g.Reason, g.Ready, g.Stream.Alive)
+			}
+			want := map[string]int{"1.22": 1, "1.25": 2, "1.32": 3}[target.String()]
+			if len(g.Blockers) != want {
+				t.Errorf("target %s: %d blockers, want %d", target, len(g.Blockers), want)
+			}
+		}
+		// The ingresses: 5 findings (each stored twice) + the hostile one, last used on day 5.
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 22}, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := g.Blockers[0]
+		if b.Findings != 6 || b.CallerCount != 2 || !b.LastSeen.Equal(s.start.Add(106*time.Hour)) {
+			t.Errorf("ingresses: %d findings, %d callers, last %s; want 6, 2, %s", b.Findings, b.CallerCount, b.LastSeen, s.start.Add(106*time.Hour))
+		}
+
+		for _, c := range []struct {
+			cluster, state, reason string
+			code                   int
+		}{
+			{"prod", readiness.Blocked, readiness.ReasonBlockers, readiness.ExitBlocked},
+			{"clean", readiness.Ready, readiness.ReasonNoBlockers, readiness.ExitReady},
+			{"quiet", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
+			{"never-seen", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
+		} {
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: c.cluster, Target: weekly.Version{Major: 1, Minor: 34}, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.State != c.state || g.Reason != c.reason || g.Ready != (c.state == readiness.Ready) {
+				t.Errorf("%s: %s/%s (%s), want %s/%s", c.cluster, g.State, g.Reason, g.Message, c.state, c.reason)
+			}
+			if c.cluster == "quiet" && (g.Stream.ActiveMinutes != 1 || time.Duration(g.Stream.LongestSilence) < 6*24*time.Hour) {
+				t.Errorf("quiet: %+v, want one active minute and a silence of almost the whole week", g.Stream)
+			}
+			if c.cluster == "clean" && time.Duration(g.Stream.LongestSilence) > 50*time.Minute {
+				t.Errorf("clean: longest silence %s, want at most 50m", time.Duration(g.Stream.LongestSilence))
+			}
+			// The command's exit code, on the same store; its window ends now, so the seed's
+			// week must be within it.
+			var out, errb bytes.Buffer
+			code := readiness.Main([]string{"--cluster", c.cluster, "--target-version", "1.34", "--readiness-window", "336h",
+				"--readiness-max-silence", "240h", "--format", "json"}, &out, &errb,
+				readiness.Engine{Open: func(context.Context) (readiness.Store, error) { return openStore{st}, nil }}, nil, nil)
+			wantCode := c.code
+			if c.cluster == "quiet" {
+				wantCode = readiness.ExitReady // 240h of silence allowed: quiet's one finding is enough
+			}
+			if code != wantCode {
+				t.Errorf("report readiness --cluster %s: exit %d, want %d; stderr %s", c.cluster, code, wantCode, errb.String())
+			}
+			if code != readiness.ExitError {
+				var r readiness.Result
+				if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Cluster != c.cluster {
+					t.Errorf("report readiness --format json: %v, %q", err, out.String())
+				}
+			}
+		}
+
+		// Accepted risks, with a clock: the ingresses (the only blocker of 1.22) accepted
+		// until the last day of the week: ready until then (the stream is alive), blocked and
+		// flagged after it.
+		set, err := acks.Parse("acks.yaml", []byte(fmt.Sprintf(`schema_version: 1
+acknowledgements:
+  - cluster: prod
+    api: extensions/v1beta1 ingresses
+    reason: the web team migrates next week
+    accepted_by: web@example.com
+    expires: %s
+  - rule: psp
+    reason: never used here
+    accepted_by: nobody@example.com
+`, s.week)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			at      time.Time
+			state   string
+			expired bool
+		}{
+			{s.end.Add(-time.Second), readiness.Ready, false},
+			{s.end.Add(time.Hour), readiness.Blocked, true},
+		} {
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 22},
+				Acceptor: set.For("prod"), Now: func() time.Time { return c.at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.State != c.state || (len(g.Blockers) == 1 && (g.Blockers[0].Expired != nil) != c.expired) {
+				t.Errorf("at %s: %s with %d blocker(s), %d accepted; want %s (expired flagged: %t)", c.at, g.State, len(g.Blockers), len(g.Accepted), c.state, c.expired)
+			}
+			if c.state == readiness.Ready && (len(g.Accepted) != 1 || g.Accepted[0].Acceptance.Source != "acks.yaml:3" || !strings.Contains(g.Message, "1 accepted risk")) {
+				t.Errorf("at %s: accepted %+v, message %q; want the ingresses named, accepted by acks.yaml:3", c.at, g.Accepted, g.Message)
+			}
+		}
+		// Review: the PSP acknowledgement has no expiry, and matched nothing in 30 days in
+		// cluster clean; the ingresses one expired after the week.
+		ns, err := set.Review(ctx, st.DB(), "clean", s.end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ns) != 2 || ns[0].Source != "acks.yaml:8" || !strings.Contains(ns[0].Message, "no expiry") || !strings.Contains(ns[1].Message, "matched nothing in the last 30 days") {
+			t.Errorf("review of clean: %+v", ns)
+		}
+		ns, err = set.Review(ctx, st.DB(), "prod", s.end.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		for _, n := range ns {
+			msgs = append(msgs, n.Source+" "+n.Message)
+		}
+		if got := strings.Join(msgs, "; "); !strings.Contains(got, "acks.yaml:3 expired on "+s.week.String()) ||
+			strings.Contains(got, "acks.yaml:3 matched nothing") || !strings.Contains(got, "acks.yaml:8 has no expiry") || strings.Contains(got, "acks.yaml:8 matched nothing") {
+			t.Errorf("review of prod: %s; want the ingresses one expired (and used), the PSP one without expiry (and used)", got)
+		}
+
+		// The gate in the service: metrics and the HTTP API.
+		reg := prometheus.NewRegistry()
+		cfg := readiness.DefaultConfig()
+		cfg.Clusters = readiness.List{"never-seen"}
+		cfg.Targets = readiness.Versions{{Major: 1, Minor: 25}}
+		gate, err := readiness.NewGate(cfg, st.DB(), weekly.Version{}, nil, nil, nil, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readiness.SetClock(gate, now)
+		rs, err := gate.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 4 {
+			t.Errorf("judged %d cluster(s), want never-seen, clean, prod, quiet", len(rs))
+		}
+		if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_blockers", "prod", "1.25", "")); got != 2 {
+			t.Errorf("auditlens_upgrade_blockers{prod,1.25} = %v, want 2", got)
+		}
+		for cl, state := range map[string]string{"prod": "blocked", "clean": "ready", "quiet": "unknown", "never-seen": "unknown"} {
+			if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_readiness", cl, "1.25", state)); got != 1 {
+				t.Errorf("auditlens_upgrade_readiness{%s,1.25,%s} = %v, want 1", cl, state, got)
+			}
+		}
+		srv := httptest.NewServer(access.Loopback(gate.Handler())) // as the console serves it
+		defer srv.Close()
+		for q, want := range map[string]int{
+			"?cluster=prod&target_version=1.22": 200, "?cluster=clean": 200,
+			"?cluster=prod&target_version=banana": 400, "": 400,
+		} {
+			resp, err := http.Get(srv.URL + q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r readiness.Result
+			_ = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("GET %s: %d, want %d", q, resp.StatusCode, want)
+			}
+			if q == "?cluster=prod&target_version=1.22" && (r.State != readiness.Blocked || len(r.Blockers) != 1 || r.Blockers[0].Resource != "ingresses") {
+				t.Errorf("GET %s: %+v, want blocked by the ingresses", q, r)
+			}
+			if q == "?cluster=clean" && r.State != readiness.Ready {
+				t.Errorf("GET %s: %s, want ready (target 1.25 by default)", q, r.State)
+			}
+		}
+	})
+}
+
+// readinessMetric finds one gauge of reg's by name and labels.
+func readinessMetric(reg *prometheus.Registry, name, cluster, target, state string) prometheus.Collector {
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				if l["cluster"] == cluster && l["target_version"] == target && l["state"] == state {
+					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, "", nil, nil), prometheus.GaugeValue, m.GetGauge().GetValue())
+				}
+			}
+		}
+	})
+}
+
+type collectorFunc func(ch chan<- prometheus.Metric)
+
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }

@@ -1,10 +1,9 @@
-package metrics_test
+package input_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -43,16 +43,22 @@ func (f *failing) Publish(_ context.Context, msgs ...bus.Message) error {
 	return nil
 }
 
+// ready is a bus that is always connected.
+type ready struct{ bus.Publisher }
+
+func (ready) Ready() error { return nil }
+
 // TestStuckWhileRetrying: while a pulling source's publishing keeps failing, the input is
 // stuck (its readiness fails); once it stores, it is not. Before, a source retrying for ever
 // stayed ready.
 func TestStuckWhileRetrying(t *testing.T) {
 	m := metrics.New(nil)
 	p := &failing{err: fmt.Errorf("stream full: %w", bus.ErrUnavailable)}
+	em := input.MustEnv(input.Env{Bus: ready{p}, Metrics: m}).Emitter("kafka")
 	msgs := []bus.Message{{Stream: bus.Events, Cluster: "c", ID: "c/a/x", Data: []byte("{}")}}
 	done := make(chan error, 1)
 	go func() {
-		done <- m.PublishUntilStored(context.Background(), p, slog.New(slog.DiscardHandler), "kafka", "src", "n1", "the offsets", metrics.Batch{Msgs: msgs, Events: 1})
+		done <- em.PublishUntilStored(context.Background(), msgs, input.Counts{Events: 1}, "src", "the offsets")
 	}()
 	testkit.Eventually(t, time.Minute, "a failed publish", func() bool { return p.tries.Load() >= 1 })
 	testkit.Eventually(t, time.Minute, "the input stuck", func() bool { return m.Stuck("kafka") != nil })
@@ -79,6 +85,7 @@ func TestStuckWhileRetrying(t *testing.T) {
 func TestRefusedAloneNotRetried(t *testing.T) {
 	m := metrics.New(nil)
 	p := &failing{}
+	em := input.MustEnv(input.Env{Bus: ready{p}, Metrics: m}).Emitter("kafka")
 	msgs := []bus.Message{
 		{Stream: bus.Events, Cluster: "ok", ID: "ok/a/x", Data: []byte("{}")},
 		{Stream: bus.Events, Cluster: "bad\x07name", ID: "bad/b/x", Data: []byte("{}")},
@@ -86,7 +93,7 @@ func TestRefusedAloneNotRetried(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := m.PublishUntilStored(ctx, p, slog.New(slog.DiscardHandler), "kafka", "src", "n1", "the offsets", metrics.Batch{Msgs: msgs, Events: 3}); err != nil {
+	if err := em.PublishUntilStored(ctx, msgs, input.Counts{Events: 3}, "src", "the offsets"); err != nil {
 		t.Fatal(err)
 	}
 	var events, dead int

@@ -194,8 +194,14 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		pub = g
 	}
 	// One budget of decoded bytes for all the managed sources: MemoryLimit counts it once.
+	// Their limits are checked (Validate) only when one of them is on; else they are unused
+	// and the env keeps its defaults.
+	var limits envelope.Limits
+	if cfg.Firehose.On() || cfg.PubSub.On() || cfg.Kafka.On() || cfg.CloudWatch.On() {
+		limits = cfg.Managed
+	}
 	env, err := input.NewEnv(input.Env{Bus: pub, Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize,
-		Logger: logger, Registry: reg, Metrics: metrics.New(reg), Batch: cfg.Batch, Limits: cfg.Managed})
+		Logger: logger, Registry: reg, Metrics: metrics.New(reg), Batch: cfg.Batch, Limits: limits})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
+	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -115,5 +117,26 @@ func TestRefusedAloneNotRetried(t *testing.T) {
 	}
 	if errors.Is(m.Stuck("kafka"), bus.ErrInvalid) {
 		t.Error("stuck on a message that was dead-lettered")
+	}
+}
+
+// NewEnv is the one place the inputs' defaults are written: it fills in what is left out,
+// refuses an env without a bus, and checks what it is given.
+func TestNewEnv(t *testing.T) {
+	if _, err := input.NewEnv(input.Env{}); err == nil {
+		t.Error("an env without a bus was accepted")
+	}
+	env, err := input.NewEnv(input.Env{Bus: ready{&failing{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Logger == nil || env.Metrics == nil || env.Budget == nil || env.MaxEventSize != input.DefaultMaxEventSize ||
+		env.Batch != eventbatch.DefaultConfig() || env.Limits != envelope.DefaultLimits() {
+		t.Errorf("defaults not filled in: %+v", env)
+	}
+	bad := envelope.DefaultLimits()
+	bad.MaxDecoded = -1
+	if _, err := input.NewEnv(input.Env{Bus: ready{&failing{}}, Limits: bad}); err == nil {
+		t.Error("negative decoded-bytes limit accepted")
 	}
 }

@@ -141,13 +141,14 @@ func (s *scanner) strGeneral() (string, error) {
 // stringEnd returns the index of the first '"' or '\\' in b, or len(b) (jsonstr.End).
 func stringEnd(b []byte) int { return jsonstr.End(b) }
 
-// strSlow unquotes a string with escapes into the arena, starting over at start (just after
-// the quote).
+// strSlow unquotes a string with escapes into the arena: the run from start (just after the
+// quote) to s.i (the first escape) as it is, the rest with jsonstr.
 func (s *scanner) strSlow(start int) (string, error) {
 	a := *s.arena
 	off := len(a)
-	a, n, err := jsonstr.AppendUnquoted(a, s.b[start:])
-	s.i = start + n
+	a = append(a, s.b[start:s.i]...)
+	a, n, err := jsonstr.AppendUnquoted(a, s.b[s.i:])
+	s.i += n
 	if err != nil {
 		return "", s.errorf("%s", err.Error())
 	}

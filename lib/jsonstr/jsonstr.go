@@ -69,20 +69,34 @@ func QuoteOrEscape(b []byte) int {
 	return i
 }
 
+// shortRun is how many bytes of a run between escapes AppendUnquoted looks at one by one
+// before it calls End.
+const shortRun = 16
+
 // AppendUnquoted appends to dst the unescaped contents of the string literal whose opening
 // quote is just before b, and returns it with the bytes of b read, the closing quote
 // included. On an error n is the offset in b of what is wrong.
 func AppendUnquoted(dst, b []byte) (out []byte, n int, err error) {
 	i := 0
 	for i < len(b) {
-		j := i + End(b[i:])
-		dst = append(dst, b[i:j]...)
-		i = j
-		if i >= len(b) {
-			break
-		}
-		if b[i] == '"' {
+		switch b[i] {
+		case '"':
 			return dst, i + 1, nil
+		case '\\':
+		default:
+			// The run up to the next quote or escape: byte by byte over its first bytes
+			// (runs between escapes are mostly short), the rest at once up to what End finds.
+			end := min(len(b), i+shortRun)
+			for i < end && b[i] != '"' && b[i] != '\\' {
+				dst = append(dst, b[i])
+				i++
+			}
+			if i == end && i < len(b) && b[i] != '"' && b[i] != '\\' {
+				j := i + End(b[i:])
+				dst = append(dst, b[i:j]...)
+				i = j
+			}
+			continue
 		}
 		if i+1 >= len(b) {
 			return dst, i, &Error{Offset: i, Err: ErrUnterminated, What: "unterminated escape"}

@@ -105,8 +105,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 //
 // The managed sources hold at most --managed-max-inflight-bytes of decoded envelopes and
 // Firehose bodies (ManagedMemoryPerInflightByte per byte of it), plus what their clients
-// fetch ahead: a Kafka poll (64 MiB), the Pub/Sub messages outstanding (bounded by the same
-// number of bytes).
+// fetch ahead: a Kafka poll (64 MiB; the few records queued behind it are not counted),
+// the Pub/Sub messages outstanding (bounded by the same number of bytes).
 func (c *Config) MemoryLimit() int64 {
 	n := int64(baseMemory)
 	if c.File.On() {

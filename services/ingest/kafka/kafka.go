@@ -166,6 +166,9 @@ type Source struct {
 // partition returns).
 const FetchMaxBytes = 64 << 20
 
+// queueCapacity is how many records the reader fetches ahead of the poll.
+const queueCapacity = 32
+
 // pollMax bounds the records one poll gathers; pollLinger is how long it waits for another
 // record once it has one.
 const (
@@ -210,6 +213,9 @@ func New(cfg Config, env *input.Env) (*Source, error) {
 	reader := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers: conn.brokers, GroupID: cfg.Group, Topic: conn.topic, Dialer: dialer,
 		MinBytes: 1, MaxBytes: FetchMaxBytes,
+		// Records fetched ahead of the poll wait in a queue of this many (an Event Hubs
+		// message is at most 1 MB): what the source holds is about a poll plus this.
+		QueueCapacity: queueCapacity,
 		// The broker answers a fetch as soon as MinBytes are there: a long MaxWait costs an
 		// idle poll's latency only, and a loaded machine is not mistaken for a dead broker.
 		MaxWait:     5 * time.Second,

@@ -278,16 +278,22 @@ func (s *Source) poll(ctx context.Context) ([]kafkago.Message, error) {
 	recs := []kafkago.Message{m}
 	size := len(m.Value)
 	for len(recs) < pollMax && size < FetchMaxBytes {
-		lctx, cancel := context.WithTimeout(ctx, pollLinger)
-		m, err := s.reader.FetchMessage(lctx)
-		cancel()
-		if err != nil {
+		m, ok := s.next(ctx)
+		if !ok {
 			break // none within pollLinger, or ctx ended: publish what there is
 		}
 		recs = append(recs, m)
 		size += len(m.Value)
 	}
 	return recs, nil
+}
+
+// next is the next record if one comes within pollLinger.
+func (s *Source) next(ctx context.Context) (kafkago.Message, bool) {
+	lctx, cancel := context.WithTimeout(ctx, pollLinger)
+	defer cancel()
+	m, err := s.reader.FetchMessage(lctx)
+	return m, err == nil
 }
 
 // store publishes the events of recs, retrying with back-off until the bus took them or ctx

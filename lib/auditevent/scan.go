@@ -1,14 +1,12 @@
 package auditevent
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
-	"unicode"
-	"unicode/utf16"
-	"unicode/utf8"
 	"unsafe"
+
+	"github.com/auditlens/auditlens/lib/jsonstr"
 )
 
 // maxDepth is encoding/json's nesting limit: deeper input is rejected by both decoders.
@@ -108,7 +106,7 @@ func (s *scanner) str() (string, error) {
 }
 
 // shortString returns the index of the first quote or backslash in b from start when it
-// comes within 64 bytes, else 0: quoteOrEscape's loop, small enough for the compiler to
+// comes within 64 bytes, else 0: jsonstr.QuoteOrEscape's loop, small enough for the compiler to
 // inline into the callers that read most strings (b[k] == '"' there: a string without escapes).
 func shortString(b []byte, start int) int {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
@@ -140,126 +138,22 @@ func (s *scanner) strGeneral() (string, error) {
 	return b2s(b[start:i]), nil
 }
 
-// stringEnd returns the index of the first '"' or '\\' in b, or len(b): eight bytes at a time
-// over the first 64 (most strings end there), then with IndexByte, faster on long strings.
-func stringEnd(b []byte) int {
-	n := min(len(b), 64)
-	if i := quoteOrEscape(b[:n]); i < n || n == len(b) {
-		return i
-	}
-	q := bytes.IndexByte(b[n:], '"')
-	if q < 0 {
-		q = len(b) - n
-	}
-	if e := bytes.IndexByte(b[n:n+q], '\\'); e >= 0 {
-		return n + e
-	}
-	return n + q
-}
+// stringEnd returns the index of the first '"' or '\\' in b, or len(b) (jsonstr.End).
+func stringEnd(b []byte) int { return jsonstr.End(b) }
 
-// quoteOrEscape returns the index of the first '"' or '\\' in b, or len(b). It looks at eight
-// bytes at a time (the classic has-zero-byte trick on the XOR with each wanted byte): strings in
-// audit events are mostly 8 to 40 bytes, where this beats both a byte loop and IndexByte.
-func quoteOrEscape(b []byte) int {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q, e := x^(lo*'"'), x^(lo*'\\')
-		// The lowest set bit is exact; higher ones may be borrow artefacts, never lower ones.
-		if m := ((q-lo)&^q | (e-lo)&^e) & hi; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' {
-			return i
-		}
-	}
-	return i
-}
-
-// strSlow unquotes a string with escapes, starting over at start (just after the quote).
+// strSlow unquotes a string with escapes into the arena: the run from start (just after the
+// quote) to s.i (the first escape) as it is, the rest with jsonstr.
 func (s *scanner) strSlow(start int) (string, error) {
 	a := *s.arena
 	off := len(a)
 	a = append(a, s.b[start:s.i]...)
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			*s.arena = a
-			return b2s(a[off:len(a):len(a)]), nil
-		case c != '\\':
-			// The run up to the next quote or escape, at once.
-			j := s.i + stringEnd(s.b[s.i:])
-			a = append(a, s.b[s.i:j]...)
-			s.i = j
-			continue
-		}
-		if s.i+1 >= len(s.b) {
-			return "", s.errorf("unterminated escape")
-		}
-		e := s.b[s.i+1]
-		switch e {
-		case '"', '\\', '/':
-			a = append(a, e)
-		case 'b':
-			a = append(a, '\b')
-		case 'f':
-			a = append(a, '\f')
-		case 'n':
-			a = append(a, '\n')
-		case 'r':
-			a = append(a, '\r')
-		case 't':
-			a = append(a, '\t')
-		case 'u':
-			r := getu4(s.b[s.i:])
-			if r < 0 {
-				return "", s.errorf("invalid \\u escape")
-			}
-			s.i += 6
-			if utf16.IsSurrogate(r) {
-				r1 := getu4(s.b[s.i:])
-				if dec := utf16.DecodeRune(r, r1); dec != unicode.ReplacementChar {
-					s.i += 6
-					a = utf8.AppendRune(a, dec)
-					continue
-				}
-				r = unicode.ReplacementChar
-			}
-			a = utf8.AppendRune(a, r)
-			continue
-		default:
-			return "", s.errorf("invalid escape \\%c", e)
-		}
-		s.i += 2
+	a, n, err := jsonstr.AppendUnquoted(a, s.b[s.i:])
+	s.i += n
+	if err != nil {
+		return "", s.errorf("%s", err.Error())
 	}
-	return "", s.errorf("unterminated string")
-}
-
-// getu4 decodes \uXXXX at the start of b, or returns -1 (as encoding/json does).
-func getu4(b []byte) rune {
-	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
-		return -1
-	}
-	var r rune
-	for _, c := range b[2:6] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		r = r*16 + rune(c)
-	}
-	return r
+	*s.arena = a
+	return b2s(a[off:len(a):len(a)]), nil
 }
 
 // skipString passes over a string, checking escapes.
@@ -287,7 +181,7 @@ func (s *scanner) skipString() error {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			s.i += 2
 		case 'u':
-			if getu4(b[s.i:]) < 0 {
+			if jsonstr.U4(b[s.i:]) < 0 {
 				return s.errorf("invalid \\u escape")
 			}
 			s.i += 6

@@ -415,7 +415,7 @@ func (d *Decoder) subscription(v *fastjson.Value, depth int, via string, st *Sta
 		st.skip("cloudwatch " + strings.ToLower(mt))
 		return nil
 	}
-	o := Origin{Cloud: EKS, Envelope: join(via, "cloudwatch-subscription"), Cluster: eksCluster(string(v.GetStringBytes("logGroup")))}
+	o := Origin{Cloud: EKS, Envelope: join(via, "cloudwatch-subscription"), Cluster: EKSCluster(string(v.GetStringBytes("logGroup")))}
 	stream := string(v.GetStringBytes("logStream"))
 	for _, e := range v.GetArray("logEvents") {
 		if err := d.logEvent(e, stream, depth, o, st, fn); err != nil {
@@ -453,8 +453,8 @@ func (d *Decoder) logEvent(e *fastjson.Value, stream string, depth int, o Origin
 	return nil
 }
 
-// eksCluster returns <cluster> of the log group /aws/eks/<cluster>/cluster.
-func eksCluster(group string) string {
+// EKSCluster is <cluster> of the EKS log group /aws/eks/<cluster>/cluster, or "".
+func EKSCluster(group string) string {
 	rest, ok := strings.CutPrefix(group, "/aws/eks/")
 	if !ok {
 		return ""

@@ -118,3 +118,34 @@ func (v *Version) UnmarshalText(b []byte) error {
 	}
 	return v.Set(string(b))
 }
+
+// Agent reads the program name and release of a Kubernetes user agent, as client-go writes
+// it for kubectl, the components and programs built on it:
+// "<name>/v<major>.<minor>.<patch>[-pre][+meta] (<os>/<arch>) kubernetes/<commit>". ok is
+// false when ua carries no such release, or v0.x (a program built without version stamping).
+func Agent(ua string) (name string, v Version, ok bool) {
+	slash := strings.IndexByte(ua, '/')
+	if slash <= 0 || slash+1 >= len(ua) || ua[slash+1] != 'v' {
+		return "", Version{}, false
+	}
+	rest := ua[slash+2:]
+	major, n := digits(rest)
+	if n == 0 || n >= len(rest) || rest[n] != '.' {
+		return "", Version{}, false
+	}
+	minor, m := digits(rest[n+1:])
+	if m == 0 || major < 1 || major > MaxMajor || minor > MaxMinor {
+		return "", Version{}, false
+	}
+	return ua[:slash], Version{Major: major, Minor: minor}, true
+}
+
+// digits reads the decimal number at the start of s (at most 4 digits) and its length.
+func digits(s string) (int, int) {
+	v, i := 0, 0
+	for i < len(s) && i < 4 && s[i] >= '0' && s[i] <= '9' {
+		v = v*10 + int(s[i]-'0')
+		i++
+	}
+	return v, i
+}

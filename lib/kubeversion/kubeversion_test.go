@@ -63,3 +63,30 @@ func TestFlagAndText(t *testing.T) {
 		t.Fatalf("empty text: %v %v", back.V, err)
 	}
 }
+
+// Agent reads the name and release of the user agents client-go writes, and nothing from
+// other agents or unstamped builds.
+func TestAgent(t *testing.T) {
+	for ua, want := range map[string]string{
+		"kubectl/v1.29.3 (linux/amd64) kubernetes/6813625":                     "kubectl 1.29",
+		"kubelet/v1.33.2 (linux/amd64) kubernetes/abc":                         "kubelet 1.33",
+		"kube-controller-manager/v1.35.0-rc.1+k3s1 (linux/arm64) kubernetes/x": "kube-controller-manager 1.35",
+		"helm/v3.14.0 (linux/amd64) kubernetes/abc":                            "helm 3.14",
+		"my-operator/v1.1024.0 (linux/amd64) kubernetes/$Format":               "",
+		"my-operator/v0.0.0 (linux/amd64) kubernetes/$Format":                  "",
+		"Mozilla/5.0 (X11; Linux x86_64)":                                      "",
+		"kubelet/v1":                                                           "",
+		"kubelet/v1.":                                                          "",
+		"/v1.2":                                                                "",
+		"":                                                                     "",
+	} {
+		name, v, ok := Agent(ua)
+		got := ""
+		if ok {
+			got = name + " " + v.String()
+		}
+		if got != want {
+			t.Errorf("Agent(%q) = %q, want %q", ua, got, want)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/envelope"
@@ -21,6 +20,7 @@ import (
 	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
 	"github.com/auditlens/auditlens/services/ingest/file"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/kafka"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/pubsub"
@@ -66,7 +66,7 @@ type Config struct {
 func DefaultConfig(dataRoot string) Config {
 	host, _ := os.Hostname()
 	return Config{
-		MaxEventSize: 1000000,
+		MaxEventSize: input.DefaultMaxEventSize,
 		NodeName:     host,
 		Batch:        eventbatch.DefaultConfig(),
 		Backlog:      backlog.DefaultConfig(),
@@ -105,8 +105,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 //
 // The managed sources hold at most --managed-max-inflight-bytes of decoded envelopes and
 // Firehose bodies (ManagedMemoryPerInflightByte per byte of it), plus what their clients
-// fetch ahead: a Kafka poll (64 MiB), the Pub/Sub messages outstanding (bounded by the same
-// number of bytes).
+// fetch ahead: a Kafka poll (64 MiB; the few records queued behind it are not counted),
+// the Pub/Sub messages outstanding (bounded by the same number of bytes).
 func (c *Config) MemoryLimit() int64 {
 	n := int64(baseMemory)
 	if c.File.On() {
@@ -165,8 +165,9 @@ func (c Config) Validate() error {
 }
 
 // New builds the inputs that are on: the file input, the webhook, the Firehose endpoint, the
-// Pub/Sub and Kafka sources, the CloudWatch Logs reader; with Backlog on, they publish through
-// one backlog.Gate, run as the first stage (it lets the inputs drain at shutdown).
+// Pub/Sub and Kafka sources, the CloudWatch Logs reader. They share one input.Env: the bus
+// (with Backlog on, one backlog.Gate in front of it, run as the first stage: it lets the
+// inputs drain at shutdown), the metrics, the batches and the managed sources' one budget.
 func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -181,14 +182,8 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := metrics.New(reg)
-	// One budget of decoded bytes for all the managed sources: MemoryLimit counts it once.
-	budget := envelope.NewBudget(cfg.Managed.MaxInflight)
 	var comps []daemon.Component
-	var pub interface {
-		bus.Publisher
-		Ready() error
-	} = d.Bus
+	var pub input.Bus = d.Bus
 	if cfg.Backlog.On() {
 		b, ok := d.Bus.(backlog.Bus)
 		if !ok {
@@ -198,47 +193,39 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		comps = append(comps, daemon.ComponentFuncs{RunFunc: g.Run, ReadyFunc: g.Stalled})
 		pub = g
 	}
-	if cfg.File.On() {
-		in, err := file.New(cfg.File, pub, file.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Registry: reg, Metrics: m, Batch: cfg.Batch})
-		if err != nil {
-			return nil, err
-		}
-		comps = append(comps, in)
+	// One budget of decoded bytes for all the managed sources: MemoryLimit counts it once.
+	// Their limits are checked (Validate) only when one of them is on; else they are unused
+	// and the env keeps its defaults.
+	var limits envelope.Limits
+	if cfg.Firehose.On() || cfg.PubSub.On() || cfg.Kafka.On() || cfg.CloudWatch.On() {
+		limits = cfg.Managed
 	}
-	if cfg.Webhook.On() {
-		s, err := webhook.New(cfg.Webhook, pub, webhook.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch})
-		if err != nil {
-			return nil, err
-		}
-		comps = append(comps, s)
+	env, err := input.NewEnv(input.Env{Bus: pub, Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize,
+		Logger: logger, Registry: reg, Metrics: metrics.New(reg), Batch: cfg.Batch, Limits: limits})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Firehose.On() {
-		s, err := firehose.New(cfg.Firehose, pub, firehose.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
+	cw := cfg.CloudWatch
+	cw.CheckpointDir = cfg.File.CheckpointDir
+	for _, in := range []struct {
+		on  bool
+		new func() (daemon.Component, error)
+	}{
+		{cfg.File.On(), func() (daemon.Component, error) { return file.New(cfg.File, env) }},
+		{cfg.Webhook.On(), func() (daemon.Component, error) { return webhook.New(cfg.Webhook, env) }},
+		{cfg.Firehose.On(), func() (daemon.Component, error) { return firehose.New(cfg.Firehose, env) }},
+		{cfg.PubSub.On(), func() (daemon.Component, error) { return pubsub.New(context.Background(), cfg.PubSub, env) }},
+		{cfg.Kafka.On(), func() (daemon.Component, error) { return kafka.New(cfg.Kafka, env) }},
+		{cw.On(), func() (daemon.Component, error) { return cloudwatch.New(context.Background(), cw, env) }},
+	} {
+		if !in.on {
+			continue
+		}
+		c, err := in.new()
 		if err != nil {
 			return nil, err
 		}
-		comps = append(comps, s)
-	}
-	if cfg.PubSub.On() {
-		s, err := pubsub.New(context.Background(), cfg.PubSub, pub, pubsub.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
-		if err != nil {
-			return nil, err
-		}
-		comps = append(comps, s)
-	}
-	if cfg.Kafka.On() {
-		s, err := kafka.New(cfg.Kafka, pub, kafka.Options{Cluster: d.Cluster, Node: cfg.NodeName, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
-		if err != nil {
-			return nil, err
-		}
-		comps = append(comps, s)
-	}
-	if cfg.CloudWatch.On() {
-		s, err := cloudwatch.New(context.Background(), cfg.CloudWatch, pub, cloudwatch.Options{Cluster: d.Cluster, Node: cfg.NodeName, CheckpointDir: cfg.File.CheckpointDir, MaxEventSize: cfg.MaxEventSize, Logger: logger, Metrics: m, Batch: cfg.Batch, Limits: cfg.Managed, Budget: budget})
-		if err != nil {
-			return nil, err
-		}
-		comps = append(comps, s)
+		comps = append(comps, c)
 	}
 	return comps, nil
 }

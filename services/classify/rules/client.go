@@ -2,6 +2,8 @@ package rules
 
 import (
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // authProviderClient is the legacy-auth-provider-client heuristic: a kubectl or client-go
@@ -88,13 +90,12 @@ func isGUID(s string) bool {
 
 // clientMinor reads the Kubernetes minor version of a kubectl or client-go user agent,
 // "<name>/v1.<minor>.<patch>[+meta] (<os>/<arch>) kubernetes/<commit>". Programs built
-// without version stamping (v0.0.0) and other agents are unknown.
+// without version stamping (v0.0.0), the components and other agents are unknown.
 func clientMinor(ua string) (int, bool) {
-	slash := strings.IndexByte(ua, '/')
-	if slash <= 0 || !strings.HasPrefix(ua[slash+1:], "v1.") {
+	name, v, ok := kubeversion.Agent(ua)
+	if !ok || v.Major != 1 {
 		return 0, false
 	}
-	name := ua[:slash]
 	if name != "kubectl" && !strings.Contains(ua, " kubernetes/") {
 		return 0, false
 	}
@@ -102,14 +103,5 @@ func clientMinor(ua string) (int, bool) {
 	case "kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "kube-probe":
 		return 0, false
 	}
-	rest := ua[slash+4:]
-	n, i := 0, 0
-	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' && i < 4 {
-		n = n*10 + int(rest[i]-'0')
-		i++
-	}
-	if i == 0 {
-		return 0, false
-	}
-	return n, true
+	return v.Minor, true
 }

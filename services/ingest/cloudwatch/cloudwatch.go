@@ -33,9 +33,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -44,10 +42,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/input"
 )
 
 // Input is the metrics label of this input.
@@ -63,8 +60,11 @@ type Config struct {
 	StreamPrefix string
 	Region       string
 	// Endpoint replaces the regional endpoint (a VPC endpoint; tests).
-	Endpoint     string
-	PollInterval time.Duration
+	Endpoint string
+	// CheckpointDir is where the position is kept: ingest's --checkpoint-dir (no flag of
+	// its own).
+	CheckpointDir string
+	PollInterval  time.Duration
 	// Start is where the first start reads from: StartNow or a duration back ("1h").
 	Start string
 	// Overlap is how far behind the newest stored event every scan starts, for events that
@@ -127,33 +127,6 @@ func (c Config) startBack() (time.Duration, error) {
 	return d, nil
 }
 
-// Bus is what the reader needs from the bus.
-type Bus interface {
-	bus.Publisher
-	Ready() error
-}
-
-// Options are the reader's collaborators.
-type Options struct {
-	// Cluster names the events when the log group is not /aws/eks/<cluster>/cluster.
-	Cluster string
-	Node    string
-	// CheckpointDir is where the position is kept (ingest's --checkpoint-dir).
-	CheckpointDir string
-	MaxEventSize  int
-	Logger        *slog.Logger
-	Metrics       *metrics.Ingest
-	// Batch packs the events of what the source publishes at once into EventBatch messages
-	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
-	Batch eventbatch.Config
-	// Limits bound what an event decodes to (MaxDecoded) and, with Budget, what a page holds
-	// decoded at once; the zero value is envelope.DefaultLimits.
-	Limits envelope.Limits
-	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
-	// for this source alone).
-	Budget *envelope.Budget
-}
-
 // API is the CloudWatch Logs call the reader makes.
 type API interface {
 	FilterLogEvents(ctx context.Context, in *cloudwatchlogs.FilterLogEventsInput, opts ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.FilterLogEventsOutput, error)
@@ -162,8 +135,8 @@ type API interface {
 // Source reads one log group.
 type Source struct {
 	cfg     Config
-	opt     Options
-	bus     Bus
+	env     *input.Env
+	em      *input.Emitter
 	api     API
 	store   *store
 	pos     Position
@@ -177,7 +150,7 @@ type Source struct {
 }
 
 // New loads the AWS configuration (region, credentials chain) and the saved position.
-func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
+func New(ctx context.Context, cfg Config, env *input.Env) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -200,34 +173,18 @@ func New(ctx context.Context, cfg Config, b Bus, opt Options) (*Source, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 	})
-	return NewWithAPI(cfg, api, b, opt)
+	return NewWithAPI(cfg, api, env)
 }
 
 // NewWithAPI is New with the CloudWatch Logs client given.
-func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
+func NewWithAPI(cfg Config, api API, env *input.Env) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opt.CheckpointDir == "" {
+	if cfg.CheckpointDir == "" {
 		return nil, errors.New("--cloudwatch-log-group needs --checkpoint-dir")
 	}
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.New(nil)
-	}
-	opt.Batch = opt.Batch.OrDefault()
-	if opt.Limits == (envelope.Limits{}) {
-		opt.Limits = envelope.DefaultLimits()
-	}
-	if err := opt.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	if opt.Budget == nil {
-		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
-	}
-	st, err := openStore(opt.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
+	st, err := openStore(cfg.CheckpointDir, cfg.LogGroup, cfg.StreamPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -240,22 +197,12 @@ func NewWithAPI(cfg Config, api API, b Bus, opt Options) (*Source, error) {
 		pos = Position{From: time.Now().Add(-back).UnixMilli(), Seen: map[string]int64{}}
 	}
 	pos.LogGroup, pos.StreamPrefix = cfg.LogGroup, cfg.StreamPrefix
-	cluster := opt.Cluster
-	if c := eksCluster(cfg.LogGroup); c != "" {
+	cluster := env.Cluster
+	if c := envelope.EKSCluster(cfg.LogGroup); c != "" {
 		cluster = c
 	}
-	return &Source{cfg: cfg, opt: opt, bus: b, api: api, store: st, pos: pos, cluster: cluster,
-		header: map[string]string{bus.HeaderNode: opt.Node}, dec: envelope.NewDecoder(0)}, nil
-}
-
-// eksCluster is <cluster> of the log group /aws/eks/<cluster>/cluster, or "".
-func eksCluster(group string) string {
-	rest, ok := strings.CutPrefix(group, "/aws/eks/")
-	if !ok {
-		return ""
-	}
-	name, _, _ := strings.Cut(rest, "/")
-	return name
+	return &Source{cfg: cfg, env: env, em: env.Emitter(Input), api: api, store: st, pos: pos, cluster: cluster,
+		header: env.Header(), dec: envelope.NewDecoder(0)}, nil
 }
 
 // Position is the current position (what a restart would resume from).
@@ -264,10 +211,7 @@ func (s *Source) Position() Position { return s.pos }
 // Ready reports an error while publishing fails (retried, or answered with a retryable
 // error), or the bus is not ready.
 func (s *Source) Ready() error {
-	if err := s.opt.Metrics.Stuck(Input); err != nil {
-		return err
-	}
-	return s.bus.Ready()
+	return s.em.Ready()
 }
 
 // Run scans the log group every PollInterval until ctx is cancelled. A scan that fails
@@ -277,7 +221,7 @@ func (s *Source) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if err := s.scan(ctx); err != nil && ctx.Err() == nil {
-			s.opt.Logger.Warn("read CloudWatch Logs (retried at the next poll)", "log_group", s.cfg.LogGroup, "err", err)
+			s.em.Logger().Warn("read CloudWatch Logs (retried at the next poll)", "log_group", s.cfg.LogGroup, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -370,7 +314,7 @@ func (s *Source) advance(newest int64) bool {
 	}
 	if dropped := s.pos.bound(MaxSeen); dropped > 0 && !s.warnedSeen {
 		s.warnedSeen = true
-		s.opt.Logger.Warn("more events within --cloudwatch-overlap than the position keeps; forgetting the oldest (the bus drops them by id if read again)", "kept", MaxSeen, "dropped", dropped)
+		s.em.Logger().Warn("more events within --cloudwatch-overlap than the position keeps; forgetting the oldest (the bus drops them by id if read again)", "kept", MaxSeen, "dropped", dropped)
 	}
 	return moved
 }
@@ -384,40 +328,42 @@ func (s *Source) save() error {
 // publish publishes the events, retrying with back-off until the bus took them or ctx is
 // cancelled; what they decode to is bounded by the managed sources' budget.
 func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) error {
-	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	lim := s.env.Limit()
 	s.dec.SetLimit(lim)
 	defer s.dec.SetLimit(nil)
-	return s.opt.Metrics.PublishRecords(ctx, s.bus, s.opt.Logger, Input, "cloudwatch:"+s.cfg.LogGroup, s.opt.Node, "the CloudWatch position", s.opt.Batch, false, lim, len(evs),
-		func(i int) metrics.Converted { return s.messages(evs[i]) })
+	return s.em.PublishRecords(ctx, "cloudwatch:"+s.cfg.LogGroup, "the CloudWatch position", false, lim, len(evs),
+		func(i int) input.Converted { return s.messages(evs[i]) })
 }
 
 // messages turns one log event into event messages (named cluster/auditID/stage) or a dead
 // letter (named by stream and event id). A message that is one audit event is read as
 // FilterLogEvents returned it, so that it gets the envelope annotation eks/filter-log-events;
 // anything else is read as lib/envelope reads a message (an EventList, an envelope) or is bad.
-func (s *Source) messages(e types.FilteredLogEvent) (c metrics.Converted) {
+func (s *Source) messages(e types.FilteredLogEvent) (c input.Converted) {
 	stream, id, text := aws.ToString(e.LogStreamName), aws.ToString(e.EventId), aws.ToString(e.Message)
 	src := "cloudwatch:" + s.cfg.LogGroup + "/" + stream + "/" + id
 	q, _ := json.Marshal(text) // a string always encodes
 	s.wrapped = append(append(append(s.wrapped[:0], `{"events":[{"message":`...), q...), `}]}`...)
-	items, _, err := s.dec.Split(s.wrapped, s.opt.MaxEventSize)
+	items, _, err := s.dec.Split(s.wrapped, s.env.MaxEventSize)
 	if err != nil || len(items) != 1 || items[0].Err != nil {
-		items, _, err = s.dec.SplitAny([]byte(text), s.opt.MaxEventSize)
+		items, _, err = s.dec.SplitAny([]byte(text), s.env.MaxEventSize)
 	}
 	if errors.Is(err, envelope.ErrBusy) {
-		return metrics.Converted{Err: err}
+		return input.Converted{Err: err}
 	}
 	if err != nil {
-		c.Bad = reason.Of(err)
-		s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(err.Error(), 512))
-		c.Msgs = []bus.Message{bus.NewDeadLetter(s.cluster, Input, stream+"/"+id, src, err, []byte(text), map[string]string{bus.HeaderNode: s.opt.Node})}
+		label := reason.Of(err)
+		c.AddBad(label, 1)
+		s.em.Logger().Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 512))
+		c.Msgs = []bus.Message{s.env.DeadLetter(s.cluster, Input, stream+"/"+id, src, err, []byte(text))}
 		return c
 	}
 	for i, it := range items {
 		if it.Err != nil {
-			c.Bad = reason.Of(it.Err)
-			s.opt.Logger.Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(it.Err.Error(), 512))
-			c.Msgs = append(c.Msgs, bus.NewDeadLetter(s.cluster, Input, fmt.Sprintf("%s/%s/%d", stream, id, i), src, it.Err, it.Raw, map[string]string{bus.HeaderNode: s.opt.Node}))
+			label := reason.Of(it.Err)
+			c.AddBad(label, 1)
+			s.em.Logger().Warn("bad CloudWatch log event sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(it.Err.Error(), 512))
+			c.Msgs = append(c.Msgs, s.env.DeadLetter(s.cluster, Input, fmt.Sprintf("%s/%s/%d", stream, id, i), src, it.Err, it.Raw))
 			continue
 		}
 		cluster := it.Origin.ClusterOr(s.cluster)

@@ -18,6 +18,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/cloudwatch"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -95,11 +96,11 @@ func (r *run) stop() {
 	r.done <- nil // later stops return at once
 }
 
-func newSource(t *testing.T, url, dir string, b cloudwatch.Bus, m *metrics.Ingest) *cloudwatch.Source {
+func newSource(t *testing.T, url, dir string, b input.Bus, m *metrics.Ingest) *cloudwatch.Source {
 	t.Helper()
 	cfg := cloudwatch.DefaultConfig()
-	cfg.LogGroup, cfg.Endpoint, cfg.Start, cfg.PollInterval = group, url, "1h", 20*time.Millisecond
-	s, err := cloudwatch.New(context.Background(), cfg, b, cloudwatch.Options{Cluster: "fallback", Node: "n1", CheckpointDir: dir, MaxEventSize: 1 << 20, Logger: testlog.Logger(t), Metrics: m})
+	cfg.LogGroup, cfg.Endpoint, cfg.Start, cfg.PollInterval, cfg.CheckpointDir = group, url, "1h", 20*time.Millisecond, dir
+	s, err := cloudwatch.New(context.Background(), cfg, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, Logger: testlog.Logger(t), Metrics: m}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
@@ -32,7 +33,7 @@ func TestSameRangeReadAgainIsStoredOnce(t *testing.T) {
 	batch := eventbatch.DefaultConfig()
 	batch.MaxEvents = 128
 	run := func() {
-		r := start(t, cfg, b, func(o *file.Options) { o.Batch = batch })
+		r := start(t, cfg, b, func(o *input.Env) { o.Batch = batch })
 		testkit.Eventually(t, 90*time.Second, "every event on the bus", func() bool { return n.Count(t, bus.Events) >= total })
 		in := r.comps[0].(*file.Input)
 		testkit.Eventually(t, 90*time.Second, "everything checkpointed", func() bool { return in.LagBytes() == 0 && in.CheckpointAge() == 0 })
@@ -71,7 +72,7 @@ func TestBatchesOffPublishesOneMessagePerEvent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	want := w.Events(t, ev, 0, 300)
-	r := start(t, fileConfig(t, path), b, func(o *file.Options) { o.Batch.MaxEvents, o.Batch.MaxBytes, o.Batch.Compression = 1, 1, "none" })
+	r := start(t, fileConfig(t, path), b, func(o *input.Env) { o.Batch.MaxEvents, o.Batch.MaxBytes, o.Batch.Compression = 1, 1, "none" })
 	testkit.Eventually(t, 90*time.Second, "every event on the bus", func() bool { return n.Stored(t, bus.Events) >= 300 })
 	r.stop(t)
 	msgs := n.Messages(t, bus.Events)

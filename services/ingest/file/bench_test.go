@@ -21,6 +21,7 @@ import (
 	"github.com/auditlens/auditlens/lib/transport"
 	"github.com/auditlens/auditlens/services/ingest"
 	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
@@ -152,7 +153,7 @@ func benchFileToJetStream(b *testing.B, listen string, publishers, batch int, ev
 		m := metrics.New(nil)
 		cfg := file.Config{Path: path, CheckpointDir: b.TempDir(), StartAt: tail.StartBeginning, PollInterval: 5 * time.Millisecond,
 			BatchSize: batch, BatchBytes: 8 << 20, Publishers: publishers, DrainTimeout: 30 * time.Second}
-		in, err := file.New(cfg, bs, file.Options{Cluster: "bench", Node: "bench", MaxEventSize: 1000000, Logger: slog.New(slog.DiscardHandler), Metrics: m, Batch: events})
+		in, err := file.New(cfg, input.MustEnv(input.Env{Bus: bs, Cluster: "bench", Node: "bench", MaxEventSize: 1000000, Logger: slog.New(slog.DiscardHandler), Metrics: m, Batch: events}))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/backoff"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
@@ -56,12 +55,7 @@ func (in *Input) commit(order <-chan *batch, f *tail.Follower) error {
 			stopped = true
 			continue
 		}
-		if b.events > 0 {
-			in.m.Published.WithLabelValues(metrics.File).Add(float64(b.events))
-		}
-		for r, n := range b.bad {
-			in.m.Bad.WithLabelValues(metrics.File, r).Add(float64(n))
-		}
+		in.em.Count(b.Counts)
 		if b.pos.File.Path == "" {
 			continue
 		}

@@ -4,16 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/bus/eventbatch"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
@@ -86,24 +80,4 @@ func (c Config) Validate() error {
 		return errors.New("--audit-log-poll-interval and --audit-log-drain-timeout must be positive")
 	}
 	return nil
-}
-
-// Bus is what the input needs from the bus.
-type Bus interface {
-	bus.Publisher
-	Ready() error
-}
-
-// Options are the input's collaborators and what it shares with ingest's other inputs.
-type Options struct {
-	Cluster      string
-	Node         string
-	MaxEventSize int
-	Logger       *slog.Logger
-	// Registry gets the input's own metrics (lines read, lag, checkpoints); nil: none.
-	Registry prometheus.Registerer
-	Metrics  *metrics.Ingest
-	// Batch bounds the EventBatch messages events travel in; the zero value is
-	// eventbatch.DefaultConfig.
-	Batch eventbatch.Config
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
+	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
 // Lines that are no audit event may be a managed cloud's envelope (lib/envelope): one line
@@ -24,7 +25,7 @@ func (in *Input) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
 	}
 	d := envelopes.Get().(*envelope.Decoder)
 	defer envelopes.Put(d)
-	items, st, err := d.Split(line, in.opt.MaxEventSize)
+	items, st, err := d.Split(line, in.env.MaxEventSize)
 	if err != nil {
 		return nil, peekErr
 	}
@@ -43,7 +44,7 @@ func (in *Input) unwrap(line []byte, peekErr error) ([]envelope.Item, error) {
 func (in *Input) addEnvelope(b *batch, p *packer, src, fp string, offset int64, items []envelope.Item) {
 	for i, it := range items {
 		if it.Err == nil && p.Fits(len(it.Raw)) {
-			b.events++
+			b.Events++
 			p.add(b, it.Raw, strconv.FormatInt(offset, 10)+"."+strconv.Itoa(i+1))
 			continue
 		}
@@ -52,15 +53,11 @@ func (in *Input) addEnvelope(b *batch, p *packer, src, fp string, offset int64, 
 		if err := it.Err; err != nil {
 			label := reason.Of(err)
 			in.log.Warn("bad audit event in an envelope line sent to the dead-letter stream", "source", src, "event", i+1, "reason", label, "err", bus.Short(err.Error(), 200))
-			if b.bad == nil {
-				b.bad = map[string]int{}
-			}
-			b.bad[label]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1),
-				src, err, it.Raw, map[string]string{bus.HeaderNode: in.opt.Node}))
+			b.AddBad(label, 1)
+			b.msgs = append(b.msgs, in.env.DeadLetter(in.cluster, metrics.File, fp+"/"+strconv.FormatInt(offset, 10)+"/"+strconv.Itoa(i+1), src, err, it.Raw))
 			continue
 		}
-		b.events++
+		b.Events++
 		b.msgs = append(b.msgs, bus.Message{Stream: bus.Events, Cluster: in.cluster, ID: id, Header: in.eventHeader, Data: it.Raw})
 	}
 }

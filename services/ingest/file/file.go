@@ -18,10 +18,10 @@ import (
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
@@ -29,12 +29,11 @@ import (
 // batch is a run of lines published together; pos is checkpointed once it is acknowledged
 // and every batch before it was.
 type batch struct {
-	chunks  []tail.Chunk // lines read, turned into msgs by a publisher, released once settled
-	lines   int
-	msgs    []bus.Message
-	srcs    []string // "file:offset" of each of msgs
-	events  int
-	bad     map[string]int
+	chunks []tail.Chunk // lines read, turned into msgs by a publisher, released once settled
+	lines  int
+	msgs   []bus.Message
+	srcs   []string // "file:offset" of each of msgs
+	input.Counts
 	bytes   int64
 	pos     tail.Position
 	created time.Time
@@ -45,15 +44,12 @@ type batch struct {
 // Input follows an audit log into the bus.
 type Input struct {
 	cfg     Config
-	opt     Options
-	bus     bus.Publisher
-	ready   func() error
+	env     *input.Env
+	em      *input.Emitter
 	cluster string
 	log     *slog.Logger
-	m       *metrics.Ingest
 	store   *checkpoint.Store
 
-	failing atomic.Pointer[error] // last publish error while retrying, nil when healthy
 	readErr atomic.Pointer[error] // last read error while retrying, nil when healthy
 	saveErr atomic.Pointer[error] // last checkpoint save error while it keeps failing
 
@@ -76,29 +72,20 @@ type Input struct {
 }
 
 // New prepares the input; Run does the work.
-func New(cfg Config, b Bus, opt Options) (*Input, error) {
+func New(cfg Config, env *input.Env) (*Input, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.New(nil)
-	}
-	opt.Batch = opt.Batch.OrDefault()
-	if err := opt.Batch.Validate(); err != nil {
 		return nil, err
 	}
 	store, err := checkpoint.Open(cfg.CheckpointDir, cfg.Path)
 	if err != nil {
 		return nil, err
 	}
-	in := &Input{cfg: cfg, opt: opt, bus: b, ready: b.Ready, cluster: opt.Cluster, log: opt.Logger.With("input", "file"), m: opt.Metrics, store: store,
-		eventHeader: map[string]string{bus.HeaderNode: opt.Node},
+	em := env.Emitter(metrics.File)
+	in := &Input{cfg: cfg, env: env, em: em, cluster: env.Cluster, log: em.Logger(), store: store,
+		eventHeader: env.Header(),
 		saveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_checkpoint_save_errors_total", Help: "Failed saves of the audit log checkpoint (retried until one succeeds)."}),
 	}
-	if reg := opt.Registry; reg != nil {
+	if reg := env.Registry; reg != nil {
 		stat := func(f func(s *tail.Stats) int64) func() float64 {
 			return func() float64 {
 				in.mu.Lock()
@@ -157,8 +144,8 @@ func (in *Input) CheckpointAge() time.Duration {
 
 // Ready reports an error while publishing fails.
 func (in *Input) Ready() error {
-	if p := in.failing.Load(); p != nil {
-		return fmt.Errorf("publishing audit log lines: %w", *p)
+	if err := in.em.Stuck(); err != nil {
+		return err
 	}
 	if p := in.readErr.Load(); p != nil {
 		return fmt.Errorf("reading the audit log: %w", *p)
@@ -177,7 +164,7 @@ func (in *Input) Run(ctx context.Context) error {
 		return err
 	}
 	tcfg := tail.DefaultConfig()
-	tcfg.Path, tcfg.StartAt, tcfg.MaxLineSize, tcfg.PollInterval, tcfg.Logger = in.cfg.Path, in.cfg.StartAt, in.opt.MaxEventSize, in.cfg.PollInterval, in.log
+	tcfg.Path, tcfg.StartAt, tcfg.MaxLineSize, tcfg.PollInterval, tcfg.Logger = in.cfg.Path, in.cfg.StartAt, in.env.MaxEventSize, in.cfg.PollInterval, in.log
 	var sp *tail.Position
 	if ok {
 		sp = &start
@@ -365,7 +352,7 @@ func (in *Input) add(b *batch, c tail.Chunk, p *packer) {
 		err := l.Err
 		var ref auditevent.Ref
 		if err == nil {
-			ref, err = auditevent.Peek(l.Data, in.opt.MaxEventSize)
+			ref, err = auditevent.Peek(l.Data, in.env.MaxEventSize)
 		}
 		if err == nil && p.Fits(len(l.Data)) {
 			lines[i].batched = true
@@ -399,7 +386,7 @@ func (in *Input) add(b *batch, c tail.Chunk, p *packer) {
 	start := 0
 	for i, l := range c.Lines {
 		if lines[i].batched {
-			b.events++
+			b.Events++
 			p.add(b, l.Data, strconv.FormatInt(l.Offset, 10))
 			continue
 		}
@@ -415,14 +402,11 @@ func (in *Input) add(b *batch, c tail.Chunk, p *packer) {
 		if err := lines[i].err; err != nil {
 			label := reason.Of(err)
 			in.log.Warn("bad audit log line sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 200))
-			if b.bad == nil {
-				b.bad = map[string]int{}
-			}
-			b.bad[label]++
-			b.msgs = append(b.msgs, bus.NewDeadLetter(in.cluster, "file", id, src, err, l.Data, map[string]string{bus.HeaderNode: in.opt.Node}))
+			b.AddBad(label, 1)
+			b.msgs = append(b.msgs, in.env.DeadLetter(in.cluster, metrics.File, id, src, err, l.Data))
 			continue
 		}
-		b.events++
+		b.Events++
 		b.msgs = append(b.msgs, bus.Message{
 			Stream: bus.Events, Cluster: in.cluster, ID: id,
 			Header: in.eventHeader,
@@ -433,55 +417,8 @@ func (in *Input) add(b *batch, c tail.Chunk, p *packer) {
 
 // publish stores b on the bus, retrying with backoff while the bus is unavailable: the
 // reader stops when every publisher is busy, so nothing is lost and memory stays bounded.
-// A message the bus refuses for its size is replaced by a bounded dead letter (permanent:
+// A message the bus refuses for good is replaced by a bounded dead letter (permanent:
 // retrying cannot help) and the rest is published.
 func (in *Input) publish(ctx context.Context, b *batch) error {
-	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for attempt := 1; ; attempt++ {
-		err := bus.PublishOrDeadLetter(ctx, in.bus, b.msgs, func(i int, err error) bus.Message {
-			return in.oversized(b, i, err)
-		})
-		if err == nil {
-			if in.failing.Load() != nil {
-				in.failing.Store(nil)
-				in.log.Info("publishing again")
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		in.m.Retries.WithLabelValues(metrics.File).Inc()
-		if in.failing.Load() == nil {
-			in.log.Warn("publish failed; holding the file position and retrying", "err", bus.Short(err.Error(), 500), "lines", len(b.msgs))
-		}
-		in.failing.Store(&err)
-		if retry.Wait(ctx, attempt) != nil {
-			return err
-		}
-	}
-}
-
-// oversized counts and logs message i of b, which the bus refused for its size, and returns
-// the dead letter that replaces it: its first 64 KiB, under a bounded id. A batch of events
-// refused (a bus whose max payload is below --bus-batch-max-bytes, compressed) is given up as
-// a whole: every event in it is counted bad.
-func (in *Input) oversized(b *batch, i int, err error) bus.Message {
-	m := &b.msgs[i]
-	n := 1
-	if m.Stream == bus.Events && eventbatch.IsBatch(m.Header) {
-		n = eventbatch.Count(m.Header)
-		in.log.Error("batch of events larger than the bus accepts; sent to the dead-letter stream (lower --bus-batch-max-bytes below the bus's max payload)",
-			"source", b.srcs[i], "bytes", len(m.Data), "events", n)
-	} else {
-		in.log.Warn("event larger than the bus accepts; sent to the dead-letter stream", "source", b.srcs[i], "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
-	}
-	if m.Stream == bus.Events {
-		b.events -= n
-	}
-	if b.bad == nil {
-		b.bad = map[string]int{}
-	}
-	b.bad[metrics.TooLargeForBus] += n
-	return bus.NewDeadLetter(m.Cluster, "file", "too-large/"+m.ID, b.srcs[i], bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: in.opt.Node})
+	return in.em.Store(ctx, b.msgs, &b.Counts, "the file position", "", b.srcs...)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testbin"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
@@ -51,14 +52,14 @@ func (r *running) stop(t testing.TB) {
 
 // start runs the file input on cfg, with the options ingest gives it by default changed by
 // tune.
-func start(t testing.TB, cfg file.Config, b bus.Bus, tune ...func(*file.Options)) *running {
+func start(t testing.TB, cfg file.Config, b bus.Bus, tune ...func(*input.Env)) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	opt := file.Options{Cluster: "test", Node: "node-1", MaxEventSize: 1000000, Logger: testlog.Logger(t), Registry: reg, Metrics: metrics.New(reg)}
+	env := input.Env{Bus: b, Cluster: "test", Node: "node-1", MaxEventSize: 1000000, Logger: testlog.Logger(t), Registry: reg, Metrics: metrics.New(reg)}
 	for _, f := range tune {
-		f(&opt)
+		f(&env)
 	}
-	in, err := file.New(cfg, b, opt)
+	in, err := file.New(cfg, input.MustEnv(env))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestEventLargerThanTheBusIsDeadLettered(t *testing.T) {
 	b := n.Open(t)
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
-	r := start(t, fileConfig(t, path), b, func(o *file.Options) { o.MaxEventSize = 16 << 20 })
+	r := start(t, fileConfig(t, path), b, func(o *input.Env) { o.MaxEventSize = 16 << 20 })
 	var want []string
 	for i := range 20 {
 		line, id := ev.Event(i)

@@ -17,6 +17,7 @@ import (
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/checkpoint"
 	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
@@ -48,7 +49,7 @@ func TestHugeAuditIDDoesNotStopIngestion(t *testing.T) {
 	w := testlog.NewWriter(t, path)
 	cfg := fileConfig(t, path)
 	// above the bus's limit, so that the bus refuses line 20
-	r := start(t, cfg, b, func(o *file.Options) { o.MaxEventSize = 4 << 20 })
+	r := start(t, cfg, b, func(o *input.Env) { o.MaxEventSize = 4 << 20 })
 	var want []string
 	for i := range 30 {
 		line, id := ev.Event(i)

@@ -26,7 +26,7 @@ func (in *Input) newPacker(c tail.Chunk) *packer {
 		fp = fp[:16]
 	}
 	prefix := in.cluster + "/file/" + fp
-	return &packer{Packer: eventbatch.NewPacker(in.opt.Batch, in.cluster, prefix, eventbatch.ByRange, in.eventHeader),
+	return &packer{Packer: eventbatch.NewPacker(in.env.Batch, in.cluster, prefix, eventbatch.ByRange, in.eventHeader),
 		fp: c.Pos.File.Fingerprint, name: c.Name, prefix: prefix}
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/testkit"
-	"github.com/auditlens/auditlens/services/ingest/file"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
@@ -23,7 +23,7 @@ func TestBadLineReasons(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	w := testlog.NewWriter(t, path)
 	const maxEvent = 16 << 10
-	r := start(t, fileConfig(t, path), b, func(o *file.Options) { o.MaxEventSize = maxEvent })
+	r := start(t, fileConfig(t, path), b, func(o *input.Env) { o.MaxEventSize = maxEvent })
 	good, _ := ev.Event(0)
 	for _, line := range []string{
 		"not json at all",

@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -29,10 +28,9 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/input"
 )
 
 // Input is the metrics label of this input.
@@ -96,36 +94,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Bus is what the endpoint needs from the bus.
-type Bus interface {
-	bus.Publisher
-	Ready() error
-}
-
-// Options are the endpoint's collaborators.
-type Options struct {
-	// Cluster names events whose envelope names no cluster (the EKS log group does).
-	Cluster      string
-	Node         string
-	MaxEventSize int
-	Logger       *slog.Logger
-	Metrics      *metrics.Ingest
-	// Batch packs the events of what the source publishes at once into EventBatch messages
-	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
-	Batch eventbatch.Config
-	// Limits bound what a request decodes to (MaxDecoded) and, with Budget, what the requests
-	// in flight hold; the zero value is envelope.DefaultLimits.
-	Limits envelope.Limits
-	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
-	// for this endpoint alone). A request body is admitted into it before it is read.
-	Budget *envelope.Budget
-}
-
 // Server is the Firehose endpoint.
 type Server struct {
 	cfg      Config
-	opt      Options
-	bus      Bus
+	env      *input.Env
+	em       *input.Emitter
 	key      []byte
 	ln       net.Listener
 	srv      *http.Server
@@ -134,28 +107,12 @@ type Server struct {
 }
 
 // New reads the access key and listens on cfg.Addr.
-func New(cfg Config, b Bus, opt Options) (*Server, error) {
+func New(cfg Config, env *input.Env) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.New(nil)
-	}
-	opt.Batch = opt.Batch.OrDefault()
-	if opt.Limits == (envelope.Limits{}) {
-		opt.Limits = envelope.DefaultLimits()
-	}
-	if err := opt.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	if opt.Limits.MaxInflight < cfg.MaxBody+opt.Limits.MaxDecoded {
-		return nil, fmt.Errorf("--managed-max-inflight-bytes %d: must be at least the Firehose body limit (%d) plus --managed-max-decoded-bytes (%d), or the largest request could never be taken", opt.Limits.MaxInflight, cfg.MaxBody, opt.Limits.MaxDecoded)
-	}
-	if opt.Budget == nil {
-		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
+	if env.Limits.MaxInflight < cfg.MaxBody+env.Limits.MaxDecoded {
+		return nil, fmt.Errorf("--managed-max-inflight-bytes %d: must be at least the Firehose body limit (%d) plus --managed-max-decoded-bytes (%d), or the largest request could never be taken", env.Limits.MaxInflight, cfg.MaxBody, env.Limits.MaxDecoded)
 	}
 	key, err := os.ReadFile(cfg.AccessKeyFile)
 	if err != nil {
@@ -165,7 +122,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 	if len(key) == 0 {
 		return nil, fmt.Errorf("--firehose-access-key-file %s is empty", cfg.AccessKeyFile)
 	}
-	s := &Server{cfg: cfg, opt: opt, bus: b, key: key, answered: newRecent(answeredKept)}
+	s := &Server{cfg: cfg, env: env, em: env.Emitter(Input), key: key, answered: newRecent(answeredKept)}
 	s.decoders.New = func() any { return envelope.NewDecoder(int(cfg.MaxBody)) }
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -190,7 +147,7 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Ready reports whether the bus is. A request that fails is answered with a retryable error
 // (Firehose retries it); failing readiness for it would take the endpoint out of its Service
 // and leave nothing to retry against.
-func (s *Server) Ready() error { return s.bus.Ready() }
+func (s *Server) Ready() error { return s.env.Bus.Ready() }
 
 // Run serves until ctx is cancelled, then lets requests in flight finish.
 func (s *Server) Run(ctx context.Context) error {
@@ -218,7 +175,7 @@ type request struct {
 
 // answer writes the documented response.
 func (s *Server) answer(w http.ResponseWriter, id string, code int, errMsg string) {
-	s.opt.Metrics.Requests.WithLabelValues(Input, strconv.Itoa(code)).Inc()
+	s.em.Answer(code)
 	body := map[string]any{"requestId": id, "timestamp": time.Now().UnixMilli()}
 	if errMsg != "" {
 		if len(errMsg) > 8192 {
@@ -253,11 +210,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if size < 0 || size > s.cfg.MaxBody || gz {
 		size = s.cfg.MaxBody
 	}
-	if !s.opt.Budget.TryTake(size) {
+	if !s.env.Budget.TryTake(size) {
 		s.busy(w, id)
 		return
 	}
-	defer s.opt.Budget.Give(size)
+	defer s.env.Budget.Give(size)
 	var body io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	if gz {
 		zr, err := gzip.NewReader(body)
@@ -286,54 +243,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id == "" {
 		id = req.RequestID
 	}
-	if err := s.bus.Ready(); err != nil {
-		s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
+	if err := s.env.Bus.Ready(); err != nil {
+		s.em.Retry()
 		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
 		return
 	}
-	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+	lim := s.env.Limit()
 	defer lim.Release()
-	msgs, events, bad, err := s.messages(id, &req, lim)
+	msgs, counts, err := s.messages(id, &req, lim)
 	switch {
 	case errors.Is(err, envelope.ErrBusy):
 		s.busy(w, id)
 		return
 	case errors.Is(err, envelope.ErrLimit):
-		s.opt.Logger.Warn("Firehose request decodes to more than --managed-max-decoded-bytes; refused (Firehose backs it up to S3 when configured)", "request", bus.Short(id, 100), "records", len(req.Records), "limit", s.opt.Limits.MaxDecoded)
-		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("the records decode to more than --managed-max-decoded-bytes (%d bytes): lower the stream's buffer size", s.opt.Limits.MaxDecoded))
+		s.em.Logger().Warn("Firehose request decodes to more than --managed-max-decoded-bytes; refused (Firehose backs it up to S3 when configured)", "request", bus.Short(id, 100), "records", len(req.Records), "limit", s.env.Limits.MaxDecoded)
+		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("the records decode to more than --managed-max-decoded-bytes (%d bytes): lower the stream's buffer size", s.env.Limits.MaxDecoded))
 		return
 	}
-	msgs = eventbatch.Pack(s.opt.Batch, msgs)
+	msgs = s.em.Pack(msgs)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
-	if len(msgs) > 0 {
-		// A message the bus refuses for good (its size, a cluster name it cannot carry) is
-		// dead-lettered alone; the others are stored and the answer is 200.
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, bus.RefusedDeadLetter(msgs, "firehose", "firehose:"+id, s.opt.Node, func(m *bus.Message, err error) {
-			s.opt.Logger.Warn("Firehose event the bus refuses sent to the dead-letter stream", "request", bus.Short(id, 100), "bytes", len(m.Data), "id", bus.Short(m.ID, 100), "err", bus.Short(err.Error(), 300))
-			n := eventbatch.Count(m.Header)
-			if m.Stream == bus.Events {
-				events -= n
-			}
-			if bad == nil {
-				bad = map[string]int{}
-			}
-			bad[metrics.Refused(err)] += n
-		}))
-		if err != nil {
-			s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
-			s.opt.Logger.Warn("publish failed; answering 503 so that Firehose retries", "request", id, "err", err)
-			s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
-			return
-		}
+	// A message the bus refuses for good (its size, a cluster name it cannot carry) is
+	// dead-lettered alone; the others are stored and the answer is 200.
+	if err := s.em.Send(ctx, msgs, &counts, "firehose:"+id); err != nil {
+		s.em.Retry()
+		s.em.Logger().Warn("publish failed; answering 503 so that Firehose retries", "request", id, "err", err)
+		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
+		return
 	}
 	// Firehose sends a request again, under the same id, when it did not see the answer: the
 	// bus stores its events once (their ids), and they are counted once.
 	if s.answered.add(bus.BoundID(id)) {
-		s.opt.Metrics.Published.WithLabelValues(Input).Add(float64(events))
-		for label, n := range bad {
-			s.opt.Metrics.Bad.WithLabelValues(Input, label).Add(float64(n))
-		}
+		s.em.Count(counts)
 	}
 	s.answer(w, id, http.StatusOK, "")
 }
@@ -341,14 +282,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // busy answers 503, which Firehose retries, while the decoded bytes in flight are at their
 // limit.
 func (s *Server) busy(w http.ResponseWriter, id string) {
-	s.opt.Metrics.Retries.WithLabelValues(Input).Inc()
-	s.answer(w, id, http.StatusServiceUnavailable, fmt.Sprintf("the managed sources hold --managed-max-inflight-bytes (%d) of data; retry later", s.opt.Limits.MaxInflight))
+	s.em.Retry()
+	s.answer(w, id, http.StatusServiceUnavailable, fmt.Sprintf("the managed sources hold --managed-max-inflight-bytes (%d) of data; retry later", s.env.Limits.MaxInflight))
 }
 
 // messages turns the records into event messages (named cluster/auditID/stage, so that a
 // retried request stores nothing twice) and dead letters (named by request and record),
 // decoding within lim: an error wrapping envelope.ErrBusy or ErrLimit stops it.
-func (s *Server) messages(id string, req *request, lim *envelope.Limit) (msgs []bus.Message, events int, bad map[string]int, err error) {
+func (s *Server) messages(id string, req *request, lim *envelope.Limit) (msgs []bus.Message, c input.Counts, err error) {
 	d := s.decoders.Get().(*envelope.Decoder)
 	defer func() {
 		d.SetLimit(nil)
@@ -356,41 +297,37 @@ func (s *Server) messages(id string, req *request, lim *envelope.Limit) (msgs []
 		s.decoders.Put(d)
 	}()
 	d.SetLimit(lim)
-	header := map[string]string{bus.HeaderNode: s.opt.Node}
+	header := s.env.Header()
 	dead := func(rec int, data []byte, err error) {
-		if bad == nil {
-			bad = map[string]int{}
-		}
-		bad[reason.Of(err)]++
-		msgs = append(msgs, bus.NewDeadLetter(s.opt.Cluster, "firehose", fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)),
-			"firehose:"+id, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
+		c.AddBad(reason.Of(err), 1)
+		msgs = append(msgs, s.env.DeadLetter(s.env.Cluster, Input, fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)), "firehose:"+id, err, data))
 	}
 	for i, rec := range req.Records {
 		if len(rec.Data) == 0 {
 			continue
 		}
-		items, st, err := d.Split(rec.Data, s.opt.MaxEventSize)
+		items, st, err := d.Split(rec.Data, s.env.MaxEventSize)
 		if errors.Is(err, envelope.ErrBusy) || errors.Is(err, envelope.ErrLimit) {
-			return nil, 0, nil, err
+			return nil, input.Counts{}, err
 		}
 		if err != nil {
 			dead(i, rec.Data, err)
 			continue
 		}
 		if st.Skipped > 0 {
-			s.opt.Logger.Debug("Firehose records without audit events skipped", "request", id, "records", st.Skipped, "reasons", st.Reasons)
+			s.em.Logger().Debug("Firehose records without audit events skipped", "request", id, "records", st.Skipped, "reasons", st.Reasons)
 		}
 		for _, it := range items {
 			if it.Err != nil {
 				dead(i, it.Raw, it.Err)
 				continue
 			}
-			cluster := it.Origin.ClusterOr(s.opt.Cluster)
-			events++
+			cluster := it.Origin.ClusterOr(s.env.Cluster)
+			c.Events++
 			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: header, Data: it.Raw})
 		}
 	}
-	return msgs, events, bad, nil
+	return msgs, c, nil
 }
 
 // keepBuffer is the largest decoder buffer kept for the next request.

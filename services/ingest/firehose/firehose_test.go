@@ -19,6 +19,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 )
 
@@ -50,14 +51,14 @@ type endpoint struct {
 	done   chan error
 }
 
-func startEndpoint(t *testing.T, b firehose.Bus) *endpoint {
+func startEndpoint(t *testing.T, b input.Bus) *endpoint {
 	key := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("s3cret-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := firehose.DefaultConfig()
 	cfg.Addr, cfg.AccessKeyFile, cfg.PublishTimeout = "127.0.0.1:0", key, 3*time.Second
-	s, err := firehose.New(cfg, b, firehose.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
+	s, err := firehose.New(cfg, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}

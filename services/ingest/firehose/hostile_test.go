@@ -17,19 +17,20 @@ import (
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/envelope/envelopetest"
 	"github.com/auditlens/auditlens/services/ingest/firehose"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
 // startWith starts an endpoint with the given limits and budget (nil: its own) and metrics.
-func startWith(t *testing.T, b firehose.Bus, lim envelope.Limits, budget *envelope.Budget, m *metrics.Ingest) *firehose.Server {
+func startWith(t *testing.T, b input.Bus, lim envelope.Limits, budget *envelope.Budget, m *metrics.Ingest) *firehose.Server {
 	key := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("s3cret-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := firehose.DefaultConfig()
 	cfg.Addr, cfg.AccessKeyFile, cfg.PublishTimeout = "127.0.0.1:0", key, 30*time.Second
-	s, err := firehose.New(cfg, b, firehose.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, Limits: lim, Budget: budget, Metrics: m})
+	s, err := firehose.New(cfg, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, Limits: lim, Budget: budget, Metrics: m}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,19 +10,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl/plain"
 
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/bus"
-	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/input"
 )
 
 // Input is the metrics label of this input.
@@ -152,83 +151,46 @@ func split(s string) []string {
 	return out
 }
 
-// Bus is what the source needs from the bus.
-type Bus interface {
-	bus.Publisher
-	Ready() error
-}
-
-// Options are the source's collaborators.
-type Options struct {
-	// Cluster names events whose envelope names no cluster (the AKS resource id does).
-	Cluster      string
-	Node         string
-	MaxEventSize int
-	Logger       *slog.Logger
-	Metrics      *metrics.Ingest
-	// Batch packs the events of what the source publishes at once into EventBatch messages
-	// (lib/bus/eventbatch.Pack); the zero value is eventbatch.DefaultConfig.
-	Batch eventbatch.Config
-	// Limits bound what a record decodes to (MaxDecoded) and, with Budget, what a poll holds
-	// decoded at once; the zero value is envelope.DefaultLimits.
-	Limits envelope.Limits
-	// Budget is shared with the other managed sources (nil: one of Limits.MaxInflight bytes
-	// for this source alone).
-	Budget *envelope.Budget
-}
-
 // Source reads one topic.
 type Source struct {
 	cfg    Config
 	conn   resolved
-	opt    Options
-	bus    Bus
-	client *kgo.Client
+	env    *input.Env
+	em     *input.Emitter
+	reader *kafkago.Reader
 	dec    *envelope.Decoder
 	header map[string]string
 }
 
-// FetchMaxBytes bounds what one poll fetches.
+// FetchMaxBytes bounds the record values one poll gathers (and what one fetch of a
+// partition returns).
 const FetchMaxBytes = 64 << 20
+
+// queueCapacity is how many records the reader fetches ahead of the poll.
+const queueCapacity = 32
+
+// pollMax bounds the records one poll gathers; pollLinger is how long it waits for another
+// record once it has one.
+const (
+	pollMax    = 4096
+	pollLinger = 20 * time.Millisecond
+)
 
 // sessionTimeout is how long the group waits for a silent member (killed, partitioned away)
 // before its partitions, and what it had fetched but not committed, go to another member:
 // the Kafka source's recovery time after a crash. Event Hubs accepts 6s to 300s.
 const sessionTimeout = 10 * time.Second
 
-// New creates the Kafka client (it connects on first use).
-func New(cfg Config, b Bus, opt Options) (*Source, error) {
+// New creates the Kafka reader (it connects on first use).
+func New(cfg Config, env *input.Env) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.New(nil)
-	}
-	opt.Batch = opt.Batch.OrDefault()
-	if opt.Limits == (envelope.Limits{}) {
-		opt.Limits = envelope.DefaultLimits()
-	}
-	if err := opt.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	if opt.Budget == nil {
-		opt.Budget = envelope.NewBudget(opt.Limits.MaxInflight)
 	}
 	conn, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(conn.brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(conn.topic),
-		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(FetchMaxBytes),
-		// Recovery time after a crash: the records a dead ingest held (fetched, not yet
-		// committed) go to another member once its session times out (kgo's default, 45s).
-		kgo.SessionTimeout(sessionTimeout),
-	}
+	dialer := &kafkago.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	if conn.tls {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if cfg.TLSCA != "" {
@@ -241,95 +203,137 @@ func New(cfg Config, b Bus, opt Options) (*Source, error) {
 				return nil, fmt.Errorf("--kafka-source-tls-ca %s: no PEM certificate in it", cfg.TLSCA)
 			}
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		dialer.TLS = tc
 	}
 	if conn.user != "" {
-		opts = append(opts, kgo.SASL(plain.Auth{User: conn.user, Pass: conn.pass}.AsMechanism()))
+		dialer.SASLMechanism = plain.Mechanism{Username: conn.user, Password: conn.pass}
 	}
-	client, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("create the Kafka source client: %w", err)
-	}
-	return &Source{cfg: cfg, conn: conn, opt: opt, bus: b, client: client, dec: envelope.NewDecoder(0), header: map[string]string{bus.HeaderNode: opt.Node}}, nil
+	em := env.Emitter(Input)
+	log := em.Logger()
+	reader := kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers: conn.brokers, GroupID: cfg.Group, Topic: conn.topic, Dialer: dialer,
+		MinBytes: 1, MaxBytes: FetchMaxBytes,
+		// Records fetched ahead of the poll wait in a queue of this many (an Event Hubs
+		// message is at most 1 MB): what the source holds is about a poll plus this.
+		QueueCapacity: queueCapacity,
+		// The broker answers a fetch as soon as MinBytes are there: a long MaxWait costs an
+		// idle poll's latency only, and a loaded machine is not mistaken for a dead broker.
+		MaxWait:     5 * time.Second,
+		StartOffset: kafkago.FirstOffset,
+		// Offsets are committed by the source, after the bus stored the records' events.
+		CommitInterval:    0,
+		HeartbeatInterval: time.Second,
+		// Recovery time after a crash: the records a dead ingest held (fetched, not yet
+		// committed) go to another member once its session times out.
+		SessionTimeout:   sessionTimeout,
+		RebalanceTimeout: sessionTimeout,
+		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
+			log.Warn("the Kafka source: "+fmt.Sprintf(msg, args...), "source", conn.description)
+		}),
+	})
+	return &Source{cfg: cfg, conn: conn, env: env, em: em, reader: reader, dec: envelope.NewDecoder(0), header: env.Header()}, nil
 }
 
 // Ready reports an error while publishing fails (retried, or answered with a retryable
 // error), or the bus is not ready.
-func (s *Source) Ready() error {
-	if err := s.opt.Metrics.Stuck(Input); err != nil {
-		return err
-	}
-	return s.bus.Ready()
-}
+func (s *Source) Ready() error { return s.em.Ready() }
 
 // Run polls until ctx is cancelled. Each poll's records are published, retried while the
 // bus fails, and only then committed; what is not committed is read again after a restart
 // (the message ids make that store nothing twice).
 func (s *Source) Run(ctx context.Context) error {
-	defer func() {
-		s.client.AllowRebalance() // leaving the group on Close waits for it
-		s.client.Close()
-	}()
+	defer s.reader.Close()
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	fails := 0
 	for {
-		fetches := s.client.PollFetches(ctx)
+		recs, err := s.poll(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			s.opt.Logger.Warn("fetch from the Kafka source", "source", s.conn.description, "partition", p, "err", err)
-		})
-		var recs []*kgo.Record
-		fetches.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
-		if len(recs) > 0 {
-			if err := s.store(ctx, recs); err != nil {
-				return nil // ctx cancelled while the bus was failing: nothing committed
+		if err != nil {
+			fails++
+			s.em.Logger().Warn("fetch from the Kafka source", "source", s.conn.description, "err", err)
+			if retry.Wait(ctx, fails) != nil {
+				return nil
 			}
-			if err := s.client.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-				s.opt.Logger.Warn("commit offsets to the Kafka source (the records will be read again)", "err", err)
-			}
+			continue
 		}
-		s.client.AllowRebalance()
+		fails = 0
+		if err := s.store(ctx, recs); err != nil {
+			return nil // ctx cancelled while the bus was failing: nothing committed
+		}
+		if err := s.reader.CommitMessages(ctx, recs...); err != nil && ctx.Err() == nil {
+			s.em.Logger().Warn("commit offsets to the Kafka source (the records will be read again)", "err", err)
+		}
 	}
+}
+
+// poll waits for a record, then gathers the ones that follow it within pollLinger each, up
+// to pollMax records or FetchMaxBytes of values.
+func (s *Source) poll(ctx context.Context) ([]kafkago.Message, error) {
+	m, err := s.reader.FetchMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs := []kafkago.Message{m}
+	size := len(m.Value)
+	for len(recs) < pollMax && size < FetchMaxBytes {
+		m, ok := s.next(ctx)
+		if !ok {
+			break // none within pollLinger, or ctx ended: publish what there is
+		}
+		recs = append(recs, m)
+		size += len(m.Value)
+	}
+	return recs, nil
+}
+
+// next is the next record if one comes within pollLinger.
+func (s *Source) next(ctx context.Context) (kafkago.Message, bool) {
+	lctx, cancel := context.WithTimeout(ctx, pollLinger)
+	defer cancel()
+	m, err := s.reader.FetchMessage(lctx)
+	return m, err == nil
 }
 
 // store publishes the events of recs, retrying with back-off until the bus took them or ctx
 // is cancelled; what the records decode to is bounded by the managed sources' budget (a poll
 // of up to 64 MiB of compressed envelopes is published in runs that fit it).
-func (s *Source) store(ctx context.Context, recs []*kgo.Record) error {
-	lim := &envelope.Limit{Max: s.opt.Limits.MaxDecoded, Budget: s.opt.Budget}
+func (s *Source) store(ctx context.Context, recs []kafkago.Message) error {
+	lim := s.env.Limit()
 	s.dec.SetLimit(lim)
 	defer s.dec.SetLimit(nil)
-	return s.opt.Metrics.PublishRecords(ctx, s.bus, s.opt.Logger, Input, "kafka-source", s.opt.Node, "the Kafka offsets", s.opt.Batch, true, lim, len(recs),
-		func(i int) metrics.Converted { return s.messages(recs[i]) })
+	return s.em.PublishRecords(ctx, "kafka-source", "the Kafka offsets", true, lim, len(recs),
+		func(i int) input.Converted { return s.messages(&recs[i]) })
 }
 
 // messages turns one record into event messages (named cluster/auditID/stage) or dead
 // letters (named by topic, partition and offset).
-func (s *Source) messages(r *kgo.Record) (c metrics.Converted) {
+func (s *Source) messages(r *kafkago.Message) (c input.Converted) {
 	src := fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	dead := func(data []byte, err error) {
-		c.Bad = reason.Of(err)
-		s.opt.Logger.Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", c.Bad, "err", bus.Short(err.Error(), 512))
-		c.Msgs = append(c.Msgs, bus.NewDeadLetter(s.opt.Cluster, "kafka", fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(c.Msgs)),
-			src, err, data, map[string]string{bus.HeaderNode: s.opt.Node}))
+		label := reason.Of(err)
+		c.AddBad(label, 1)
+		s.em.Logger().Warn("bad Kafka record sent to the dead-letter stream", "source", src, "reason", label, "err", bus.Short(err.Error(), 512))
+		c.Msgs = append(c.Msgs, s.env.DeadLetter(s.env.Cluster, Input, fmt.Sprintf("%s/%d/%d/%d", r.Topic, r.Partition, r.Offset, len(c.Msgs)), src, err, data))
 	}
-	items, st, err := s.dec.SplitAny(r.Value, s.opt.MaxEventSize)
+	items, st, err := s.dec.SplitAny(r.Value, s.env.MaxEventSize)
 	if errors.Is(err, envelope.ErrBusy) {
-		return metrics.Converted{Err: err}
+		return input.Converted{Err: err}
 	}
 	if err != nil {
 		dead(r.Value, err)
 		return c
 	}
 	if st.Skipped > 0 {
-		s.opt.Logger.Debug("records without audit events skipped", "source", src, "records", st.Skipped, "reasons", st.Reasons)
+		s.em.Logger().Debug("records without audit events skipped", "source", src, "records", st.Skipped, "reasons", st.Reasons)
 	}
 	for _, it := range items {
 		if it.Err != nil {
 			dead(it.Raw, it.Err)
 			continue
 		}
-		cluster := it.Origin.ClusterOr(s.opt.Cluster)
+		cluster := it.Origin.ClusterOr(s.env.Cluster)
 		c.Events++
 		c.Msgs = append(c.Msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: s.header, Data: it.Raw})
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/kafka"
@@ -161,7 +162,7 @@ func TestEventHubs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	s, err := kafka.New(kafka.Config{EventHubsConnectionStringFile: e.connFile, TLSCA: e.caFile, Group: "auditlens-ingest"}, b, kafka.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
+	s, err := kafka.New(kafka.Config{EventHubsConnectionStringFile: e.connFile, TLSCA: e.caFile, Group: "auditlens-ingest"}, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestEventHubs(t *testing.T) {
 	if err := os.WriteFile(wrong, []byte(e.connStr[:len(e.connStr)-len(hub)-len(";EntityPath=")]+"x;EntityPath="+hub), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err = kafka.New(kafka.Config{EventHubsConnectionStringFile: wrong, TLSCA: e.caFile, Group: "other"}, b, kafka.Options{Cluster: "fallback", MaxEventSize: 1 << 20})
+	s, err = kafka.New(kafka.Config{EventHubsConnectionStringFile: wrong, TLSCA: e.caFile, Group: "other"}, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", MaxEventSize: 1 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestClusterNames(t *testing.T) {
 	}
 	e.produce(t, bodies)
 	b := n.Open(t)
-	s, err := kafka.New(kafka.Config{EventHubsConnectionStringFile: e.connFile, TLSCA: e.caFile, Group: "auditlens-ingest"}, b, kafka.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20})
+	s, err := kafka.New(kafka.Config{EventHubsConnectionStringFile: e.connFile, TLSCA: e.caFile, Group: "auditlens-ingest"}, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}

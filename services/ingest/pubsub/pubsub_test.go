@@ -23,6 +23,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testnats"
 	"github.com/auditlens/auditlens/services/ingest/pubsub"
 )
@@ -109,8 +110,8 @@ func TestSource(t *testing.T) {
 	}
 	srv.Publish(topic, []byte("not a log entry"), nil)
 	cfg := pubsub.DefaultConfig()
-	cfg.Subscription = subName
-	s, err := pubsub.New(context.Background(), cfg, b, pubsub.Options{Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20, ClientOptions: opts})
+	cfg.Subscription, cfg.ClientOptions = subName, opts
+	s, err := pubsub.New(context.Background(), cfg, input.MustEnv(input.Env{Bus: b, Cluster: "fallback", Node: "n1", MaxEventSize: 1 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 )
 
@@ -35,8 +36,10 @@ func FuzzWebhookBody(f *testing.F) {
 	log := slog.New(slog.DiscardHandler)
 	batch := eventbatch.DefaultConfig()
 	batch.MaxEvents = 5 // several batches from one list
+	env := input.MustEnv(input.Env{Bus: nobus{}, Cluster: "test", Node: "cp-1", MaxEventSize: 64 << 10, Batch: batch})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		msgs, events, bad, whole := split(body, "test", "cp-1", 64<<10, batch, header, log)
+		msgs, c, whole := split(body, env, header, log)
+		events, bad := c.Events, c.Bad
 		nEvents, nDead := 0, 0
 		for _, m := range msgs {
 			if err := m.Validate(); err != nil {
@@ -89,3 +92,6 @@ func FuzzWebhookBody(f *testing.F) {
 		}
 	})
 }
+
+// nobus is the bus of an env that split never publishes to.
+type nobus struct{ input.Bus }

@@ -24,6 +24,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/webhook"
 )
@@ -64,7 +65,7 @@ func (f *fixture) deadLetters() []bus.Delivery {
 // item with a ~1 MB auditID is stored under a bounded id.
 func TestWebhookItemLargerThanTheBusIsDeadLetteredAlone(t *testing.T) {
 	ev := testlog.Load(t)
-	f := setupWith(t, 8<<20, natsbus.Config{URL: stockNATS(t)}, func(o *webhook.Options) { o.MaxEventSize = 4 << 20 })
+	f := setupWith(t, 8<<20, natsbus.Config{URL: stockNATS(t)}, func(o *input.Env) { o.MaxEventSize = 4 << 20 })
 	huge, _ := ev.Event(10)
 	huge = bytes.Replace(huge, []byte(`"annotations":{`), []byte(`"annotations":{"x":"`+strings.Repeat("a", 1200000)+`",`), 1)
 	hugeID, _ := ev.Event(11)

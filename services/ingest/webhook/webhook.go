@@ -23,7 +23,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
@@ -31,7 +30,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/reason"
-	"github.com/auditlens/auditlens/services/ingest/metrics"
+	"github.com/auditlens/auditlens/services/ingest/input"
 )
 
 // Config configures the webhook receiver.
@@ -139,35 +138,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Bus is what the receiver needs from the bus.
-type Bus interface {
-	bus.Publisher
-	Ready() error
-}
-
-// Options are the receiver's collaborators.
-type Options struct {
-	Cluster      string
-	Node         string
-	MaxEventSize int
-	Logger       *slog.Logger
-	Metrics      *metrics.Ingest
-	// Batch bounds the EventBatch messages the events of a request are published in; the zero
-	// value is eventbatch.DefaultConfig.
-	Batch eventbatch.Config
-}
+// Input is the metrics label of this input.
+const Input = "webhook"
 
 // Server is the webhook receiver.
 type Server struct {
 	cfg    Config
-	opt    Options
-	bus    Bus
+	env    *input.Env
+	em     *input.Emitter
+	log    *slog.Logger
 	token  *reloading[[]byte]
 	cert   *reloading[*tls.Certificate]
 	tlsCfg *tls.Config
 	ln     net.Listener
 	srv    *http.Server
-	failed atomic.Bool
 	// eventHeader is shared by every event message (dead letters get their own).
 	eventHeader map[string]string
 	allow       map[string]bool // ClientAllow
@@ -179,22 +163,12 @@ type Server struct {
 }
 
 // New loads the TLS material and token and listens on cfg.Addr.
-func New(cfg Config, b Bus, opt Options) (*Server, error) {
+func New(cfg Config, env *input.Env) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	opt.Logger = opt.Logger.With("input", "webhook")
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.New(nil)
-	}
-	opt.Batch = opt.Batch.OrDefault()
-	if err := opt.Batch.Validate(); err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, opt: opt, bus: b, eventHeader: map[string]string{bus.HeaderNode: opt.Node},
+	em := env.Emitter(Input)
+	s := &Server{cfg: cfg, env: env, em: em, log: em.Logger(), eventHeader: env.Header(),
 		reading: map[*http.ResponseController]bool{}}
 	if len(cfg.ClientAllow) > 0 {
 		s.allow = map[string]bool{}
@@ -203,7 +177,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		}
 	}
 	var err error
-	s.cert, err = newReloading("webhook TLS key pair", cfg.ReloadInterval, opt.Logger, func() (*tls.Certificate, error) {
+	s.cert, err = newReloading("webhook TLS key pair", cfg.ReloadInterval, s.log, func() (*tls.Certificate, error) {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("load --webhook-tls-cert/--webhook-tls-key: %w", err)
@@ -229,7 +203,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		s.tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	if cfg.TokenFile != "" {
-		s.token, err = newReloading("webhook token", cfg.ReloadInterval, opt.Logger, func() ([]byte, error) {
+		s.token, err = newReloading("webhook token", cfg.ReloadInterval, s.log, func() ([]byte, error) {
 			tok, err := os.ReadFile(cfg.TokenFile)
 			if err != nil {
 				return nil, fmt.Errorf("read --webhook-token-file: %w", err)
@@ -244,7 +218,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		}
 	}
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && MemoryPerInflightByte*cfg.MaxInflightBytes > limit {
-		opt.Logger.Warn("--webhook-max-inflight-bytes lets request bodies take more memory than GOMEMLIMIT allows; lower it",
+		s.log.Warn("--webhook-max-inflight-bytes lets request bodies take more memory than GOMEMLIMIT allows; lower it",
 			"max_inflight_bytes", cfg.MaxInflightBytes, "gomemlimit", limit, "bytes_per_body_byte", MemoryPerInflightByte)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -261,7 +235,7 @@ func New(cfg Config, b Bus, opt Options) (*Server, error) {
 		ReadTimeout:  readTimeout,
 		WriteTimeout: readTimeout + cfg.PublishTimeout + 10*time.Second,
 		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
@@ -273,13 +247,13 @@ const readTimeout = time.Minute
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Ready reports whether the bus can take events.
-func (s *Server) Ready() error { return s.bus.Ready() }
+func (s *Server) Ready() error { return s.env.Bus.Ready() }
 
 // Run serves until ctx is done, then lets in-flight requests finish their publish.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.ServeTLS(s.ln, "", "") }()
-	s.opt.Logger.Info("serving the audit webhook", "addr", s.Addr())
+	s.log.Info("serving the audit webhook", "addr", s.Addr())
 	select {
 	case err := <-errc:
 		return fmt.Errorf("webhook server: %w", err)
@@ -298,14 +272,14 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		// What is still open never got a 2xx: nothing of it was acknowledged, so nothing is
 		// lost; the apiserver sends it again to the next receiver.
-		s.opt.Logger.Warn("closing connections still open at shutdown; their requests were not acknowledged and will be sent again", "err", err)
+		s.log.Warn("closing connections still open at shutdown; their requests were not acknowledged and will be sent again", "err", err)
 		_ = s.srv.Close()
 	}
 	return nil
 }
 
 func (s *Server) answer(w http.ResponseWriter, code int, msg string) {
-	s.opt.Metrics.Requests.WithLabelValues(metrics.Webhook, strconv.Itoa(code)).Inc()
+	s.em.Answer(code)
 	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
 	}
@@ -391,63 +365,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if err := s.bus.Ready(); err != nil {
-		s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
+	if err := s.env.Bus.Ready(); err != nil {
+		s.em.Retry()
 		s.answer(w, http.StatusServiceUnavailable, "bus unavailable, retry later")
 		return
 	}
-	msgs, events, bad, whole := s.messages(body, r.RemoteAddr)
+	msgs, counts, whole := s.messages(body, r.RemoteAddr)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
-	if len(msgs) > 0 {
-		// An event the bus refuses for its size is dead-lettered alone; the others are stored.
-		err := bus.PublishOrDeadLetter(ctx, s.bus, msgs, func(i int, err error) bus.Message {
-			m := &msgs[i]
-			n := 1
-			if m.Stream == bus.Events && eventbatch.IsBatch(m.Header) {
-				// A bus whose max payload is below --bus-batch-max-bytes (compressed).
-				n = eventbatch.Count(m.Header)
-				s.opt.Logger.Error("batch of webhook events larger than the bus accepts; sent to the dead-letter stream (lower --bus-batch-max-bytes below the bus's max payload)",
-					"remote", r.RemoteAddr, "bytes", len(m.Data), "events", n)
-			} else {
-				s.opt.Logger.Warn("webhook event larger than the bus accepts; sent to the dead-letter stream", "remote", r.RemoteAddr, "bytes", len(m.Data), "id", bus.Short(m.ID, 100))
-			}
-			if m.Stream == bus.Events {
-				events -= n
-			}
-			if bad == nil {
-				bad = map[string]int{}
-			}
-			bad[metrics.TooLargeForBus] += n
-			return bus.NewDeadLetter(m.Cluster, "webhook", "too-large/"+m.ID, "webhook", bus.TooLargeCause(len(m.Data), err), m.Data, map[string]string{bus.HeaderNode: s.opt.Node})
-		})
-		if errors.Is(err, bus.ErrBacklog) {
-			// Classify is behind (--bus-max-backlog): the bus is fine, the apiserver retries.
-			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
-			s.answer(w, http.StatusTooManyRequests, "the pipeline is behind (--bus-max-backlog); retry later")
-			return
-		}
-		if err != nil {
-			s.opt.Metrics.Retries.WithLabelValues(metrics.Webhook).Inc()
-			if !s.failed.Swap(true) {
-				s.opt.Logger.Warn("publish failed; answering 503 so the apiserver retries", "err", bus.Short(err.Error(), 500))
-			}
-			s.answer(w, http.StatusServiceUnavailable, "bus unavailable, retry later")
-			return
-		}
+	// An event the bus refuses for good is dead-lettered alone; the others are stored.
+	err = s.em.Send(ctx, msgs, &counts, "webhook")
+	if errors.Is(err, bus.ErrBacklog) {
+		// Classify is behind (--bus-max-backlog): the bus is fine, the apiserver retries.
+		s.em.Retry()
+		s.answer(w, http.StatusTooManyRequests, "the pipeline is behind (--bus-max-backlog); retry later")
+		return
 	}
-	if s.failed.Swap(false) {
-		s.opt.Logger.Info("publishing again")
+	if err != nil {
+		s.em.Retry()
+		s.em.Failed(err, "answering 503 so the apiserver retries")
+		s.answer(w, http.StatusServiceUnavailable, "bus unavailable, retry later")
+		return
 	}
-	s.opt.Metrics.Published.WithLabelValues(metrics.Webhook).Add(float64(events))
-	for label, n := range bad {
-		s.opt.Metrics.Bad.WithLabelValues(metrics.Webhook, label).Add(float64(n))
-	}
+	s.em.Failed(nil, "")
+	s.em.Count(counts)
 	if whole != nil {
 		s.answer(w, http.StatusBadRequest, "not an audit EventList: "+whole.Error())
 		return
 	}
-	s.opt.Metrics.Requests.WithLabelValues(metrics.Webhook, "200").Inc()
+	s.em.Answer(http.StatusOK)
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -513,29 +459,27 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // messages turns a body into event messages and dead letters. whole is set when the body
 // as a whole is unusable (it is then dead-lettered). Every id and header is bounded.
-func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, events int, bad map[string]int, whole error) {
-	return split(body, s.opt.Cluster, s.opt.Node, s.opt.MaxEventSize, s.opt.Batch, s.eventHeader, s.opt.Logger.With("remote", remote))
+func (s *Server) messages(body []byte, remote string) (msgs []bus.Message, c input.Counts, whole error) {
+	return split(body, s.env, s.eventHeader, s.log.With("remote", remote))
 }
 
 // split is messages without the server, for tests and fuzzing. The events go in EventBatch
 // messages (an event too large for one goes alone) named by a hash of their audit ids and
 // stages: the apiserver retrying the same EventList publishes the same messages, which the
 // bus stores once.
-func split(body []byte, cluster, node string, maxEventSize int, batch eventbatch.Config, eventHeader map[string]string, log *slog.Logger) (msgs []bus.Message, events int, bad map[string]int, whole error) {
-	p := eventbatch.NewPacker(batch, cluster, cluster+"/webhook", eventbatch.ByHash, eventHeader)
+func split(body []byte, env *input.Env, eventHeader map[string]string, log *slog.Logger) (msgs []bus.Message, c input.Counts, whole error) {
+	cluster, maxEventSize := env.Cluster, env.MaxEventSize
+	p := eventbatch.NewPacker(env.Batch, cluster, cluster+"/webhook", eventbatch.ByHash, eventHeader)
 	defer func() { msgs = p.Flush(msgs) }()
 	dead := func(data []byte, err error) {
-		if bad == nil {
-			bad = map[string]int{}
-		}
 		label := reason.Of(err)
-		bad[label]++
+		c.AddBad(label, 1)
 		sum := sha256.Sum256(data)
 		log.Warn("bad webhook event sent to the dead-letter stream", "reason", label, "err", bus.Short(err.Error(), 300))
-		msgs = append(msgs, bus.NewDeadLetter(cluster, "webhook", hex.EncodeToString(sum[:16]), "webhook", err, data, map[string]string{bus.HeaderNode: node}))
+		msgs = append(msgs, env.DeadLetter(cluster, Input, hex.EncodeToString(sum[:16]), "webhook", err, data))
 	}
 	event := func(it auditevent.Item) {
-		events++
+		c.Events++
 		if p.Fits(len(it.Raw)) {
 			msgs = p.Add(msgs, it.Raw, it.Key())
 			return
@@ -549,7 +493,7 @@ func split(body []byte, cluster, node string, maxEventSize int, batch eventbatch
 		for _, it := range items {
 			event(it)
 		}
-		return msgs, events, bad, nil
+		return msgs, c, nil
 	}
 	// One bad item must not cost the others: split the list ourselves and check each.
 	var list struct {
@@ -557,7 +501,7 @@ func split(body []byte, cluster, node string, maxEventSize int, batch eventbatch
 	}
 	if jerr := json.Unmarshal(body, &list); jerr != nil || len(list.Items) == 0 {
 		dead(body, err)
-		return msgs, events, bad, err
+		return msgs, c, err
 	}
 	for _, raw := range list.Items {
 		ref, err := auditevent.Peek(raw, maxEventSize)
@@ -567,5 +511,5 @@ func split(body []byte, cluster, node string, maxEventSize int, batch eventbatch
 		}
 		event(auditevent.Item{Ref: ref, Raw: raw})
 	}
-	return msgs, events, bad, nil
+	return msgs, c, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/services/ingest/backlog"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/internal/testlog"
 	"github.com/auditlens/auditlens/services/ingest/internal/testpki"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
@@ -81,7 +82,7 @@ func setup(t *testing.T, maxBody int64) *fixture {
 }
 
 // setupWith starts a webhook on a bus opened with nc; tune may hold func(*webhook.Config),
-// func(*webhook.Options) and func(*natsbus.Bus) webhook.Bus (what the webhook publishes
+// func(*input.Env) and func(*natsbus.Bus) input.Bus (what the webhook publishes
 // through instead of the bus itself).
 func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fixture {
 	t.Helper()
@@ -99,21 +100,22 @@ func setupWith(t *testing.T, maxBody int64, nc natsbus.Config, tune ...any) *fix
 	cfg := webhook.DefaultConfig()
 	cfg.Addr, cfg.TLSCert, cfg.TLSKey, cfg.ClientCA, cfg.TokenFile = "127.0.0.1:0", p.serverCert, p.serverKey, p.clientCA, tokFile
 	cfg.MaxBody, cfg.MaxInflightBytes, cfg.PublishTimeout = maxBody, max(webhook.DefaultMaxInflightBytes, maxBody), 3*time.Second
-	opt := webhook.Options{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m}
-	var pub webhook.Bus = b
+	env := input.Env{Cluster: "test", Node: "cp-1", MaxEventSize: 1 << 20, Metrics: m}
+	var pub input.Bus = b
 	for _, f := range tune {
 		switch f := f.(type) {
 		case func(*webhook.Config):
 			f(&cfg)
-		case func(*webhook.Options):
-			f(&opt)
-		case func(*natsbus.Bus) webhook.Bus:
+		case func(*input.Env):
+			f(&env)
+		case func(*natsbus.Bus) input.Bus:
 			pub = f(b)
 		default:
 			t.Fatalf("setupWith: cannot tune with %T", f)
 		}
 	}
-	srv, err := webhook.New(cfg, pub, opt)
+	env.Bus = pub
+	srv, err := webhook.New(cfg, input.MustEnv(env))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func eventList(ev testlog.Events, from, to int, extra ...string) []byte {
 // messages of at most --bus-batch-max-events, and a retry of the list is stored once.
 func TestWebhookPublishesEventListsInBatches(t *testing.T) {
 	ev := testlog.Load(t)
-	f := setupWith(t, 8<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()}, func(o *webhook.Options) { o.Batch = eventbatch.DefaultConfig(); o.Batch.MaxEvents = 20 })
+	f := setupWith(t, 8<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()}, func(o *input.Env) { o.Batch = eventbatch.DefaultConfig(); o.Batch.MaxEvents = 20 })
 	for range 2 {
 		if resp := f.post(eventList(ev, 0, 50), token, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -394,7 +396,7 @@ func TestWebhookAnswers429WhileClassifyIsBehind(t *testing.T) {
 	ev := testlog.Load(t)
 	f := setupWith(t, 1<<20, natsbus.Config{URL: natsbus.Embedded, StoreDir: t.TempDir()},
 		func(c *webhook.Config) { c.PublishTimeout = 500 * time.Millisecond },
-		func(b *natsbus.Bus) webhook.Bus {
+		func(b *natsbus.Bus) input.Bus {
 			return backlog.New(backlog.Config{Max: 1, Group: "classify"}, b, nil, nil)
 		})
 	if resp := f.post(eventList(ev, 0, 10), token, nil); resp.StatusCode != http.StatusOK {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/enginetest"
+
+	"github.com/auditlens/auditlens/lib/jsonstr"
 )
 
 func TestBind(t *testing.T) {
@@ -101,7 +103,7 @@ func FuzzDecodeRow(f *testing.F) {
 		}
 		for _, v := range vals {
 			if len(v) > 0 && v[0] == '"' {
-				_, _ = decodeString(v)
+				_, _ = jsonstr.Unquote(v)
 			}
 		}
 	})

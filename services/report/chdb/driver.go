@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/jsonstr"
 )
 
 // outputFormat is how results travel from the engine to the driver: one JSON array per
@@ -189,7 +191,7 @@ func convert(typ string, raw []byte) (any, error) {
 	base, _, _ := strings.Cut(typ, "(")
 	switch base {
 	case "String", "FixedString", "UUID", "IPv4", "IPv6", "Enum8", "Enum16":
-		return decodeString(raw)
+		return jsonstr.Unquote(raw)
 	case "Bool":
 		var b bool
 		err := json.Unmarshal(raw, &b)
@@ -302,7 +304,7 @@ func unwrap(typ, wrapper string) (string, bool) {
 
 func unquote(raw []byte) string {
 	if len(raw) >= 2 && raw[0] == '"' {
-		if s, err := decodeString(raw); err == nil {
+		if s, err := jsonstr.Unquote(raw); err == nil {
 			return s
 		}
 	}

@@ -3,9 +3,6 @@ package chdb
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // A minimal JSON reader for result rows that, unlike encoding/json, keeps the bytes of
@@ -94,68 +91,4 @@ func skipValue(b []byte, i int) (int, error) {
 		return 0, fmt.Errorf("json: unexpected %q", b[i])
 	}
 	return j, nil
-}
-
-// decodeString decodes a JSON string literal, keeping raw bytes as they are.
-func decodeString(b []byte) (string, error) {
-	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return "", fmt.Errorf("json: want a string, got %.40q", b)
-	}
-	b = b[1 : len(b)-1]
-	out := make([]byte, 0, len(b))
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c != '\\' {
-			out = append(out, c)
-			continue
-		}
-		i++
-		if i >= len(b) {
-			return "", errors.New("json: bad escape")
-		}
-		switch b[i] {
-		case '"', '\\', '/':
-			out = append(out, b[i])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, n, err := readU(b, i+1)
-			if err != nil {
-				return "", err
-			}
-			i += n
-			if utf16.IsSurrogate(r) && i+2 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
-				r2, n2, err := readU(b, i+3)
-				if err == nil {
-					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-						r = d
-						i += 2 + n2
-					}
-				}
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			return "", fmt.Errorf("json: bad escape \\%c", b[i])
-		}
-	}
-	return string(out), nil
-}
-
-func readU(b []byte, i int) (rune, int, error) {
-	if i+4 > len(b) {
-		return 0, 0, errors.New("json: short \\u escape")
-	}
-	v, err := strconv.ParseUint(string(b[i:i+4]), 16, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("json: bad \\u escape: %w", err)
-	}
-	return rune(v), 4, nil
 }

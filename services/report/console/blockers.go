@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
@@ -88,10 +87,6 @@ LIMIT ? BY rule_id, api_group, api_version, resource`, append(args, TopCallers),
 	return out, err
 }
 
-// componentAgent matches the user agent of a kubelet or a kube-controller-manager, which
-// carry their release: "kubelet/v1.33.2 (linux/amd64) kubernetes/abc".
-var componentAgent = regexp.MustCompile(`^(?:kubelet|kube-controller-manager)/v(\d+)\.(\d+)`)
-
 // ClusterVersion is the newest release a kubelet or controller-manager of cluster named in
 // its user agent in the window, zero when none did.
 func (r Reader) ClusterVersion(ctx context.Context, cluster string, w Window) (kubeversion.Version, error) {
@@ -108,12 +103,10 @@ LIMIT 1000`, []any{cluster, w.From.Unix(), w.To.Unix()}, func(rows *sql.Rows) er
 		if err := rows.Scan(&ua); err != nil {
 			return err
 		}
-		m := componentAgent.FindStringSubmatch(ua)
-		if m == nil {
-			return nil
-		}
-		v, err := kubeversion.Parse(m[1] + "." + m[2])
-		if err == nil && v.Key() > best.Key() {
+		// A kubelet or a kube-controller-manager carries its release in its user agent:
+		// "kubelet/v1.33.2 (linux/amd64) kubernetes/abc".
+		name, v, ok := kubeversion.Agent(ua)
+		if ok && (name == "kubelet" || name == "kube-controller-manager") && v.Key() > best.Key() {
 			best = v
 		}
 		return nil

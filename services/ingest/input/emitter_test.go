@@ -1,10 +1,9 @@
-package metrics_test
+package input_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
+	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/ingest/input"
 	"github.com/auditlens/auditlens/services/ingest/metrics"
 )
 
@@ -43,16 +45,22 @@ func (f *failing) Publish(_ context.Context, msgs ...bus.Message) error {
 	return nil
 }
 
+// ready is a bus that is always connected.
+type ready struct{ bus.Publisher }
+
+func (ready) Ready() error { return nil }
+
 // TestStuckWhileRetrying: while a pulling source's publishing keeps failing, the input is
 // stuck (its readiness fails); once it stores, it is not. Before, a source retrying for ever
 // stayed ready.
 func TestStuckWhileRetrying(t *testing.T) {
 	m := metrics.New(nil)
 	p := &failing{err: fmt.Errorf("stream full: %w", bus.ErrUnavailable)}
+	em := input.MustEnv(input.Env{Bus: ready{p}, Metrics: m}).Emitter("kafka")
 	msgs := []bus.Message{{Stream: bus.Events, Cluster: "c", ID: "c/a/x", Data: []byte("{}")}}
 	done := make(chan error, 1)
 	go func() {
-		done <- m.PublishUntilStored(context.Background(), p, slog.New(slog.DiscardHandler), "kafka", "src", "n1", "the offsets", metrics.Batch{Msgs: msgs, Events: 1})
+		done <- em.PublishUntilStored(context.Background(), msgs, input.Counts{Events: 1}, "src", "the offsets")
 	}()
 	testkit.Eventually(t, time.Minute, "a failed publish", func() bool { return p.tries.Load() >= 1 })
 	testkit.Eventually(t, time.Minute, "the input stuck", func() bool { return m.Stuck("kafka") != nil })
@@ -79,6 +87,7 @@ func TestStuckWhileRetrying(t *testing.T) {
 func TestRefusedAloneNotRetried(t *testing.T) {
 	m := metrics.New(nil)
 	p := &failing{}
+	em := input.MustEnv(input.Env{Bus: ready{p}, Metrics: m}).Emitter("kafka")
 	msgs := []bus.Message{
 		{Stream: bus.Events, Cluster: "ok", ID: "ok/a/x", Data: []byte("{}")},
 		{Stream: bus.Events, Cluster: "bad\x07name", ID: "bad/b/x", Data: []byte("{}")},
@@ -86,7 +95,7 @@ func TestRefusedAloneNotRetried(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := m.PublishUntilStored(ctx, p, slog.New(slog.DiscardHandler), "kafka", "src", "n1", "the offsets", metrics.Batch{Msgs: msgs, Events: 3}); err != nil {
+	if err := em.PublishUntilStored(ctx, msgs, input.Counts{Events: 3}, "src", "the offsets"); err != nil {
 		t.Fatal(err)
 	}
 	var events, dead int
@@ -108,5 +117,26 @@ func TestRefusedAloneNotRetried(t *testing.T) {
 	}
 	if errors.Is(m.Stuck("kafka"), bus.ErrInvalid) {
 		t.Error("stuck on a message that was dead-lettered")
+	}
+}
+
+// NewEnv is the one place the inputs' defaults are written: it fills in what is left out,
+// refuses an env without a bus, and checks what it is given.
+func TestNewEnv(t *testing.T) {
+	if _, err := input.NewEnv(input.Env{}); err == nil {
+		t.Error("an env without a bus was accepted")
+	}
+	env, err := input.NewEnv(input.Env{Bus: ready{&failing{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Logger == nil || env.Metrics == nil || env.Budget == nil || env.MaxEventSize != input.DefaultMaxEventSize ||
+		env.Batch != eventbatch.DefaultConfig() || env.Limits != envelope.DefaultLimits() {
+		t.Errorf("defaults not filled in: %+v", env)
+	}
+	bad := envelope.DefaultLimits()
+	bad.MaxDecoded = -1
+	if _, err := input.NewEnv(input.Env{Bus: ready{&failing{}}, Limits: bad}); err == nil {
+		t.Error("negative decoded-bytes limit accepted")
 	}
 }

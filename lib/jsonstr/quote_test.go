@@ -1,11 +1,11 @@
-package auditevent
+package jsonstr
 
 import (
 	"math/rand/v2"
 	"testing"
 )
 
-// quoteOrEscape and stringEnd agree with a byte loop on every length and position, including the bytes
+// QuoteOrEscape and End agree with a byte loop on every length and position, including the bytes
 // whose XOR borrows could fool a careless has-zero-byte test ('!' = '"'+... neighbours, 0x80+).
 func TestQuoteOrEscape(t *testing.T) {
 	naive := func(b []byte) int {
@@ -29,11 +29,11 @@ func TestQuoteOrEscape(t *testing.T) {
 				}
 			}
 			want := naive(b)
-			if got := quoteOrEscape(b); got != want {
-				t.Fatalf("quoteOrEscape(%q): %d, want %d", b, got, want)
+			if got := QuoteOrEscape(b); got != want {
+				t.Fatalf("QuoteOrEscape(%q): %d, want %d", b, got, want)
 			}
-			if got := stringEnd(b); got != want {
-				t.Fatalf("stringEnd(%q): %d, want %d", b, got, want)
+			if got := End(b); got != want {
+				t.Fatalf("End(%q): %d, want %d", b, got, want)
 			}
 		}
 	}

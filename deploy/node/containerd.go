@@ -151,8 +151,9 @@ func (n *Node) killContainers() error {
 	for _, id := range ids {
 		_ = n.ctr("tasks", "kill", "--signal", "SIGKILL", id)
 	}
+	// A killed task stays listed (STOPPED) until deleted; delete each once it has stopped.
 	for _, id := range ids {
-		_ = poll(context.Background(), 10*time.Second, func() error { return n.ctr("tasks", "delete", id) })
+		_ = poll(context.Background(), 5*time.Second, func() error { return n.ctr("tasks", "delete", "--force", id) })
 	}
 	n.logf("killed %d containers", len(ids))
 	return nil

@@ -207,7 +207,7 @@ func (n *Node) Down() error {
 		n.bin = bin
 	}
 	for _, name := range []string{"kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver"} {
-		add(n.stop(name, 15*time.Second))
+		add(n.stop(name, 5*time.Second))
 	}
 	add(n.killContainers())
 	add(n.stop("containerd", 15*time.Second))
@@ -215,6 +215,7 @@ func (n *Node) Down() error {
 		add(n.stop(name, 15*time.Second))
 	}
 	add(n.cleanupProxyRules())
+	add(cleanupKubeletRules())
 	add(unmountUnder(n.cfg.Run, filepath.Join(n.cfg.Root, "containerd")))
 	add(removeCgroups("kubepods"))
 	if _, err := net.InterfaceByName(Bridge); err == nil {
@@ -230,6 +231,41 @@ func (n *Node) Down() error {
 		add(os.RemoveAll(n.cfg.Run))
 		if err := os.Remove(n.Kubeconfig()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			add(err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupKubeletRules removes the chains the kubelet adds (KUBE-FIREWALL and its jumps from
+// INPUT and OUTPUT, the canaries, the hint), for IPv4 and IPv6.
+func cleanupKubeletRules() error {
+	var errs []error
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		if _, err := lookPath(bin, "apt-get install iptables"); err != nil {
+			continue
+		}
+		for _, from := range []string{"INPUT", "OUTPUT"} {
+			for run(bin, "-t", "filter", "-C", from, "-j", "KUBE-FIREWALL") == nil {
+				if err := run(bin, "-t", "filter", "-D", from, "-j", "KUBE-FIREWALL"); err != nil {
+					errs = append(errs, err)
+					break
+				}
+			}
+		}
+		for _, c := range []struct{ table, chain string }{
+			{"filter", "KUBE-FIREWALL"}, {"filter", "KUBE-KUBELET-CANARY"}, {"nat", "KUBE-KUBELET-CANARY"},
+			{"mangle", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+		} {
+			if run(bin, "-t", c.table, "-S", c.chain) != nil {
+				continue // not there
+			}
+			if err := run(bin, "-t", c.table, "-F", c.chain); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := run(bin, "-t", c.table, "-X", c.chain); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -108,7 +108,7 @@ kube-apiserver:
 ## scheduler, kubelet and kube-proxy of k8s.io/kubernetes, containerd, runc, the CNI bridge) with
 ## auditlens deployed from deploy/nodetest/overlay; returns once every pod is Ready and writes
 ## .cache/node/kubeconfig. node-down stops it all. See docs/node.md. Run as root.
-.PHONY: node-up node-down
+.PHONY: node-up node-down kube-node
 node-up: $(BIN)/images/ingest.tar
 	@mkdir -p $(BIN)
 	cd deploy/node && GOWORK=off go build -o $(BIN)/node ./cmd/node
@@ -119,6 +119,11 @@ node-down:
 	$(BIN)/node down -repo $(CURDIR)
 $(BIN)/images/ingest.tar:
 	$(MAKE) images
+
+## kube-node: build the node's Kubernetes binaries (deploy/node) in one go build, cached in
+## .cache/kubernetes (about 10 minutes on two cores after the apiserver's build, seconds after).
+kube-node:
+	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-node
 
 ## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into .cache/chdb.
 chdb: $(CHDB_DIR)/libchdb.so

@@ -153,7 +153,13 @@ func (n *Node) killContainers() error {
 	}
 	// A killed task stays listed (STOPPED) until deleted; delete each once it has stopped.
 	for _, id := range ids {
-		_ = poll(context.Background(), 5*time.Second, func() error { return n.ctr("tasks", "delete", "--force", id) })
+		_ = poll(context.Background(), 5*time.Second, func() error {
+			err := n.ctr("tasks", "delete", "--force", id)
+			if err != nil && strings.Contains(err.Error(), "not found") {
+				return nil // containerd's CRI deleted it on its exit
+			}
+			return err
+		})
 	}
 	n.logf("killed %d containers", len(ids))
 	return nil

@@ -159,11 +159,8 @@ func (n *Node) upControlPlane(ctx context.Context) error {
 // cleanupProxyRules removes kube-proxy's iptables chains.
 func (n *Node) cleanupProxyRules() error {
 	bin := filepath.Join(n.bin, "kube-proxy")
-	if n.bin == "" {
-		return nil
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil
+	if n.bin == "" || !exists(bin) {
+		return nil // never built, so never ran
 	}
 	return run(bin, "--cleanup", "--proxy-mode", "iptables")
 }
@@ -253,4 +250,9 @@ func (n *Node) bindDNS(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

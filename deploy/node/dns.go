@@ -59,21 +59,18 @@ func ServeDNS(ctx context.Context, addr, kubeconfig string, log *slog.Logger) er
 	go func() { <-ctx.Done(); conn.Close() }()
 	log.Info("dns serving", "addr", addr)
 	buf := make([]byte, 1500)
-	for {
+	for ctx.Err() == nil {
 		nr, from, err := conn.ReadFrom(buf)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		switch {
+		case err == nil:
+			if resp, ok := r.answer(buf[:nr]); ok {
+				_, _ = conn.WriteTo(resp, from)
 			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			continue
-		}
-		if resp, ok := r.answer(buf[:nr]); ok {
-			_, _ = conn.WriteTo(resp, from)
+		case errors.Is(err, net.ErrClosed) && ctx.Err() == nil:
+			return fmt.Errorf("dns: %w", err)
 		}
 	}
+	return nil
 }
 
 func (r *Resolver) rebuild(objs []any) {

@@ -32,13 +32,13 @@ var (
 	kubeconfig string
 	nodeBin    string
 	startedUp  bool
-	setupErr   error
+	errSetup   error
 )
 
 // TestMain starts the node once for the package (make node-up's program) unless one is already
 // up (its kubeconfig answers), and stops it at the end if it started it.
 func TestMain(m *testing.M) {
-	setupErr = setup()
+	errSetup = setup()
 	code := m.Run()
 	if startedUp && os.Getenv("AUDITLENS_NODE_KEEP") == "" {
 		cmd := exec.Command(nodeBin, "down", "-repo", repo)
@@ -95,13 +95,13 @@ func setup() error {
 // need fails (CI) or skips the test when the node could not start.
 func need(t *testing.T) {
 	t.Helper()
-	if setupErr == nil {
+	if errSetup == nil {
 		return
 	}
 	if os.Getenv("CI") != "" {
-		t.Fatalf("node unavailable: %v", setupErr)
+		t.Fatalf("node unavailable: %v", errSetup)
 	}
-	t.Skipf("node unavailable: %v", setupErr)
+	t.Skipf("node unavailable: %v", errSetup)
 }
 
 func restConfig() (*rest.Config, error) {

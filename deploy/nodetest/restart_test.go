@@ -131,8 +131,11 @@ func TestClassifyKilled(t *testing.T) {
 // checkpointOffset is the offset ingest's checkpoint on the host holds for the audit log.
 func checkpointOffset() (int64, error) {
 	files, err := filepath.Glob(filepath.Join(checkpointDir, "*.json"))
-	if err != nil || len(files) != 1 {
-		return 0, fmt.Errorf("checkpoints in %s: %v %v, want one", checkpointDir, files, err)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints in %s: %w", checkpointDir, err)
+	}
+	if len(files) != 1 {
+		return 0, fmt.Errorf("checkpoints in %s: %v, want one", checkpointDir, files)
 	}
 	b, err := os.ReadFile(files[0])
 	if err != nil {

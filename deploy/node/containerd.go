@@ -202,10 +202,13 @@ func unmountUnder(dirs ...string) error {
 	return nil
 }
 
-// removeCgroups removes the kubelet's cgroup tree (name) from every cgroup v1 hierarchy, once
-// its processes are gone.
+// removeCgroups removes the kubelet's cgroup tree (name) from every cgroup v1 hierarchy (or
+// the v2 one), once its processes are gone.
 func removeCgroups(name string) error {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	if exists("/sys/fs/cgroup/" + name) { // cgroup v2: one hierarchy
+		roots = append(roots, "/sys/fs/cgroup/"+name)
+	}
 	var errs []string
 	for _, root := range roots {
 		var dirs []string

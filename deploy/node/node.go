@@ -165,8 +165,16 @@ func (n *Node) upNetwork(context.Context) error {
 		}
 	}
 	// Service traffic between two pods of the bridge goes through kube-proxy's rules only if
-	// bridged packets pass iptables.
-	return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
+	// bridged packets pass iptables (br_netfilter). Pods reach the host's engines and the
+	// apiserver without it (routed, not bridged), so its absence is logged, not fatal.
+	const brnf = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+	if !exists(brnf) {
+		_ = run("modprobe", "br_netfilter")
+	}
+	if err := os.WriteFile(brnf, []byte("1"), 0o644); err != nil {
+		n.logf("bridge netfilter unavailable (%v): Service traffic from one pod to another on the node may not pass kube-proxy's rules", err)
+	}
+	return nil
 }
 
 func (n *Node) buildBinaries(context.Context) error {
@@ -194,8 +202,9 @@ func (n *Node) upAuditlens(ctx context.Context) error {
 	return n.deploy(ctx)
 }
 
-// Down stops every process of the node and removes its mounts, interfaces, iptables rules and
-// cgroups; what Root keeps (certificates, images, etcd) stays for the next Up.
+// Down stops every process of the node and removes its mounts, interfaces, iptables rules,
+// cgroups and the cluster's data (etcd, NATS, ClickHouse); the certificates, the images and the
+// logs in Root stay for the next Up.
 func (n *Node) Down() error {
 	var errs []error
 	add := func(err error) {
@@ -228,6 +237,11 @@ func (n *Node) Down() error {
 		}
 	}
 	if len(errs) == 0 {
+		// The cluster's state goes too: the next node-up is a new cluster, whose node and pod
+		// statuses cannot be stale ones read back from etcd.
+		for _, d := range []string{"etcd", "nats", "clickhouse"} {
+			add(os.RemoveAll(filepath.Join(n.cfg.Root, d)))
+		}
 		add(os.RemoveAll(n.cfg.Run))
 		if err := os.Remove(n.Kubeconfig()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			add(err)

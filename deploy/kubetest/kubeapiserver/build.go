@@ -55,7 +55,7 @@ func Binary() (string, error) {
 	if p := os.Getenv("AUDITLENS_KUBE_APISERVER"); p != "" {
 		return p, nil
 	}
-	dir, err := build("kube-apiserver", "kube-apiserver")
+	dir, err := build("kube-apiserver", "", "kube-apiserver")
 	if err != nil {
 		return "", err
 	}
@@ -69,15 +69,34 @@ var NodeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-s
 // as Binary in one `go build` (the packages they share are compiled once) and cached in
 // CacheDir()/kubernetes, keyed like the apiserver.
 func NodeBinaries() (string, error) {
-	return build("kubernetes", NodeCommands...)
+	return build("kubernetes", versionFlags(), NodeCommands...)
 }
 
-// build runs one `go build` of k8s.io/kubernetes/cmd/<cmds> into CacheDir()/<cache>/<key>
-// unless every binary is already there.
-func build(cache string, cmds ...string) (string, error) {
+// versionFlags stamp the binaries with Version (as Kubernetes' own build does), so the node
+// reports it and the components' user agents name it (kubelet/v1.37.2, not v0.0.0-master).
+func versionFlags() string {
+	var major, minor string
+	if parts := strings.SplitN(strings.TrimPrefix(Version, "v"), ".", 3); len(parts) == 3 {
+		major, minor = parts[0], parts[1]
+	}
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags, "-X "+pkg+".gitVersion="+Version, "-X "+pkg+".gitMajor="+major,
+			"-X "+pkg+".gitMinor="+minor, "-X "+pkg+".gitTreeState=clean")
+	}
+	return strings.Join(flags, " ")
+}
+
+// build runs one `go build -ldflags ldflags` of k8s.io/kubernetes/cmd/<cmds> into
+// CacheDir()/<cache>/<key> unless every binary is already there; the key hashes the go.mod,
+// the go.sum and the flags.
+func build(cache, ldflags string, cmds ...string) (string, error) {
 	h := sha256.New()
 	h.Write(buildMod)
 	h.Write(buildSum)
+	if ldflags != "" {
+		h.Write([]byte(ldflags))
+	}
 	dir := filepath.Join(CacheDir(), cache, Version+"-"+hex.EncodeToString(h.Sum(nil))[:12])
 	built := func() bool {
 		for _, c := range cmds {
@@ -119,6 +138,9 @@ func build(cache string, cmds ...string) (string, error) {
 		return "", err
 	}
 	args := []string{"build", "-o", tmp + "/"}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
 	for _, c := range cmds {
 		args = append(args, "k8s.io/kubernetes/cmd/"+c)
 	}

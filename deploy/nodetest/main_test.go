@@ -8,9 +8,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,8 +49,40 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "node down: %v\n", err)
 			code = 1
 		}
+		if left := leftovers(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "node down left behind: %s\n", strings.Join(left, "; "))
+			code = 1
+		}
 	}
 	os.Exit(code)
+}
+
+// leftovers lists what the node created that is still there after node down: its bridge,
+// mounts below its run directory, the kubelet's and kube-proxy's iptables chains, the
+// kubepods cgroups, the run directory itself.
+func leftovers() []string {
+	var left []string
+	if _, err := net.InterfaceByName("alnode0"); err == nil {
+		left = append(left, "the bridge alnode0")
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), " /run/auditlens-node") {
+		left = append(left, "mounts below /run/auditlens-node")
+	}
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		out, _ := exec.Command("iptables", "-t", table, "-S").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "KUBE-") || strings.Contains(line, "auditlens-node") {
+				left = append(left, "iptables -t "+table+": "+line)
+			}
+		}
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(m) > 0 {
+		left = append(left, "cgroups "+strings.Join(m, " "))
+	}
+	if _, err := os.Stat("/run/auditlens-node"); err == nil {
+		left = append(left, "/run/auditlens-node")
+	}
+	return left
 }
 
 func setup() error {

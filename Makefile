@@ -1,6 +1,6 @@
 # auditlens: the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-MODULES := lib proto deploy deploy/images deploy/release deploy/kubetest services/ingest services/classify services/report services/auditlens
+MODULES := lib proto deploy deploy/images deploy/release deploy/kubetest deploy/node deploy/nodetest services/ingest services/classify services/report services/auditlens
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
@@ -103,6 +103,27 @@ notice:
 ## the tests build it themselves when missing).
 kube-apiserver:
 	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-apiserver
+
+## node-up: a one-node Kubernetes cluster on this machine (etcd, the apiserver, controller-manager,
+## scheduler, kubelet and kube-proxy of k8s.io/kubernetes, containerd, runc, the CNI bridge) with
+## auditlens deployed from deploy/nodetest/overlay; returns once every pod is Ready and writes
+## .cache/node/kubeconfig. node-down stops it all. See docs/node.md. Run as root.
+.PHONY: node-up node-down kube-node
+node-up: $(BIN)/images/ingest.tar
+	@mkdir -p $(BIN)
+	cd deploy/node && GOWORK=off go build -o $(BIN)/node ./cmd/node
+	$(BIN)/node up -repo $(CURDIR)
+node-down:
+	@mkdir -p $(BIN)
+	cd deploy/node && GOWORK=off go build -o $(BIN)/node ./cmd/node
+	$(BIN)/node down -repo $(CURDIR)
+$(BIN)/images/ingest.tar:
+	$(MAKE) images
+
+## kube-node: build the node's Kubernetes binaries (deploy/node) in one go build, cached in
+## .cache/kubernetes (about 10 minutes on two cores after the apiserver's build, seconds after).
+kube-node:
+	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-node
 
 ## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into .cache/chdb.
 chdb: $(CHDB_DIR)/libchdb.so

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -54,27 +55,73 @@ func Binary() (string, error) {
 	if p := os.Getenv("AUDITLENS_KUBE_APISERVER"); p != "" {
 		return p, nil
 	}
+	dir, err := build("kube-apiserver", "", "kube-apiserver")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "kube-apiserver"), nil
+}
+
+// NodeCommands are the binaries of a one-node cluster (deploy/node), built together.
+var NodeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"}
+
+// NodeBinaries returns the directory holding NodeCommands, built from the same embedded go.mod
+// as Binary in one `go build` (the packages they share are compiled once) and cached in
+// CacheDir()/kubernetes, keyed like the apiserver.
+func NodeBinaries() (string, error) {
+	return build("kubernetes", versionFlags(), NodeCommands...)
+}
+
+// versionFlags stamp the binaries with Version (as Kubernetes' own build does), so the node
+// reports it and the components' user agents name it (kubelet/v1.37.2, not v0.0.0-master).
+func versionFlags() string {
+	var major, minor string
+	if parts := strings.SplitN(strings.TrimPrefix(Version, "v"), ".", 3); len(parts) == 3 {
+		major, minor = parts[0], parts[1]
+	}
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags, "-X "+pkg+".gitVersion="+Version, "-X "+pkg+".gitMajor="+major,
+			"-X "+pkg+".gitMinor="+minor, "-X "+pkg+".gitTreeState=clean")
+	}
+	return strings.Join(flags, " ")
+}
+
+// build runs one `go build -ldflags ldflags` of k8s.io/kubernetes/cmd/<cmds> into
+// CacheDir()/<cache>/<key> unless every binary is already there; the key hashes the go.mod,
+// the go.sum and the flags.
+func build(cache, ldflags string, cmds ...string) (string, error) {
 	h := sha256.New()
 	h.Write(buildMod)
 	h.Write(buildSum)
-	dir := filepath.Join(CacheDir(), "kube-apiserver", Version+"-"+hex.EncodeToString(h.Sum(nil))[:12])
-	bin := filepath.Join(dir, "kube-apiserver")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
+	if ldflags != "" {
+		h.Write([]byte(ldflags))
+	}
+	dir := filepath.Join(CacheDir(), cache, Version+"-"+hex.EncodeToString(h.Sum(nil))[:12])
+	built := func() bool {
+		for _, c := range cmds {
+			if _, err := os.Stat(filepath.Join(dir, c)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if built() {
+		return dir, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("build kube-apiserver: %w", err)
+		return "", fmt.Errorf("build %s: %w", cache, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return "", fmt.Errorf("build kube-apiserver: %w", err)
+		return "", fmt.Errorf("build %s: %w", cache, err)
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("build kube-apiserver: lock: %w", err)
+		return "", fmt.Errorf("build %s: lock: %w", cache, err)
 	}
-	if _, err := os.Stat(bin); err == nil { // built while we waited
-		return bin, nil
+	if built() { // built while we waited
+		return dir, nil
 	}
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
@@ -86,15 +133,27 @@ func Binary() (string, error) {
 	if err := os.WriteFile(filepath.Join(src, "go.sum"), buildSum, 0o644); err != nil {
 		return "", err
 	}
-	tmp := bin + ".tmp"
-	cmd := exec.Command("go", "build", "-o", tmp, "k8s.io/kubernetes/cmd/kube-apiserver")
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", tmp + "/"}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	for _, c := range cmds {
+		args = append(args, "k8s.io/kubernetes/cmd/"+c)
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build kube-apiserver %s: %w\n%s", Version, err, out)
+		return "", fmt.Errorf("build %s %s: %w\n%s", strings.Join(cmds, " "), Version, err, out)
 	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
+	for _, c := range cmds {
+		if err := os.Rename(filepath.Join(tmp, c), filepath.Join(dir, c)); err != nil {
+			return "", err
+		}
 	}
-	return bin, nil
+	return dir, os.Remove(tmp)
 }

@@ -148,6 +148,20 @@ func TestChartReadinessRequiresTargetVersions(t *testing.T) {
 	}
 }
 
+// With the gate, NOTES.txt names the object of the last target version to wait on, as report
+// names it (<cluster>-<major>-<minor>, lower-cased, other characters as "-").
+func TestChartReadinessNotes(t *testing.T) {
+	vals := presetValues(t, "self-managed")
+	vals["cluster"] = map[string]any{"name": "-Prod__EU.1"}
+	_, notes, err := renderChart(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "kubectl wait --for=condition=Ready upgradereadiness/prod-eu-1-1-35 --timeout=24h"; !strings.Contains(notes, want) {
+		t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+	}
+}
+
 // owners and acknowledgements from an existing ConfigMap: mounted into report and the weekly
 // CronJob from it, no ConfigMap of the chart's own.
 func TestChartFilesFromAnExistingConfigMap(t *testing.T) {

@@ -758,3 +758,65 @@ func checkReadiness(t *testing.T, r *rendered) {
 		}
 	}
 }
+
+// The way deploy/README.md gives to ship one's own owners and acknowledgements files: a
+// component listed after components/readiness whose generator replaces the ConfigMaps. The
+// files given (the repository's examples) are what report reads.
+func TestReadinessFilesReplacedByAComponent(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("kubernetes")); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(root, "components", "my-files")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, name := range []string{"owners", "acknowledgements"} {
+		b, err := os.ReadFile(filepath.Join("..", "examples", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = string(b)
+		if err := os.WriteFile(filepath.Join(mine, name+".yaml"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	component := `apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+configMapGenerator:
+  - {name: auditlens-owners, namespace: auditlens, behavior: replace, options: {disableNameSuffixHash: true}, files: [owners.yaml]}
+  - {name: auditlens-acknowledgements, namespace: auditlens, behavior: replace, options: {disableNameSuffixHash: true}, files: [acknowledgements.yaml]}
+`
+	if err := os.WriteFile(filepath.Join(mine, "kustomization.yaml"), []byte(component), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	overlay := filepath.Join(root, "overlays", "self-managed", "kustomization.yaml")
+	b, err := os.ReadFile(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("  - ../../components/readiness\n"), []byte("  - ../../components/readiness\n  - ../../components/my-files\n"), 1)
+	if err := os.WriteFile(overlay, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.BuildWithCluster(root, "overlays/self-managed", testCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, u := range objs {
+		name, ok := strings.CutPrefix(u.GetName(), "auditlens-")
+		if u.GetKind() != "ConfigMap" || !ok || want[name] == "" {
+			continue
+		}
+		data, _, _ := unstructured.NestedString(u.Object, "data", name+".yaml")
+		if data != want[name] {
+			t.Errorf("ConfigMap %s holds %q, want examples/%s.yaml", u.GetName(), data, name)
+		}
+		got++
+	}
+	if got != 2 {
+		t.Errorf("%d of the two ConfigMaps rendered", got)
+	}
+}

@@ -699,11 +699,16 @@ var _ = unstructured.Unstructured{}
 
 // Every file a container's env names (AUDITLENS_*_FILE) is on a volume mounted into it: a
 // component that names a file without the volume (components/readiness without
-// components/kube-api) would start a pod that cannot read it.
+// components/kube-api) would start a pod that cannot read it. Every AUDITLENS_* variable a
+// container sets is a flag's env twin (a misspelt one would be ignored silently).
 func checkFiles(t *testing.T, r *rendered) {
+	twins := envTwins(t)
 	for _, w := range r.workloads {
 		for _, c := range w.spec.Containers {
 			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "AUDITLENS_") && !twins[e.Name] {
+					t.Errorf("%s %s container %s: %s is the env twin of no flag in docs/configuration.md", w.kind, w.name, c.Name, e.Name)
+				}
 				if !strings.HasPrefix(e.Name, "AUDITLENS_") || !strings.HasSuffix(e.Name, "_FILE") {
 					continue
 				}

@@ -121,20 +121,35 @@ func build(t *testing.T, dir string) *rendered {
 			strict(o)
 			r.workloads = append(r.workloads, workload{"CronJob", o.Namespace, o.Name, false, o.Spec.JobTemplate.Spec.Template.Labels, &o.Spec.JobTemplate.Spec.Template.Spec, 0})
 		case "ClusterRole":
-			// The console's readers: get on auditlens.io/console, nothing else.
+			// Only the roles listed in allowedRules, each granting exactly its rules.
 			o := &rbacv1.ClusterRole{}
 			strict(o)
-			for _, rule := range o.Rules {
-				if !slices.Equal(rule.APIGroups, []string{"auditlens.io"}) || !slices.Equal(rule.Resources, []string{"console"}) || !slices.Equal(rule.Verbs, []string{"get"}) {
-					t.Errorf("%s: ClusterRole %s grants %v: only get on auditlens.io console belongs here", dir, o.Name, rule)
+			want, ok := allowedRules[o.Name]
+			if !ok {
+				t.Errorf("%s: ClusterRole %s: not a role this test knows", dir, o.Name)
+			}
+			for i, rule := range o.Rules {
+				if i >= len(want) || !slices.Equal(rule.APIGroups, want[i].APIGroups) || !slices.Equal(rule.Resources, want[i].Resources) || !slices.Equal(rule.Verbs, want[i].Verbs) {
+					t.Errorf("%s: ClusterRole %s grants %v: not what it is for", dir, o.Name, rule)
 				}
 			}
+			if len(o.Rules) != len(want) {
+				t.Errorf("%s: ClusterRole %s has %d rules, want %d", dir, o.Name, len(o.Rules), len(want))
+			}
 		case "ClusterRoleBinding":
-			// Only the report's reviews of tokens and access (the console's authenticated listener).
+			// Only the report's: its reviews of tokens and access (the console's authenticated
+			// listener), its UpgradeReadiness objects and the namespaces' labels (readiness).
 			o := &rbacv1.ClusterRoleBinding{}
 			strict(o)
-			if o.RoleRef.Name != "system:auth-delegator" || len(o.Subjects) != 1 || o.Subjects[0].Name != "report" {
-				t.Errorf("%s: ClusterRoleBinding %s binds %s to %v: only the report's system:auth-delegator belongs here", dir, o.Name, o.RoleRef.Name, o.Subjects)
+			if !reportBindings[o.RoleRef.Name] || len(o.Subjects) != 1 || o.Subjects[0].Name != "report" || o.Subjects[0].Namespace != "auditlens" {
+				t.Errorf("%s: ClusterRoleBinding %s binds %s to %v: only the report's system:auth-delegator, auditlens-report-readiness and auditlens-report-namespaces belong here", dir, o.Name, o.RoleRef.Name, o.Subjects)
+			}
+		case "CustomResourceDefinition":
+			// UpgradeReadiness (components/readiness); kubetest applies it to a real apiserver,
+			// which checks its schema, and report's objects against it.
+			scope, _, _ := unstructured.NestedString(u.Object, "spec", "scope")
+			if u.GetName() != "upgradereadinesses.auditlens.io" || scope != "Cluster" {
+				t.Errorf("%s: CustomResourceDefinition %s (%s): only the cluster-scoped UpgradeReadiness belongs here", dir, u.GetName(), scope)
 			}
 		case "PodMonitor", "PrometheusRule":
 			// Custom resources: kubernetes/components/monitoring's tests check the rules; kubetest applies
@@ -142,12 +157,28 @@ func build(t *testing.T, dir string) *rendered {
 		default:
 			t.Errorf("%s: unexpected kind %s (%s): add it to this test", dir, u.GetKind(), key)
 		}
-		if clusterScoped := u.GetKind() == "Namespace" || u.GetKind() == "ClusterRole" || u.GetKind() == "ClusterRoleBinding"; !clusterScoped && u.GetNamespace() == "" {
+		if clusterScoped := u.GetKind() == "Namespace" || u.GetKind() == "ClusterRole" || u.GetKind() == "ClusterRoleBinding" || u.GetKind() == "CustomResourceDefinition"; !clusterScoped && u.GetNamespace() == "" {
 			t.Errorf("%s: %s %s names no namespace", dir, u.GetKind(), u.GetName())
 		}
 	}
 	return r
 }
+
+// allowedRules are the ClusterRoles the manifests may hold and the rules each grants.
+var allowedRules = map[string][]rbacv1.PolicyRule{
+	// The console's readers: get on auditlens.io/console (components/console).
+	"auditlens-console-reader": {{APIGroups: []string{"auditlens.io"}, Resources: []string{"console"}, Verbs: []string{"get"}}},
+	// components/readiness (deploy/crds/rbac.yaml links to it).
+	"auditlens-report-readiness": {
+		{APIGroups: []string{"auditlens.io"}, Resources: []string{"upgradereadinesses"}, Verbs: []string{"get", "create", "patch"}},
+		{APIGroups: []string{"auditlens.io"}, Resources: []string{"upgradereadinesses/status"}, Verbs: []string{"get", "patch"}},
+	},
+	"auditlens-upgradereadiness-reader": {{APIGroups: []string{"auditlens.io"}, Resources: []string{"upgradereadinesses"}, Verbs: []string{"get", "list", "watch"}}},
+	"auditlens-report-namespaces":       {{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list"}}},
+}
+
+// reportBindings are the ClusterRoles the report's service account may be bound to.
+var reportBindings = map[string]bool{"system:auth-delegator": true, "auditlens-report-readiness": true, "auditlens-report-namespaces": true}
 
 func kustomizations(t *testing.T) []string {
 	dirs, err := render.Kustomizations("kubernetes")
@@ -166,7 +197,7 @@ func components(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"components/cloudwatch", "components/cluster", "components/console", "components/eventhubs", "components/file-ingest", "components/firehose", "components/kafka", "components/monitoring", "components/pubsub", "components/quickstart", "components/settings", "components/webhook", "components/weekly"}
+	want := []string{"components/cloudwatch", "components/cluster", "components/console", "components/eventhubs", "components/file-ingest", "components/firehose", "components/kafka", "components/kube-api", "components/monitoring", "components/pubsub", "components/quickstart", "components/readiness", "components/settings", "components/webhook", "components/weekly"}
 	if !slices.Equal(dirs, want) {
 		t.Fatalf("components %v, want %v", dirs, want)
 	}
@@ -230,15 +261,22 @@ func TestEveryManifestIsRendered(t *testing.T) {
 			t.Fatal(err)
 		}
 		var k struct {
-			Resources []string `json:"resources"`
+			Resources          []string `json:"resources"`
+			ConfigMapGenerator []struct {
+				Files []string `json:"files"`
+			} `json:"configMapGenerator"`
 		}
 		if err := yaml.Unmarshal(b, &k); err != nil {
 			t.Fatal(err)
 		}
+		used := slices.Clone(k.Resources)
+		for _, g := range k.ConfigMapGenerator {
+			used = append(used, g.Files...)
+		}
 		files, _ := filepath.Glob(filepath.Join("kubernetes", dir, "*.yaml"))
 		for _, f := range files {
-			if name := filepath.Base(f); name != "kustomization.yaml" && !slices.Contains(k.Resources, name) {
-				t.Errorf("%s: %s is not in its kustomization's resources", dir, name)
+			if name := filepath.Base(f); name != "kustomization.yaml" && !slices.Contains(used, name) {
+				t.Errorf("%s: %s is not in its kustomization's resources or generated ConfigMaps", dir, name)
 			}
 		}
 	}
@@ -311,6 +349,8 @@ func TestKustomizationsRenderHardened(t *testing.T) {
 			checkNetworkPolicies(t, r)
 			checkConfig(t, r)
 			checkScaleOut(t, r)
+			checkFiles(t, r)
+			checkReadiness(t, r)
 		})
 	}
 }
@@ -491,7 +531,7 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 	allowedOut := map[int32]bool{53: true, 4222: true, 9092: true, 9000: true, 25: true, 465: true, 587: true,
 		9093: true,                      // AKS: Event Hubs' Kafka endpoint
 		443:  true, 80: true, 988: true, // GKE: the Pub/Sub API, the metadata server (Workload Identity); the apiserver
-		6443: true, // the apiserver (console reviews)
+		6443: true, // the apiserver (console reviews, UpgradeReadiness objects)
 	}
 	allowedIn := map[int32]bool{9090: true, 8443: true, 4222: true, 9000: true, 9443: true}
 	for _, p := range r.policies {
@@ -656,3 +696,132 @@ func itoa(i int32) string {
 }
 
 var _ = unstructured.Unstructured{}
+
+// Every file a container's env names (AUDITLENS_*_FILE) is on a volume mounted into it: a
+// component that names a file without the volume (components/readiness without
+// components/kube-api) would start a pod that cannot read it. Every AUDITLENS_* variable a
+// container sets is a flag's env twin (a misspelt one would be ignored silently).
+func checkFiles(t *testing.T, r *rendered) {
+	twins := envTwins(t)
+	for _, w := range r.workloads {
+		for _, c := range w.spec.Containers {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "AUDITLENS_") && !twins[e.Name] {
+					t.Errorf("%s %s container %s: %s is the env twin of no flag in docs/configuration.md", w.kind, w.name, c.Name, e.Name)
+				}
+				if !strings.HasPrefix(e.Name, "AUDITLENS_") || !strings.HasSuffix(e.Name, "_FILE") {
+					continue
+				}
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return strings.HasPrefix(e.Value, strings.TrimSuffix(m.MountPath, "/")+"/")
+				}) {
+					t.Errorf("%s %s container %s: %s=%s is on no volume mounted into it", w.kind, w.name, c.Name, e.Name, e.Value)
+				}
+			}
+		}
+	}
+}
+
+// readinessOverlays carry components/readiness: the self-managed control planes, where report
+// runs in the cluster it judges (the managed-cloud overlays may run it anywhere; add it there
+// as these do).
+var readinessOverlays = map[string]bool{"overlays/self-managed": true, "overlays/cluster": true}
+
+// The readiness overlays keep UpgradeReadiness objects for the overlay's target versions, with
+// report's own token, and give report and the weekly CronJob the owners and acknowledgements
+// files; the others do none of it.
+func checkReadiness(t *testing.T, r *rendered) {
+	want := readinessOverlays[r.dir]
+	if got := r.kinds["CustomResourceDefinition"] == 1; got != want {
+		t.Errorf("%s: UpgradeReadiness CRD %v, want %v", r.dir, got, want)
+	}
+	for _, w := range r.workloads {
+		if w.name != "report" && w.name != "report-weekly" {
+			continue
+		}
+		env := map[string]string{}
+		for _, e := range w.spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		wantEnv := map[string]string{
+			"AUDITLENS_OWNERS_FILE":           "/etc/auditlens/owners/owners.yaml",
+			"AUDITLENS_ACKNOWLEDGEMENTS_FILE": "/etc/auditlens/acknowledgements/acknowledgements.yaml",
+		}
+		if w.name == "report" {
+			wantEnv["AUDITLENS_READINESS_OBJECTS"] = "true"
+			wantEnv["AUDITLENS_READINESS_TARGET_VERSIONS"] = "1.34,1.35"
+			wantEnv["AUDITLENS_REPORT_KUBE_URL"] = "https://kubernetes.default.svc"
+			wantEnv["AUDITLENS_REPORT_KUBE_TOKEN_FILE"] = "/var/run/secrets/auditlens/kube/token"
+		}
+		for k, v := range wantEnv {
+			if got, ok := env[k]; want && got != v || !want && ok {
+				t.Errorf("%s: %s %s: %s=%q (set %v), want %q", r.dir, w.kind, w.name, k, got, ok, v)
+			}
+		}
+		if want && r.configs["auditlens/auditlens-owners"] == nil || want && r.configs["auditlens/auditlens-acknowledgements"] == nil {
+			t.Errorf("%s: no ConfigMap auditlens-owners or auditlens-acknowledgements", r.dir)
+		}
+	}
+}
+
+// The way deploy/README.md gives to ship one's own owners and acknowledgements files: a
+// component listed after components/readiness whose generator replaces the ConfigMaps. The
+// files given (the repository's examples) are what report reads.
+func TestReadinessFilesReplacedByAComponent(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("kubernetes")); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(root, "components", "my-files")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, name := range []string{"owners", "acknowledgements"} {
+		b, err := os.ReadFile(filepath.Join("..", "examples", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = string(b)
+		if err := os.WriteFile(filepath.Join(mine, name+".yaml"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	component := `apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+configMapGenerator:
+  - {name: auditlens-owners, namespace: auditlens, behavior: replace, options: {disableNameSuffixHash: true}, files: [owners.yaml]}
+  - {name: auditlens-acknowledgements, namespace: auditlens, behavior: replace, options: {disableNameSuffixHash: true}, files: [acknowledgements.yaml]}
+`
+	if err := os.WriteFile(filepath.Join(mine, "kustomization.yaml"), []byte(component), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	overlay := filepath.Join(root, "overlays", "self-managed", "kustomization.yaml")
+	b, err := os.ReadFile(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("  - ../../components/readiness\n"), []byte("  - ../../components/readiness\n  - ../../components/my-files\n"), 1)
+	if err := os.WriteFile(overlay, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.BuildWithCluster(root, "overlays/self-managed", testCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, u := range objs {
+		name, ok := strings.CutPrefix(u.GetName(), "auditlens-")
+		if u.GetKind() != "ConfigMap" || !ok || want[name] == "" {
+			continue
+		}
+		data, _, _ := unstructured.NestedString(u.Object, "data", name+".yaml")
+		if data != want[name] {
+			t.Errorf("ConfigMap %s holds %q, want examples/%s.yaml", u.GetName(), data, name)
+		}
+		got++
+	}
+	if got != 2 {
+		t.Errorf("%d of the two ConfigMaps rendered", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -139,6 +140,66 @@ func TestChartRequiresTheClusterName(t *testing.T) {
 	}
 }
 
+// The gate without its target versions renders nothing, and the message names the value.
+func TestChartReadinessRequiresTargetVersions(t *testing.T) {
+	vals := map[string]any{"cluster": map[string]any{"name": "a"}, "readiness": map[string]any{"enabled": true}}
+	if _, _, err := renderChart(t, vals); err == nil || !strings.Contains(err.Error(), ".Values.readiness.targetVersions") {
+		t.Errorf("values %v: %v, want an error naming .Values.readiness.targetVersions", vals, err)
+	}
+}
+
+// With the gate, NOTES.txt names the object of the last target version to wait on, as report
+// names it (<cluster>-<major>-<minor>, lower-cased, other characters as "-").
+func TestChartReadinessNotes(t *testing.T) {
+	vals := presetValues(t, "self-managed")
+	vals["cluster"] = map[string]any{"name": "-Prod__EU.1"}
+	_, notes, err := renderChart(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "kubectl wait --for=condition=Ready upgradereadiness/prod-eu-1-1-35 --timeout=24h"; !strings.Contains(notes, want) {
+		t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+	}
+}
+
+// owners and acknowledgements from an existing ConfigMap: mounted into report and the weekly
+// CronJob from it, no ConfigMap of the chart's own.
+func TestChartFilesFromAnExistingConfigMap(t *testing.T) {
+	vals := presetValues(t, "self-managed")
+	vals["owners"] = map[string]any{"inline": "ignored", "configMap": "team-owners"}
+	vals["acknowledgements"] = map[string]any{"configMap": "risk-register"}
+	objs, _, err := renderChart(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := 0
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && (o.GetName() == "auditlens-owners" || o.GetName() == "auditlens-acknowledgements") {
+			t.Errorf("ConfigMap %s rendered, want the existing one used", o.GetName())
+		}
+		path := []string{"spec", "template", "spec", "volumes"}
+		if o.GetKind() == "CronJob" {
+			path = []string{"spec", "jobTemplate", "spec", "template", "spec", "volumes"}
+		} else if o.GetName() != "report" || o.GetKind() != "Deployment" {
+			continue
+		}
+		vols, _, _ := unstructured.NestedSlice(o.Object, path...)
+		var names []string
+		for _, v := range vols {
+			if cm, ok := v.(map[string]any)["configMap"].(map[string]any); ok {
+				names = append(names, cm["name"].(string))
+			}
+		}
+		if !slices.Equal(names, []string{"team-owners", "risk-register"}) {
+			t.Errorf("%s %s mounts ConfigMaps %v, want [team-owners risk-register]", o.GetKind(), o.GetName(), names)
+		}
+		mounted++
+	}
+	if mounted != 2 {
+		t.Errorf("%d workloads mount the files, want report and report-weekly", mounted)
+	}
+}
+
 // values.schema.json refuses unknown keys and wrong types, with the key in the message.
 func TestChartSchemaRefusesBadValues(t *testing.T) {
 	for _, c := range []struct {
@@ -152,6 +213,10 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{"cluster: {name: a}\nclassify: {resources: {requests: {cpu: [1]}}}", "cpu"},
 		{"cluster: {name: a}\nnetworkPolicy: {monitoringNamespace: Monitoring_NS}", "monitoringNamespace"},
 		{"cluster: {name: 5}", "name"},
+		{"cluster: {name: a}\nreadiness: {enable: true}", "enable"},
+		{"cluster: {name: a}\nreadiness: {enabled: true, targetVersions: 1.34.2}", "targetVersions"},
+		{"cluster: {name: a}\nowners: {inlin: x}", "inlin"},
+		{"cluster: {name: a}\nacknowledgements: {configMap: Bad_Name}", "configMap"},
 	} {
 		vals, err := chartutil.ReadValues([]byte(c.yaml))
 		if err != nil {

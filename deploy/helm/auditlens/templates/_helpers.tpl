@@ -245,3 +245,35 @@ spec:
 ---
 {{ include "auditlens.pdb" (dict "root" .root "name" .name "namespace" .root.Release.Namespace "app" .app) }}
 {{- end }}
+
+{{/* The owners and acknowledgements files (values owners, acknowledgements: inline, or an
+existing ConfigMap with the key owners.yaml / acknowledgements.yaml): env, mounts, volumes of
+report and the weekly CronJob. */}}
+{{- define "auditlens.filesEnv" -}}
+{{- if or .Values.owners.inline .Values.owners.configMap }}
+- {name: AUDITLENS_OWNERS_FILE, value: /etc/auditlens/owners/owners.yaml}
+{{- end }}
+{{- if or .Values.acknowledgements.inline .Values.acknowledgements.configMap }}
+- {name: AUDITLENS_ACKNOWLEDGEMENTS_FILE, value: /etc/auditlens/acknowledgements/acknowledgements.yaml}
+{{- end }}
+{{- end }}
+
+{{- define "auditlens.filesMounts" -}}
+{{- if or .Values.owners.inline .Values.owners.configMap }}
+- {name: owners, mountPath: /etc/auditlens/owners, readOnly: true}
+{{- end }}
+{{- if or .Values.acknowledgements.inline .Values.acknowledgements.configMap }}
+- {name: acknowledgements, mountPath: /etc/auditlens/acknowledgements, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "auditlens.filesVolumes" -}}
+{{- if or .Values.owners.inline .Values.owners.configMap }}
+- name: owners
+  configMap: {name: {{ .Values.owners.configMap | default "auditlens-owners" }}}
+{{- end }}
+{{- if or .Values.acknowledgements.inline .Values.acknowledgements.configMap }}
+- name: acknowledgements
+  configMap: {name: {{ .Values.acknowledgements.configMap | default "auditlens-acknowledgements" }}}
+{{- end }}
+{{- end }}

@@ -45,6 +45,7 @@ func TestClusterSchema(t *testing.T) {
 		"weekly_reports": "ReplicatedReplacingMergeTree", "schema_migrations": "ReplicatedReplacingMergeTree",
 		"daily_rules_mv": "MaterializedView", "daily_apis_mv": "MaterializedView", "daily_callers_mv": "MaterializedView",
 		"stream_minutes": "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
+		"event_minutes": "Distributed", "event_minutes_local": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)

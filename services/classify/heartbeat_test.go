@@ -154,7 +154,7 @@ func TestHeartbeatFailedPublishIsRepeated(t *testing.T) {
 	h.published(nil)
 	_, done, _ = h.pending(now)
 	h.published(done)
-	h.pending(now.Add(heartbeatKeep + time.Minute))
+	_, _, _ = h.pending(now.Add(heartbeatKeep + time.Minute))
 	if len(h.clusters) != 0 {
 		t.Errorf("old published minutes kept: %v", h.clusters)
 	}

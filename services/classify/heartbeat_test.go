@@ -2,6 +2,8 @@ package classify
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
@@ -157,5 +160,68 @@ func TestHeartbeatFailedPublishIsRepeated(t *testing.T) {
 	_, _, _ = h.pending(now.Add(heartbeatKeep + time.Minute))
 	if len(h.clusters) != 0 {
 		t.Errorf("old published minutes kept: %v", h.clusters)
+	}
+}
+
+// heartbeatOutage is the embedded bus with heartbeats refused while down is set: the
+// findings stream itself stays up.
+type heartbeatOutage struct {
+	*natsbus.Bus
+	down atomic.Bool
+}
+
+func (b *heartbeatOutage) Publish(ctx context.Context, msgs ...bus.Message) error {
+	if b.down.Load() {
+		for _, m := range msgs {
+			if m.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
+				return errors.New("heartbeats refused (test)")
+			}
+		}
+	}
+	return b.Bus.Publish(ctx, msgs...)
+}
+
+// TestHeartbeatPublishFailureIsBestEffort: while heartbeats cannot be published, events are
+// classified, their findings published and the events acknowledged all the same; the failures
+// are counted, and once publishing works again the next heartbeat carries the minutes, counted
+// once.
+func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
+	b := &heartbeatOutage{Bus: openNATS(t)}
+	b.down.Store(true)
+	svc, err := newService(configWith(func(c *Config) {
+		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
+	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+	if err := b.Publish(context.Background(),
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "a", Data: eventAt("a", "2026-11-29T10:00:05Z", removedBody)},
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "b", Data: eventAt("b", "2026-11-29T10:00:06Z", cleanBody)}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "failed heartbeats counted", func() bool { return testutil.ToFloat64(svc.met.heartbeatErrors) >= 2 })
+	testkit.Eventually(t, 20*time.Second, "the events acknowledged meanwhile", func() bool {
+		n, err := b.Backlog(context.Background(), bus.Events, svc.cfg.Group)
+		return err == nil && n == 0
+	})
+	if n := testutil.ToFloat64(svc.met.heartbeats); n != 0 {
+		t.Fatalf("%v heartbeats published while refused", n)
+	}
+	b.down.Store(false)
+	testkit.Eventually(t, 20*time.Second, "a heartbeat once publishing works", func() bool { return testutil.ToFloat64(svc.met.heartbeats) >= 1 })
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	got, findings := heartbeatCounts(t, collect(t, b, bus.Findings, 2, 300*time.Millisecond))
+	minute := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	if len(got) != 1 || len(got["prod"]) != 1 || got["prod"][minute] != 2 {
+		t.Errorf("heartbeats %v, want prod 10:00 with 2 events", got)
+	}
+	if findings != 1 {
+		t.Errorf("%d findings, want 1", findings)
 	}
 }

@@ -125,3 +125,12 @@ INSERT INTO auditlens.stream_minutes (cluster, minute, findings)
 SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
 FROM auditlens.findings
 GROUP BY cluster, minute;
+
+-- migration 5: event minutes
+CREATE TABLE IF NOT EXISTS auditlens.event_minutes (
+    cluster String,
+    minute  DateTime('UTC'),
+    events  UInt64
+) ENGINE = ReplacingMergeTree(events)
+PARTITION BY toYYYYMM(minute)
+ORDER BY (cluster, minute);

@@ -126,5 +126,14 @@ SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_
 FROM auditlens.findings
 GROUP BY cluster, minute;
 
+-- migration 5: event minutes
+CREATE TABLE IF NOT EXISTS auditlens.event_minutes (
+    cluster LowCardinality(String),
+    minute  DateTime('UTC'),
+    events  UInt64
+) ENGINE = ReplacingMergeTree(events)
+PARTITION BY toYYYYMM(minute)
+ORDER BY (cluster, minute);
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -45,6 +45,9 @@ type Config struct {
 	// FindingsCompression compresses each FindingBatch message (eventbatch.CompressionS2,
 	// CompressionZstd or CompressionNone); report reads all three.
 	FindingsCompression string
+	// HeartbeatInterval is how often the minutes of event time that carried events are
+	// published per cluster (Heartbeat messages on the findings stream); 0 turns it off.
+	HeartbeatInterval time.Duration
 }
 
 // DefaultFindingsMessageBytes is the default of --classify-findings-message-bytes: about 45
@@ -69,6 +72,7 @@ func DefaultConfig() Config {
 		AckWait:              10 * time.Second,
 		FindingsMessageBytes: DefaultFindingsMessageBytes,
 		FindingsCompression:  eventbatch.CompressionS2,
+		HeartbeatInterval:    10 * time.Second,
 	}
 }
 
@@ -89,6 +93,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"largest message of findings (a FindingBatch) published, in bytes; a larger finding goes alone. Keep it below the bus limit and report's --report-max-finding-bytes")
 	fs.StringVar(&c.FindingsCompression, "classify-findings-compression", c.FindingsCompression,
 		"compression of a message of findings: s2, zstd or none (report before this version reads only none: upgrade report first)")
+	fs.DurationVar(&c.HeartbeatInterval, "classify-heartbeat-interval", c.HeartbeatInterval,
+		"how often the minutes that carried events are published per cluster, so report tells a live cluster without findings from a silent one; 0 turns it off (report before this version dead-letters heartbeats: upgrade report first)")
 }
 
 // Validate checks c and never changes it. The rule files must be readable; they are loaded
@@ -115,6 +121,9 @@ func (c Config) Validate() error {
 		if f.value <= 0 {
 			return fmt.Errorf("--%s %s: want more than 0", f.name, f.value)
 		}
+	}
+	if c.HeartbeatInterval < 0 {
+		return fmt.Errorf("--classify-heartbeat-interval %s: want 0 (off) or more", c.HeartbeatInterval)
 	}
 	if c.FindingsMessageBytes > 1<<20 {
 		return fmt.Errorf("--classify-findings-message-bytes %d: want at most 1048576 (the bus and report's --report-max-finding-bytes default)", c.FindingsMessageBytes)

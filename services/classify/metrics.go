@@ -12,6 +12,9 @@ type metrics struct {
 	lagLast     prometheus.Gauge
 	redelivered prometheus.Counter
 	panics      prometheus.Counter
+	// heartbeats counts Heartbeat messages published, heartbeatErrors failed publishes.
+	heartbeats      prometheus.Counter
+	heartbeatErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,9 +44,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "auditlens_classify_panics_total", Help: "Events whose classification panicked (sent to the dead-letter stream).",
 		}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "auditlens_classify_heartbeats_total", Help: "Heartbeat messages published (which minutes of each cluster's stream carried events).",
+		}),
+		heartbeatErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "auditlens_classify_heartbeat_errors_total", Help: "Failed publishes of heartbeats (best effort: the next one re-affirms their minutes).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.findings, m.parseErrors, m.duplicates, m.lag, m.lagLast, m.redelivered, m.panics)
+		reg.MustRegister(m.events, m.findings, m.parseErrors, m.duplicates, m.lag, m.lagLast, m.redelivered, m.panics, m.heartbeats, m.heartbeatErrors)
 	}
 	return m
 }

@@ -35,6 +35,7 @@ type service struct {
 	engine  classifier
 	seen    *dedup.Window
 	met     *metrics
+	beats   *heartbeats
 	running atomic.Bool
 }
 
@@ -59,7 +60,7 @@ func newStage(cfg Config, d daemon.Deps, engine classifier) *service {
 	}
 	return &service{
 		cfg: cfg, bus: d.Bus, cluster: d.Cluster, log: log.With("stage", "classify"),
-		engine: engine, seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg),
+		engine: engine, seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg), beats: newHeartbeats(),
 	}
 }
 
@@ -90,6 +91,15 @@ func (s *service) Run(ctx context.Context) error {
 			s.worker(in)
 		}()
 	}
+	hctx, stopHeartbeats := context.WithCancel(context.Background())
+	var hb sync.WaitGroup
+	if s.cfg.HeartbeatInterval > 0 {
+		hb.Add(1)
+		go func() {
+			defer hb.Done()
+			s.heartbeat(hctx, s.cfg.HeartbeatInterval)
+		}()
+	}
 	s.running.Store(true)
 	s.log.Info("consuming", "stream", bus.Events, "group", s.cfg.Group, "workers", s.cfg.Workers)
 	err = cons.Consume(ctx, func(ctx context.Context, d *bus.Delivery) {
@@ -102,6 +112,11 @@ func (s *service) Run(ctx context.Context) error {
 	s.running.Store(false)
 	close(in)
 	wg.Wait()
+	stopHeartbeats()
+	hb.Wait()
+	if s.cfg.HeartbeatInterval > 0 {
+		s.flushHeartbeats(context.Background())
+	}
 	if err != nil {
 		return fmt.Errorf("consume events: %w", err)
 	}
@@ -148,6 +163,9 @@ type work struct {
 	bufs    [][]byte // decompressed batches, one per delivery of the settle
 	// findings holds a FindingBatch per cluster of a settle.
 	findings []*findingBatch
+	// minutes counts the decoded events of a settle per cluster and minute of event time
+	// (Unix seconds), for the heartbeats.
+	minutes map[string]map[int64]uint64
 }
 
 // events returns the events of delivery i of a settle: one for a single-event message, every
@@ -186,6 +204,21 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 	}
 	inBatch := map[string]bool{}
 	now := time.Now()
+	clear(w.minutes)
+	countMinute := func(cluster string, t time.Time) {
+		if t.IsZero() || s.cfg.HeartbeatInterval <= 0 {
+			return
+		}
+		if w.minutes == nil {
+			w.minutes = map[string]map[int64]uint64{}
+		}
+		m := w.minutes[cluster]
+		if m == nil {
+			m = map[int64]uint64{}
+			w.minutes[cluster] = m
+		}
+		m[t.Truncate(time.Minute).Unix()]++
+	}
 	perRule := map[string]int{}
 	events, bad := 0, 0
 	for i, d := range batch {
@@ -210,7 +243,8 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 		for j, data := range evs {
 			events++
 			var found []found
-			found, w.matches, err = s.classify(w.dec, d, data, cluster, now, w.matches[:0])
+			var at time.Time
+			found, at, w.matches, err = s.classify(w.dec, d, data, cluster, now, w.matches[:0])
 			if err != nil {
 				bad++
 				index := -1
@@ -220,6 +254,7 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 				out = append(out, s.deadLetter(d, index, data, cluster, err))
 				continue
 			}
+			countMinute(cluster, at)
 			for _, f := range found {
 				if inBatch[f.key] || s.seen.Seen(f.key) {
 					s.met.duplicates.Inc()
@@ -265,6 +300,11 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 			s.log.Warn("ack", "position", d.Position, "err", err)
 		}
 	}
+	// Counted once settled: a batch whose findings could not be published comes back, and
+	// is counted then.
+	if len(w.minutes) > 0 {
+		s.beats.add(w.minutes, now)
+	}
 }
 
 // found is one finding of an event with its de-duplication key.
@@ -280,11 +320,12 @@ var errPanic = reason.New("panic while classifying", reason.Panic)
 // classification panics (a bug, or a rule meeting input it was not written for), is an error
 // for the dead-letter stream: one event never stops the others nor, redelivered for ever,
 // restarts the service.
-// It returns matches (its scratch space) for the next call.
-func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match) (out []found, _ []rules.Match, err error) {
+// It returns the event's time (for the heartbeats) and matches (its scratch space) for the
+// next call.
+func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match) (out []found, at time.Time, _ []rules.Match, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			out, err = nil, fmt.Errorf("%w: %v", errPanic, p)
+			out, at, err = nil, time.Time{}, fmt.Errorf("%w: %v", errPanic, p)
 			s.met.panics.Inc()
 			s.log.Error("classifying an event panicked; sent to the dead-letter stream", "id", d.ID, "position", d.Position,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -294,8 +335,9 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	if err != nil {
 		s.met.parseErrors.WithLabelValues(reason.Of(err)).Inc()
 		s.log.Warn("undecodable event sent to the dead-letter stream", "position", d.Position, "source", d.Header[bus.HeaderSource], "err", err)
-		return nil, matches, err
+		return nil, time.Time{}, matches, err
 	}
+	at = ev.EventTime().UTC()
 	if !ev.StageTimestamp.IsZero() {
 		lag := now.Sub(ev.StageTimestamp).Seconds()
 		s.met.lag.Observe(max(lag, 0))
@@ -306,7 +348,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 		m := &matches[i]
 		out = append(out, found{dedup.Key(cluster, ev.AuditID, m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
 	}
-	return out, matches, nil
+	return out, at, matches, nil
 }
 
 // deadLetter wraps an undecodable event (data) of d for the dead-letter stream: the whole

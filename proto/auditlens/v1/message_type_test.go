@@ -17,6 +17,13 @@ func TestFindingBatchMessageTypeIsItsProtobufName(t *testing.T) {
 	}
 }
 
+func TestHeartbeatMessageTypeIsItsProtobufName(t *testing.T) {
+	got := string((&auditlensv1.Heartbeat{}).ProtoReflect().Descriptor().FullName())
+	if got != auditlensv1.HeartbeatMessageType {
+		t.Errorf("Heartbeat is %q, HeartbeatMessageType says %q", got, auditlensv1.HeartbeatMessageType)
+	}
+}
+
 // TestFindingBatchIsConcatenatedFindings pins the wire format producers may build by hand:
 // a FindingBatch is each Finding's bytes as field 1, one after the other.
 func TestFindingBatchIsConcatenatedFindings(t *testing.T) {

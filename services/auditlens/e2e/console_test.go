@@ -53,6 +53,16 @@ func TestFirstHour(t *testing.T) {
 			t.Errorf("the first screen lacks %q:\n%.3000s", want, index)
 		}
 	}
+	// classify's heartbeats reach the console: its newest event is the sample's newest event
+	// (2025-10-07T16:19:19.643609Z, to the minute), years after its newest finding (2021-03-12).
+	const newestEvent, newestFinding = `<span class="newest-event">2025-10-07 16:19:00Z</span>`, `<span class="newest-finding">2021-03-12 15:11:04Z</span>`
+	testkit.Eventually(t, 60*time.Second, "the sample's newest event on the first screen", func() bool {
+		index = get(t, url)
+		return strings.Contains(index, newestEvent)
+	})
+	if !strings.Contains(index, newestFinding) {
+		t.Errorf("the first screen lacks %q:\n%.3000s", newestFinding, index)
+	}
 	steps := []struct{ class, page string }{{"requests-link", "callers"}, {"request-link", "requests"}}
 	for _, s := range steps {
 		body := get(t, url+strings.TrimPrefix(next, "/"))

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"time"
 
@@ -22,6 +23,9 @@ type Reader struct {
 	DB *sql.DB
 	// Table holding the findings; default "findings" (in the connection's database).
 	Table string
+	// EventMinutesTable holds the minutes that carried events (classify's heartbeats);
+	// default "event_minutes".
+	EventMinutesTable string
 }
 
 // ErrInvalid marks an error caused by the query asked for (a bad request), not by the
@@ -119,13 +123,18 @@ type ClusterSummary struct {
 	ThisWeek, LastWeek uint64
 	// Blockers counts what blocks the target (rule, API and removal release) in both weeks.
 	Blockers uint64
-	// Newest is the time of the newest event; NewestBlocker that of the newest event that
-	// blocks the target (zero when none does).
+	// Newest is the time of the newest finding; NewestBlocker that of the newest finding
+	// that blocks the target (zero when none does).
 	Newest, NewestBlocker time.Time
+	// NewestEvent is the time of the newest audit event, finding or not: the start of the
+	// newest minute classify's heartbeats say carried events, or Newest when that is later
+	// (or no heartbeat came: a classify without them). Zero when neither is known.
+	NewestEvent time.Time
 }
 
-// Clusters lists the clusters seen (at most MaxClusters, by name) with their counts for the
-// week starting at weekStart and the week before it, judged against target.
+// Clusters lists the clusters seen in findings or heartbeats (at most MaxClusters, by name)
+// with their counts for the week starting at weekStart and the week before it, judged against
+// target.
 func (r Reader) Clusters(ctx context.Context, weekStart time.Time, target kubeversion.Version) ([]ClusterSummary, error) {
 	t, err := r.table()
 	if err != nil {
@@ -174,14 +183,58 @@ LIMIT ?`
 			return err
 		}
 		c := counts[name]
-		c.Name, c.Newest = name, unix(newest)
+		c.Name, c.Newest, c.NewestEvent = name, unix(newest), unix(newest)
 		if newestBlocker > 0 {
 			c.NewestBlocker = unix(newestBlocker)
 		}
 		out = append(out, c)
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return r.withEvents(ctx, out)
+}
+
+// withEvents sets the newest event of each cluster from the heartbeats, and adds the clusters
+// that sent events but no finding, keeping the list ordered by name and at most MaxClusters.
+func (r Reader) withEvents(ctx context.Context, out []ClusterSummary) ([]ClusterSummary, error) {
+	t := r.EventMinutesTable
+	if t == "" {
+		t = "event_minutes"
+	}
+	if !identRe.MatchString(t) {
+		return nil, fmt.Errorf("table %q: want [database.]name", t)
+	}
+	at := make(map[string]int, len(out))
+	for i, c := range out {
+		at[c.Name] = i
+	}
+	q := `SELECT toString(cluster) AS c, toUInt32(max(minute)) FROM ` + t + `
+GROUP BY c
+ORDER BY c
+LIMIT ?`
+	err := each(ctx, r.DB, "newest events", q, []any{MaxClusters}, func(rows *sql.Rows) error {
+		var name string
+		var newest uint32
+		if err := rows.Scan(&name, &newest); err != nil {
+			return err
+		}
+		i, ok := at[name]
+		if !ok {
+			out = append(out, ClusterSummary{Name: name, Newest: unix(0), NewestEvent: unix(newest)})
+			return nil
+		}
+		if e := unix(newest); e.After(out[i].NewestEvent) {
+			out[i].NewestEvent = e
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out[:min(len(out), MaxClusters)], nil
 }
 
 // each runs q and calls f for each row; what names the query in errors.

@@ -66,6 +66,16 @@ func seed(t *testing.T, st *store.Store) []*auditlensv1.Finding {
 			t.Fatal(err)
 		}
 	}
+	// classify's heartbeats: prod's events go on after its newest finding; migrated sends
+	// events and never a finding; staging's classify sends none.
+	ms := []store.EventMinute{
+		{Cluster: "prod", Minute: weekStart.AddDate(0, 0, 4).Add(9 * time.Hour), Events: 10},
+		{Cluster: "prod", Minute: weekStart.AddDate(0, 0, 5).Add(10*time.Hour + 30*time.Minute), Events: 3},
+		{Cluster: "migrated", Minute: weekStart.AddDate(0, 0, 2).Add(time.Hour), Events: 1},
+	}
+	if err := st.WriteEventMinutes(context.Background(), ms); err != nil {
+		t.Fatal(err)
+	}
 	return fs
 }
 
@@ -97,8 +107,9 @@ func testQueries(t *testing.T, r console.Reader) {
 		}
 		newest := func(d, h int) time.Time { return weekStart.AddDate(0, 0, d).Add(time.Duration(h) * time.Hour) }
 		want := []console.ClusterSummary{
-			{Name: "prod", ThisWeek: 0, LastWeek: 7, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(3, 9)},
-			{Name: "staging", ThisWeek: 0, LastWeek: 1, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(4, 9)},
+			{Name: "migrated", Newest: time.Unix(0, 0).UTC(), NewestEvent: newest(2, 1)},
+			{Name: "prod", ThisWeek: 0, LastWeek: 7, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(3, 9), NewestEvent: newest(5, 10).Add(30 * time.Minute)},
+			{Name: "staging", ThisWeek: 0, LastWeek: 1, Blockers: 1, Newest: newest(4, 9), NewestBlocker: newest(4, 9), NewestEvent: newest(4, 9)},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("clusters:\n got %+v\nwant %+v", got, want)
@@ -109,11 +120,11 @@ func testQueries(t *testing.T, r console.Reader) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[0].ThisWeek != 7 || got[0].LastWeek != 1 || got[0].Blockers != 2 || !got[0].NewestBlocker.Equal(newest(3, 9)) {
+		if len(got) != 3 || got[1].ThisWeek != 7 || got[1].LastWeek != 1 || got[1].Blockers != 2 || !got[1].NewestBlocker.Equal(newest(3, 9)) {
 			t.Errorf("clusters for 1.25 from the week's start: %+v", got)
 		}
 		got, err = r.Clusters(ctx, week.From, kubeversion.MustParse("1.21"))
-		if err != nil || len(got) != 2 || got[0].Blockers != 0 || !got[0].NewestBlocker.IsZero() {
+		if err != nil || len(got) != 3 || got[1].Blockers != 0 || !got[1].NewestBlocker.IsZero() {
 			t.Errorf("clusters for 1.21: %+v %v", got, err)
 		}
 	})

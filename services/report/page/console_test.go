@@ -315,3 +315,51 @@ func TestConsoleBoundsRequests(t *testing.T) {
 	}
 	held[1]()
 }
+
+// TestConsoleNewestEvent: the first screen says when each cluster last sent an event, finding
+// or not (classify's heartbeats): a migrated cluster with events and no finding is listed, live
+// and not silent; one whose events stopped two days ago is warned about; prod's newest event is
+// its newest finding, newer than its last heartbeat.
+func TestConsoleNewestEvent(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		seedConsole(t, st)
+		ms := []store.EventMinute{
+			{Cluster: "prod", Minute: consoleNow.Add(-48 * time.Hour), Events: 7},
+			{Cluster: "migrated", Minute: consoleNow.Add(-time.Hour), Events: 7},
+			{Cluster: "migrated", Minute: consoleNow.Add(-30 * time.Minute), Events: 2},
+			{Cluster: "stalled", Minute: consoleNow.Add(-50 * time.Hour), Events: 1},
+		}
+		if err := st.WriteEventMinutes(context.Background(), ms); err != nil {
+			t.Fatal(err)
+		}
+		srv := consoleServer(t, st)
+		resp, body := fetch(t, http.MethodGet, srv.URL+"/")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/: %d %s", resp.StatusCode, body)
+		}
+		section := func(cluster string) string {
+			t.Helper()
+			_, s, ok := strings.Cut(body, `<section class="cluster" id="cluster-`+cluster+`">`)
+			if !ok {
+				t.Fatalf("no section of %s:\n%.3000s", cluster, body)
+			}
+			s, _, _ = strings.Cut(s, "</section>")
+			return s
+		}
+		for cluster, want := range map[string][]string{
+			"prod":     {`Newest event <span class="newest-event">2026-12-02 15:00:00Z</span>, newest finding <span class="newest-finding">2026-12-02 15:00:00Z</span>.`},
+			"migrated": {`Newest event <span class="newest-event">2026-12-02 14:30:00Z</span>, newest finding <span class="newest-finding">-</span>.`, "the last 30 days."},
+			"stalled":  {`Newest event <span class="newest-event">2026-11-30 13:00:00Z</span>`, `id="silent-stalled"`, "No event from this cluster since 2026-11-30 13:00:00Z"},
+		} {
+			s := section(cluster)
+			for _, w := range want {
+				if !strings.Contains(s, w) {
+					t.Errorf("%s: %q not in its section:\n%s", cluster, w, s)
+				}
+			}
+			if cluster != "stalled" && strings.Contains(s, `class="warning" id="silent-`) {
+				t.Errorf("%s: warned as silent:\n%s", cluster, s)
+			}
+		}
+	})
+}

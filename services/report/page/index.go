@@ -97,12 +97,17 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range clusters {
 		row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek)}
-		// The window ends today for a live cluster, at its newest finding for an imported log.
+		// The window ends today for a live cluster (an event within it), at its newest
+		// finding (else event) for an imported log.
 		row.Until, row.Live = weekly.DateOf(now), true
-		if c.Newest.Unix() > 0 && c.Newest.Before(now.Add(-time.Duration(days)*24*time.Hour)) {
-			row.Until, row.Live = weekly.DateOf(c.Newest), false
+		if c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-time.Duration(days)*24*time.Hour)) {
+			end := c.Newest
+			if end.Unix() <= 0 {
+				end = c.NewestEvent
+			}
+			row.Until, row.Live = weekly.DateOf(end), false
 		}
-		row.Silent = row.Live && c.Newest.Unix() > 0 && c.Newest.Before(now.Add(-24*time.Hour))
+		row.Silent = row.Live && c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-24*time.Hour))
 		row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
 		win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
 		row.Target, row.TargetWhy = chosen, "chosen above"

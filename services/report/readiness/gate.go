@@ -20,8 +20,8 @@ import (
 type Config struct {
 	// Targets are the target versions judged; empty: the weekly report's target.
 	Targets Versions
-	// Clusters are judged even when silent; the clusters with findings in the last 30 days
-	// are judged too.
+	// Clusters are judged even when silent; the clusters with events or findings in the last
+	// 30 days are judged too.
 	Clusters   List
 	Window     time.Duration
 	MaxSilence time.Duration
@@ -37,9 +37,9 @@ func DefaultConfig() Config {
 // RegisterFlags registers the --readiness-* flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Targets, "readiness-target-versions", "comma-separated Kubernetes `versions` X.Y the upgrade readiness gate judges (default: --target-version)")
-	fs.Var(&c.Clusters, "readiness-clusters", "comma-separated `clusters` the gate judges even when their audit stream is silent (those with findings in the last 30 days are judged anyway)")
+	fs.Var(&c.Clusters, "readiness-clusters", "comma-separated `clusters` the gate judges even when their audit stream is silent (those with events or findings in the last 30 days are judged anyway)")
 	fs.DurationVar(&c.Window, "readiness-window", c.Window, "how far back the gate looks for blockers")
-	fs.DurationVar(&c.MaxSilence, "readiness-max-silence", c.MaxSilence, "the longest stretch of the window without findings from a cluster before its gate is unknown")
+	fs.DurationVar(&c.MaxSilence, "readiness-max-silence", c.MaxSilence, "the longest stretch of the window without events (classify's heartbeats) or findings from a cluster before its gate is unknown")
 	fs.DurationVar(&c.Interval, "readiness-interval", c.Interval, "how often the gate judges every cluster and target (metrics, UpgradeReadiness objects); 0: only on request")
 }
 
@@ -166,7 +166,7 @@ func (g *Gate) Evaluate(ctx context.Context, cluster string, target weekly.Versi
 }
 
 // Clusters are the clusters judged every Interval: the configured ones and those with
-// findings in the last 30 days (or the window, when longer).
+// events or findings in the last 30 days (or the window, when longer).
 func (g *Gate) Clusters(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
@@ -177,7 +177,11 @@ func (g *Gate) Clusters(ctx context.Context) ([]string, error) {
 		}
 	}
 	since := g.now().Add(-max(g.cfg.Window, 30*24*time.Hour))
-	rows, err := g.db.QueryContext(ctx, `SELECT DISTINCT toString(cluster) FROM stream_minutes WHERE minute >= toDateTime(?) ORDER BY 1`, since.Unix())
+	rows, err := g.db.QueryContext(ctx, `SELECT DISTINCT c FROM (
+  SELECT toString(cluster) AS c FROM stream_minutes WHERE minute >= toDateTime(?)
+  UNION ALL
+  SELECT toString(cluster) AS c FROM event_minutes WHERE minute >= toDateTime(?)
+) ORDER BY 1`, since.Unix(), since.Unix())
 	if err != nil {
 		return nil, fmt.Errorf("query clusters: %w", err)
 	}

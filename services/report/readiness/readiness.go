@@ -1,6 +1,6 @@
 // Package readiness is the upgrade readiness gate: per cluster and target version, ready,
 // blocked or unknown, and why, from the weekly report's blocker queries and the minutes in
-// which the cluster's audit stream carried findings.
+// which the cluster's audit stream carried events (classify's heartbeats) or findings.
 package readiness
 
 import (
@@ -22,8 +22,8 @@ const (
 	// Blocked: something removed at or before the target was used in the window and is not
 	// accepted (or its acceptance expired).
 	Blocked = "blocked"
-	// Unknown: nothing blocks, but the stream was silent for longer than MaxSilence in the
-	// window, so absence of blockers proves nothing.
+	// Unknown: nothing blocks, but the stream carried no event for longer than MaxSilence in
+	// the window, so absence of blockers proves nothing.
 	Unknown = "unknown"
 )
 
@@ -41,8 +41,8 @@ type Options struct {
 	// Window is how far back from Now blockers are looked for; default 7 days (the weekly
 	// report's week).
 	Window time.Duration
-	// MaxSilence is the longest stretch of the window without any finding from the cluster
-	// that still counts as a live stream; default one hour.
+	// MaxSilence is the longest stretch of the window without any event (heartbeat or
+	// finding) from the cluster that still counts as a live stream; default one hour.
 	MaxSilence time.Duration
 	// CallersPerBlocker caps the callers listed under each blocker; default 25.
 	CallersPerBlocker int
@@ -50,8 +50,10 @@ type Options struct {
 	Acceptor weekly.Acceptor
 	// Now is the end of the window; default time.Now.
 	Now func() time.Time
-	// Table and MinutesTable default to the store's findings and stream_minutes.
-	Table, MinutesTable string
+	// Table, MinutesTable and EventMinutesTable default to the store's findings,
+	// stream_minutes (minutes with findings) and event_minutes (minutes with events, from
+	// classify's heartbeats).
+	Table, MinutesTable, EventMinutesTable string
 }
 
 // Defaults of Options.
@@ -82,19 +84,22 @@ func (o *Options) fill() error {
 	if o.MinutesTable == "" {
 		o.MinutesTable = "stream_minutes"
 	}
+	if o.EventMinutesTable == "" {
+		o.EventMinutesTable = "event_minutes"
+	}
 	return nil
 }
 
 // Stream says whether the cluster's audit stream was alive through the window.
 type Stream struct {
 	Alive bool `json:"alive"`
-	// LastEvent is the start of the last minute with a finding in the window (zero: none).
+	// LastEvent is the start of the last minute with an event in the window (zero: none).
 	LastEvent time.Time `json:"last_event,omitzero"`
-	// LongestSilence is the longest stretch without findings, SilentFrom to SilentUntil.
+	// LongestSilence is the longest stretch without events, SilentFrom to SilentUntil.
 	LongestSilence Duration  `json:"longest_silence"`
 	SilentFrom     time.Time `json:"silent_from"`
 	SilentUntil    time.Time `json:"silent_until"`
-	// ActiveMinutes counts the minutes of the window with findings.
+	// ActiveMinutes counts the minutes of the window with events.
 	ActiveMinutes int `json:"active_minutes"`
 }
 
@@ -160,7 +165,7 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s%s", len(r.Blockers), o.Target, strings.Join(names, ", "), more)
 	case !st.Alive:
 		r.State, r.Reason = Unknown, ReasonStreamSilent
-		r.Message = fmt.Sprintf("no findings from cluster %s for %s (%s to %s, longer than %s): its audit stream may be down",
+		r.Message = fmt.Sprintf("no events from cluster %s for %s (%s to %s, longer than %s): its audit stream may be down",
 			o.Cluster, time.Duration(st.LongestSilence), st.SilentFrom.Format(time.RFC3339), st.SilentUntil.Format(time.RFC3339), o.MaxSilence)
 	default:
 		r.State, r.Reason, r.Ready = Ready, ReasonNoBlockers, true
@@ -180,18 +185,25 @@ func name(k weekly.Key) string {
 	return k.RuleID
 }
 
-// stream reads the minutes of the window with findings and finds the longest silence,
-// counting from the window's start and up to its end.
+// stream reads the minutes of the window with events and finds the longest silence,
+// counting from the window's start and up to its end. A minute has events when a heartbeat
+// says so (event_minutes) or when it has a finding (stream_minutes): the latter keeps the gate
+// right for a classify that sends no heartbeats (older, or --classify-heartbeat-interval 0).
 func stream(ctx context.Context, db *sql.DB, o Options, start, end time.Time) (Stream, error) {
-	rows, err := db.QueryContext(ctx, `SELECT toUInt32(minute) AS m FROM `+o.MinutesTable+`
-WHERE cluster = ? AND minute >= toDateTime(?) AND minute < toDateTime(?)
-GROUP BY m ORDER BY m`, o.Cluster, start.Unix(), end.Unix())
+	rows, err := db.QueryContext(ctx, `SELECT m FROM (
+  SELECT toUInt32(minute) AS m FROM `+o.MinutesTable+`
+  WHERE cluster = ? AND minute >= toDateTime(?) AND minute < toDateTime(?)
+  UNION ALL
+  SELECT toUInt32(minute) AS m FROM `+o.EventMinutesTable+`
+  WHERE cluster = ? AND minute >= toDateTime(?) AND minute < toDateTime(?)
+)
+GROUP BY m ORDER BY m`, o.Cluster, start.Unix(), end.Unix(), o.Cluster, start.Unix(), end.Unix())
 	if err != nil {
 		return Stream{}, fmt.Errorf("query stream minutes: %w", err)
 	}
 	defer rows.Close()
 	var s Stream
-	prev := start // the end of the last minute with findings
+	prev := start // the end of the last minute with events
 	gap := func(from, until time.Time) {
 		if d := until.Sub(from); d > time.Duration(s.LongestSilence) {
 			s.LongestSilence, s.SilentFrom, s.SilentUntil = Duration(d), from, until

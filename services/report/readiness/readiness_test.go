@@ -75,6 +75,19 @@ func (s seed) findings() []*auditlensv1.Finding {
 	return out
 }
 
+// eventMinutes are classify's heartbeats: migrated (all clients migrated: events every 30
+// minutes through the week, never a finding) and stalled (events on the first day only).
+func (s seed) eventMinutes() []store.EventMinute {
+	var out []store.EventMinute
+	for at := s.start; at.Before(s.end); at = at.Add(30 * time.Minute) {
+		out = append(out, store.EventMinute{Cluster: "migrated", Minute: at, Events: 40})
+		if at.Before(s.start.Add(24 * time.Hour)) {
+			out = append(out, store.EventMinute{Cluster: "stalled", Minute: at, Events: 3})
+		}
+	}
+	return out
+}
+
 // openStore wraps a store for readiness.Main without closing it.
 type openStore struct{ *store.Store }
 
@@ -86,6 +99,9 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 		defer cancel()
 		s := newSeed()
 		if err := st.WriteFindings(ctx, s.findings()); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteEventMinutes(ctx, s.eventMinutes()); err != nil {
 			t.Fatal(err)
 		}
 		now := func() time.Time { return s.end.Add(-time.Second) }
@@ -132,6 +148,8 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			{"prod", readiness.Blocked, readiness.ReasonBlockers, readiness.ExitBlocked},
 			{"clean", readiness.Ready, readiness.ReasonNoBlockers, readiness.ExitReady},
 			{"quiet", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
+			{"migrated", readiness.Ready, readiness.ReasonNoBlockers, readiness.ExitReady},
+			{"stalled", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
 			{"never-seen", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
 		} {
 			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: c.cluster, Target: weekly.Version{Major: 1, Minor: 34}, Now: now})
@@ -144,6 +162,12 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			if c.cluster == "quiet" && (g.Stream.ActiveMinutes != 1 || time.Duration(g.Stream.LongestSilence) < 6*24*time.Hour) {
 				t.Errorf("quiet: %+v, want one active minute and a silence of almost the whole week", g.Stream)
 			}
+			if c.cluster == "migrated" && (g.Stream.ActiveMinutes != 7*24*2 || time.Duration(g.Stream.LongestSilence) != 29*time.Minute) {
+				t.Errorf("migrated: %+v, want %d active minutes (its heartbeats) and silences of 29m", g.Stream, 7*24*2)
+			}
+			if c.cluster == "stalled" && !strings.Contains(g.Message, "no events from cluster stalled") {
+				t.Errorf("stalled: message %q", g.Message)
+			}
 			if c.cluster == "clean" && time.Duration(g.Stream.LongestSilence) > 50*time.Minute {
 				t.Errorf("clean: longest silence %s, want at most 50m", time.Duration(g.Stream.LongestSilence))
 			}
@@ -154,7 +178,7 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 				"--readiness-max-silence", "240h", "--format", "json"}, &out, &errb,
 				readiness.Engine{Open: func(context.Context) (readiness.Store, error) { return openStore{st}, nil }}, nil, nil)
 			wantCode := c.code
-			if c.cluster == "quiet" {
+			if c.cluster == "quiet" || c.cluster == "stalled" {
 				wantCode = readiness.ExitReady // 240h of silence allowed: quiet's one finding is enough
 			}
 			if code != wantCode {
@@ -241,13 +265,13 @@ acknowledgements:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rs) != 4 {
-			t.Errorf("judged %d cluster(s), want never-seen, clean, prod, quiet", len(rs))
+		if len(rs) != 6 {
+			t.Errorf("judged %d cluster(s), want never-seen, clean, migrated (events only), prod, quiet, stalled", len(rs))
 		}
 		if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_blockers", "prod", "1.25", "")); got != 2 {
 			t.Errorf("auditlens_upgrade_blockers{prod,1.25} = %v, want 2", got)
 		}
-		for cl, state := range map[string]string{"prod": "blocked", "clean": "ready", "quiet": "unknown", "never-seen": "unknown"} {
+		for cl, state := range map[string]string{"prod": "blocked", "clean": "ready", "quiet": "unknown", "never-seen": "unknown", "migrated": "ready", "stalled": "unknown"} {
 			if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_readiness", cl, "1.25", state)); got != 1 {
 				t.Errorf("auditlens_upgrade_readiness{%s,1.25,%s} = %v, want 1", cl, state, got)
 			}

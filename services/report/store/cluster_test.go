@@ -45,6 +45,7 @@ func TestClusterSchema(t *testing.T) {
 		"weekly_reports": "ReplicatedReplacingMergeTree", "schema_migrations": "ReplicatedReplacingMergeTree",
 		"daily_rules_mv": "MaterializedView", "daily_apis_mv": "MaterializedView", "daily_callers_mv": "MaterializedView",
 		"stream_minutes": "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
+		"event_minutes": "Distributed", "event_minutes_local": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)
@@ -119,6 +120,23 @@ func TestClusterSchema(t *testing.T) {
 	var daily uint64
 	if err := st.DB().QueryRowContext(ctx, "SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY rule_id)").Scan(&daily); err != nil || daily != findings {
 		t.Errorf("daily_rules through the Distributed table: %d, %v; want %d", daily, err, findings)
+	}
+	// Heartbeats through the Distributed event_minutes, twice (a redelivery) and from a
+	// second classify replica with a smaller count: one minute per cluster and minute, with
+	// the largest count, on whichever server reads.
+	ms := []store.EventMinute{{Cluster: "prod", Minute: day, Events: 9}, {Cluster: "stage", Minute: day, Events: 1}, {Cluster: "prod", Minute: day.Add(time.Minute), Events: 4}}
+	for _, w := range [][]store.EventMinute{ms, ms, {{Cluster: "prod", Minute: day, Events: 3}}} {
+		if err := st.WriteEventMinutes(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitReplicated(t, "auditlens")
+	for _, srv := range c.Servers() {
+		var minutes, events uint64
+		err := srv.DB(t).QueryRowContext(ctx, "SELECT count(), sum(e) FROM (SELECT cluster, minute, max(events) AS e FROM auditlens.event_minutes GROUP BY cluster, minute)").Scan(&minutes, &events)
+		if err != nil || minutes != 3 || events != 14 {
+			t.Errorf("shard %s replica %s: event_minutes %d minutes of %d events, %v; want 3 minutes of 14", srv.Cluster.Shard, srv.Cluster.Replica, minutes, events, err)
+		}
 	}
 }
 

@@ -265,4 +265,19 @@ INSERT INTO {{.DB}}.stream_minutes (cluster, minute, findings)
 SELECT cluster, toStartOfMinute(event_time) AS minute, uniqState(audit_id, rule_id) AS findings
 FROM {{.DB}}.findings
 GROUP BY cluster, minute`}},
+	// Which minutes of each cluster's audit stream carried events, finding or not, from
+	// classify's heartbeats (EventMinute rows): events is the largest running count any
+	// heartbeat gave for the minute, so a redelivered heartbeat or a second classify replica
+	// never inflates it (ReplacingMergeTree keeps the row with the largest events; read it
+	// with max(events) ... GROUP BY cluster, minute until parts merge). It is a lower bound of
+	// the minute's audit events (one replica's share when several classify replicas consume).
+	{Version: 5, Name: "event minutes", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "event_minutes"}}{{.On}} (
+    cluster {{.LC}},
+    minute  DateTime('UTC'),
+    events  UInt64
+) ENGINE = {{.Engine "event_minutes" "ReplacingMergeTree(events)"}}
+PARTITION BY toYYYYMM(minute)
+ORDER BY (cluster, minute)`,
+		`{{.Distributed "event_minutes" "cityHash64(cluster)"}}`}},
 }

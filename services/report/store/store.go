@@ -1,5 +1,6 @@
 // Package store keeps auditlens findings in ClickHouse: the versioned schema (database
-// auditlens, raw table findings, daily rollups, weekly_reports), batched writes, and one
+// auditlens, raw table findings, daily rollups, weekly_reports, the minutes that carried
+// events from classify's heartbeats), batched writes, and one
 // database/sql handle that runs the same SQL on a ClickHouse server (18.16 or current,
 // native protocol through clickhouse-go) and on embedded chDB (package chdb).
 //

@@ -65,7 +65,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			tables = append(tables, n)
 		}
 		rows.Close()
-		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations"} {
+		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations", "event_minutes"} {
 			if !slices.Contains(tables, want) {
 				t.Errorf("table %s missing; have %v", want, tables)
 			}

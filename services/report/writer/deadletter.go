@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/reason"
@@ -23,6 +25,16 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	data := d.Data
+	if d.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
+		ms, err := heartbeat(data, d.Cluster)
+		if err != nil {
+			w.invalid(ctx, d, err)
+			return
+		}
+		b.beats = append(b.beats, ms...)
+		b.ds = append(b.ds, d)
+		return
+	}
 	if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType {
 		// One Finding: what classify published before batches, still read during an upgrade.
 		if err := b.blk.AppendWire(data, d.Cluster); err != nil {
@@ -129,4 +141,30 @@ func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, dat
 	}
 	w.m.deadLettered.Inc()
 	return nil
+}
+
+// errBadHeartbeat marks a Heartbeat message that cannot be stored.
+var errBadHeartbeat = errors.New("undecodable heartbeat")
+
+// heartbeat decodes a Heartbeat message published on the subject of cluster into its rows.
+// A heartbeat naming no cluster is the subject's.
+func heartbeat(data []byte, cluster string) ([]store.EventMinute, error) {
+	var hb auditlensv1.Heartbeat
+	if err := proto.Unmarshal(data, &hb); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadHeartbeat, err)
+	}
+	if hb.Cluster != "" {
+		cluster = hb.Cluster
+	}
+	if cluster == "" {
+		return nil, fmt.Errorf("%w: no cluster", errBadHeartbeat)
+	}
+	out := make([]store.EventMinute, 0, len(hb.Minutes))
+	for i, m := range hb.Minutes {
+		if m.GetMinute() == nil || m.Minute.CheckValid() != nil || m.Minute.Seconds <= 0 {
+			return nil, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
+		}
+		out = append(out, store.EventMinute{Cluster: cluster, Minute: m.Minute.AsTime(), Events: m.Events})
+	}
+	return out, nil
 }

@@ -7,6 +7,8 @@ type metrics struct {
 	batches                                                           prometheus.Counter
 	batchSize, writeSeconds                                           prometheus.Histogram
 	pending                                                           prometheus.Gauge
+	// eventMinutes counts the minutes of classify's heartbeats written.
+	eventMinutes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -31,9 +33,11 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Duration of successful batch writes.", Buckets: prometheus.DefBuckets}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_pending_findings",
 			Help: "Findings received and not yet written."}),
+		eventMinutes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_event_minutes_written_total",
+			Help: "Minutes of classify's heartbeats (a cluster's minute that carried events) written to ClickHouse, repeats included."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes)
 	}
 	return m
 }

@@ -150,11 +150,12 @@ func (w *Writer) Ready() error { return *w.ready.Load() }
 
 func (w *Writer) setReady(err error) { w.ready.Store(&err) }
 
-// batch is what one insert writes: the findings of whole bus messages, as a block, and the
-// deliveries to acknowledge once the block is committed.
+// batch is what one write stores: the findings of whole bus messages, as a block, the
+// minutes of classify's heartbeats, and the deliveries to acknowledge once both are committed.
 type batch struct {
-	blk *store.Block
-	ds  []*bus.Delivery
+	blk   *store.Block
+	beats []store.EventMinute
+	ds    []*bus.Delivery
 }
 
 // inBuffer is how many deliveries wait between the bus and the decoder. A delivery can hold
@@ -339,18 +340,28 @@ func (w *Writer) migrate(ctx context.Context) bool {
 // message) or ctx ends (then leaves them unacknowledged and returns false).
 func (w *Writer) write(ctx context.Context, b batch) bool {
 	n := b.blk.Len()
-	if n == 0 {
+	if n == 0 && len(b.ds) == 0 {
 		return true
 	}
 	bo := w.retry()
 	// Every attempt sends the same rows: a write that failed after some shards (or a replica)
-	// stored their part is then stored once (replicated block de-duplication).
+	// stored their part is then stored once (replicated block de-duplication). The findings
+	// go first and are not sent again when only the heartbeats' minutes failed.
 	ingested := time.Now()
+	findingsDone := n == 0
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		err := w.st.WriteBlockAt(ctx, b.blk, ingested)
+		var err error
+		if !findingsDone {
+			if err = w.st.WriteBlockAt(ctx, b.blk, ingested); err == nil {
+				findingsDone = true
+				w.m.writeSeconds.Observe(time.Since(start).Seconds())
+			}
+		}
+		if err == nil && len(b.beats) > 0 {
+			err = w.st.WriteEventMinutes(ctx, b.beats)
+		}
 		if err == nil {
-			w.m.writeSeconds.Observe(time.Since(start).Seconds())
 			break
 		}
 		w.m.writeErrors.Inc()
@@ -370,6 +381,10 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 			w.m.ackErrors.Inc()
 			w.log.Debug("ack failed; the findings will be redelivered and counted once", "position", d.Position, "err", err)
 		}
+	}
+	w.m.eventMinutes.Add(float64(len(b.beats)))
+	if n == 0 {
+		return true
 	}
 	w.m.written.Add(float64(n))
 	w.m.batches.Inc()

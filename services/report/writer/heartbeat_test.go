@@ -1,0 +1,103 @@
+package writer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/testkit"
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+// heartbeatMsg is a Heartbeat of cluster with the running counts of minutes after t0.
+func heartbeatMsg(cluster, msgID string, counts map[int]uint64) bus.Message {
+	hb := &auditlensv1.Heartbeat{Cluster: cluster}
+	for m, n := range counts {
+		hb.Minutes = append(hb.Minutes, &auditlensv1.EventMinute{Minute: timestamppb.New(t0.Add(time.Duration(m) * time.Minute)), Events: n})
+	}
+	data, err := proto.Marshal(hb)
+	if err != nil {
+		panic(err)
+	}
+	return bus.Message{Stream: bus.Findings, Cluster: cluster, ID: msgID, Data: data,
+		Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}
+}
+
+// TestHeartbeatsAreStored: classify's heartbeats, alone and beside findings, repeated (a
+// redelivery under another id), with a smaller count (another replica) and a larger one (a
+// later heartbeat), land in event_minutes as the largest count per cluster and minute; every
+// message is acknowledged; the findings still count once; an undecodable heartbeat is
+// dead-lettered.
+func TestHeartbeatsAreStored(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		msgs := []bus.Message{
+			heartbeatMsg("prod", "h1", map[int]uint64{0: 5, 1: 7}),
+			batchMsg("prod", "f1", finding("prod", "a1", "psp"), finding("prod", "a2", "psp")),
+			heartbeatMsg("prod", "h1-again", map[int]uint64{0: 5, 1: 7}),
+			heartbeatMsg("prod", "h-replica", map[int]uint64{0: 2}),
+			heartbeatMsg("quiet", "h-quiet", map[int]uint64{3: 1}),
+			heartbeatMsg("prod", "h2", map[int]uint64{1: 12, 2: 1}),
+			{Stream: bus.Findings, Cluster: "prod", ID: "h-garbage", Data: []byte("\xff\xff not protobuf"),
+				Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}},
+			{Stream: bus.Findings, Cluster: "prod", ID: "h-no-minute", Data: mustMarshal(&auditlensv1.Heartbeat{Cluster: "prod", Minutes: []*auditlensv1.EventMinute{{Events: 3}}}),
+				Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}},
+		}
+		if err := b.Publish(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, "every minute written", func() bool { return testutil.ToFloat64(w.m.eventMinutes) >= 8 })
+		testkit.Eventually(t, time.Minute, "the bad heartbeats dead-lettered", func() bool { return testutil.ToFloat64(w.m.deadLettered) >= 2 })
+		testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
+			n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
+			return err == nil && n == 0
+		})
+		if n := distinct(t, st); n != 2 {
+			t.Errorf("%d findings, want 2", n)
+		}
+		rows, err := st.DB().QueryContext(ctx, `SELECT toString(cluster), toUInt32(minute), max(events) FROM event_minutes GROUP BY cluster, minute ORDER BY 1, 2`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		got := map[string]uint64{}
+		for rows.Next() {
+			var c string
+			var m uint32
+			var n uint64
+			if err := rows.Scan(&c, &m, &n); err != nil {
+				t.Fatal(err)
+			}
+			got[c+" "+time.Unix(int64(m), 0).UTC().Sub(t0).String()] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]uint64{"prod 0s": 5, "prod 1m0s": 12, "prod 2m0s": 1, "quiet 3m0s": 1}
+		if len(got) != len(want) {
+			t.Errorf("event minutes %v, want %v", got, want)
+		}
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("%s: %d events, want %d (all: %v)", k, got[k], n, got)
+			}
+		}
+	})
+}
+
+func mustMarshal(m proto.Message) []byte {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}

@@ -56,3 +56,25 @@ func TestReadinessMainOnServer(t *testing.T) {
 		}
 	}
 }
+
+// A store an older report wrote (without the newest migrations) is refused with what to run,
+// not with ClickHouse's unknown-table error.
+func TestReadinessMainOnOldSchema(t *testing.T) {
+	srv, st := chtest.ServerStore(t)
+	db := st.DB()
+	old := st.Database() + "_old"
+	for _, q := range []string{
+		"CREATE DATABASE " + old,
+		"CREATE TABLE " + old + ".schema_migrations AS " + st.Database() + ".schema_migrations",
+		"INSERT INTO " + old + ".schema_migrations SELECT * FROM " + st.Database() + ".schema_migrations WHERE version <= 3",
+	} {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var out bytes.Buffer
+	code := run([]string{"readiness", "--clickhouse-dsn", srv.DSN(old), "--cluster", "prod", "--target-version", "1.34"}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "lacks schema migration 4 (stream minutes)") || !strings.Contains(out.String(), "report migrate") {
+		t.Errorf("old schema: exit %d, want 1 and what to run:\n%s", code, out.String())
+	}
+}

@@ -246,14 +246,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Open loads the file c names (nil, nil without one): its error stops a service at start.
 func (c Config) Open(log *slog.Logger, onError func(error)) (*yamlfile.File[*Set], error) {
-	if c.Path == "" {
-		return nil, nil
-	}
-	f := &yamlfile.File[*Set]{Path: c.Path, Parse: Parse, Log: log, OnError: onError}
-	if err := f.Load(); err != nil {
-		return nil, fmt.Errorf("--acknowledgements-file: %w", err)
-	}
-	return f, nil
+	return yamlfile.Open("--acknowledgements-file", c.Path, Parse, log, onError)
 }
 
 // Acceptor returns the acceptor of cluster from f's version in force; nil f accepts nothing.

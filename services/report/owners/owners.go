@@ -285,14 +285,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Open loads the file c names (nil, nil without one).
 func (c Config) Open(log *slog.Logger, onError func(error)) (*yamlfile.File[*Owners], error) {
-	if c.Path == "" {
-		return nil, nil
-	}
-	f := &yamlfile.File[*Owners]{Path: c.Path, Parse: Parse, Log: log, OnError: onError}
-	if err := f.Load(); err != nil {
-		return nil, fmt.Errorf("--owners-file: %w", err)
-	}
-	return f, nil
+	return yamlfile.Open("--owners-file", c.Path, Parse, log, onError)
 }
 
 // TeamNames are the teams, in the file's order.

@@ -116,6 +116,19 @@ type File[T any] struct {
 	lastErr error
 }
 
+// Open loads the file at path with parse (nil, nil when path is empty: no file); flag names the
+// setting in the error that stops a service at start.
+func Open[T any](flag, path string, parse func(name string, data []byte) (T, error), log *slog.Logger, onError func(error)) (*File[T], error) {
+	if path == "" {
+		return nil, nil
+	}
+	f := &File[T]{Path: path, Parse: parse, Log: log, OnError: onError}
+	if err := f.Load(); err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return f, nil
+}
+
 // Load reads and parses the file; its error is the file's (a service refuses to start).
 func (f *File[T]) Load() error {
 	data, err := os.ReadFile(f.Path)

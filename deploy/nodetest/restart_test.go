@@ -90,17 +90,11 @@ func TestClassifyKilled(t *testing.T) {
 	const sel = "app.kubernetes.io/name=auditlens-classify"
 	ids := burst(t, l, "before", 20)
 
-	pod, err := readyPod(ctx, c, "auditlens", sel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zero := int64(0)
-	if err := c.CoreV1().Pods("auditlens").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
-	}
+	pod := forceDeleteReady(ctx, t, c, sel)
 	ids = append(ids, burst(t, l, "deleted", 20)...) // while no classify runs, or a new one starts
 	var next string
 	waitFor(t, 120*time.Second, "a new classify pod Ready", func() (bool, error) {
+		var err error
 		next, err = readyPod(ctx, c, "auditlens", sel)
 		return err == nil && next != pod, err
 	})
@@ -237,14 +231,7 @@ func TestReportRestarted(t *testing.T) {
 	l := newLegacyClient(t, c, "nodetest-report")
 	const sel = "app.kubernetes.io/name=auditlens-report"
 	ids := burst(t, l, "before", 20)
-	pod, err := readyPod(ctx, c, "auditlens", sel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zero := int64(0)
-	if err := c.CoreV1().Pods("auditlens").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
-	}
+	pod := forceDeleteReady(ctx, t, c, sel)
 	ids = append(ids, burst(t, l, "gone", 20)...)
 	waitFor(t, 120*time.Second, "a new report pod Ready", func() (bool, error) {
 		next, err := readyPod(ctx, c, "auditlens", sel)
@@ -252,4 +239,19 @@ func TestReportRestarted(t *testing.T) {
 	})
 	ids = append(ids, burst(t, l, "after", 20)...)
 	exactlyOnce(t, ids)
+}
+
+// forceDeleteReady deletes the Ready pod of selector in namespace auditlens with no grace
+// period (as `kubectl delete --force --grace-period=0`) and returns its name.
+func forceDeleteReady(ctx context.Context, t *testing.T, c *kubernetes.Clientset, selector string) string {
+	t.Helper()
+	pod, err := readyPod(ctx, c, "auditlens", selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	if err := c.CoreV1().Pods("auditlens").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }

@@ -174,8 +174,10 @@ func (g *Gate) wait(ctx context.Context) error {
 	for attempt := 0; ; {
 		asked := time.Now()
 		n, err := g.backlog(ctx, asked)
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("wait for consumer group %s: %w: %w", g.cfg.Group, bus.ErrBacklog, ctx.Err())
+		if err != nil {
+			if cerr := ended(ctx); cerr != nil {
+				return fmt.Errorf("wait for consumer group %s: %w: %w", g.cfg.Group, bus.ErrBacklog, cerr)
+			}
 		}
 		if err != nil || n < g.cfg.Max || g.isReleased() {
 			if !start.IsZero() {
@@ -215,6 +217,20 @@ func (g *Gate) wait(ctx context.Context) error {
 	}
 }
 
+// ended is ctx's error, or context.DeadlineExceeded once ctx's deadline has passed although
+// ctx has not noticed yet: a client that turns the deadline into a socket deadline (kafka-go)
+// can fail a hair before ctx's own timer fires, and that failure is ctx ending, not a backlog
+// that cannot be read.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // backlog returns the backlog read at or after asked (one request serves every waiter),
 // counting what was published while the request was out.
 func (g *Gate) backlog(ctx context.Context, asked time.Time) (int64, error) {
@@ -239,7 +255,7 @@ func (g *Gate) backlog(ctx context.Context, asked time.Time) (int64, error) {
 			g.lastErr = time.Now()
 		}
 		g.mu.Unlock()
-		if logIt && ctx.Err() == nil {
+		if logIt && ended(ctx) == nil {
 			g.log.Warn("cannot read the consumer group's backlog; publishing without waiting for it", "group", g.cfg.Group, "err", err)
 		}
 		return 0, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // Blocker is one thing that blocks the target (a rule and the API it is about) with its
@@ -30,7 +31,7 @@ const maxBlockers = 100
 
 // Blockers lists what blocks target in cluster's window, busiest first, each with its
 // TopCallers busiest callers. Counts are exact: a request has one caller, so a blocker's
-// requests are its callers' requests.
+// requests are its callers' requests (read from the day rows of package rollup).
 func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target kubeversion.Version) ([]Blocker, error) {
 	t, _, err := r.check(cluster, w, Page{})
 	if err != nil {
@@ -39,14 +40,15 @@ func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target k
 	if target.IsZero() {
 		return nil, invalid("target version is not set")
 	}
-	where := `WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?) AND ` + blocking
-	args := []any{cluster, w.From.Unix(), w.To.Unix(), target.Key()}
+	src, args, err := r.days(ctx, t, cluster, w, blocking, target.Key())
+	if err != nil {
+		return nil, err
+	}
 	var out []Blocker
 	index := map[BlockerKey]int{}
 	err = each(ctx, r.DB, "blockers", `SELECT rule_id, api_group, api_version, resource, any(removed_in), any(replacement),
-  toUInt64(uniqExact(audit_id)) AS n, toUInt64(uniqExact(username, user_agent, source_ip)), toUInt32(max(event_time))
-FROM `+t+`
-`+where+`
+  toUInt64(sum(findings)) AS n, toUInt64(uniqExact(username, user_agent, source_ip)), toUInt32(max(last_seen))
+FROM (`+src+`)
 GROUP BY rule_id, api_group, api_version, resource
 ORDER BY n DESC, rule_id, api_group, api_version, resource
 LIMIT ?`, append(args, maxBlockers), func(rows *sql.Rows) error {
@@ -65,9 +67,8 @@ LIMIT ?`, append(args, maxBlockers), func(rows *sql.Rows) error {
 		return out, err
 	}
 	err = each(ctx, r.DB, "top callers", `SELECT rule_id, api_group, api_version, resource, username, user_agent, source_ip,
-  toUInt64(uniqExact(audit_id)) AS n, toUInt32(min(event_time)), toUInt32(max(event_time)), `+callerID+`
-FROM `+t+`
-`+where+`
+  toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)), toUInt32(max(last_seen)), `+callerID+`
+FROM (`+src+`)
 GROUP BY rule_id, api_group, api_version, resource, username, user_agent, source_ip
 ORDER BY n DESC, username, user_agent, source_ip
 LIMIT ? BY rule_id, api_group, api_version, resource`, append(args, TopCallers), func(rows *sql.Rows) error {
@@ -95,10 +96,12 @@ func (r Reader) ClusterVersion(ctx context.Context, cluster string, w Window) (k
 		return kubeversion.Version{}, err
 	}
 	var best kubeversion.Version
-	err = each(ctx, r.DB, "cluster version", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t+`
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+	// The user agents of the day rows' states: the distinct values need no merging.
+	from, to := rollup.Span(w.From, w.To)
+	err = each(ctx, r.DB, "cluster version", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+rollup.TablesFor(t).State+`
+WHERE cluster = ? AND day >= toDate(?) AND day < toDate(?)
   AND (startsWith(user_agent, 'kubelet/v') OR startsWith(user_agent, 'kube-controller-manager/v'))
-LIMIT 1000`, []any{cluster, w.From.Unix(), w.To.Unix()}, func(rows *sql.Rows) error {
+LIMIT 1000`, []any{cluster, rollup.Day(from), rollup.Day(to)}, func(rows *sql.Rows) error {
 		var ua string
 		if err := rows.Scan(&ua); err != nil {
 			return err

@@ -40,16 +40,18 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err := q.Key.check(); err != nil {
 		return nil, false, err
 	}
-	sql := `SELECT username, user_agent, source_ip, toUInt64(uniqExact(audit_id)) AS n,
-  toUInt32(min(event_time)), toUInt32(max(event_time)), ` + callerID + `
-FROM ` + t + `
-WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
-  AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, `rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?`,
+		q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource)
+	if err != nil {
+		return nil, false, err
+	}
+	sql := `SELECT username, user_agent, source_ip, toUInt64(sum(findings)) AS n,
+  toUInt32(min(first_seen)), toUInt32(max(last_seen)), ` + callerID + `
+FROM (` + src + `)
 GROUP BY username, user_agent, source_ip
 ORDER BY n DESC, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query callers: %w", err)
 	}
@@ -306,16 +308,18 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	}
 	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
 	// _ in the text as wildcards.
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
+	if err != nil {
+		return nil, false, err
+	}
 	sql := `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip,
-  toUInt64(uniqExact(audit_id)) AS n, toUInt32(min(event_time)), toUInt32(max(event_time)),
-  arraySlice(arraySort(groupUniqArray(namespace)), 1, 3), ` + callerID + `
-FROM ` + t + `
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
-  AND position(lowerUTF8(` + col + `), lowerUTF8(?)) > 0
+  toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)), toUInt32(max(last_seen)),
+  arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3), ` + callerID + `
+FROM (` + src + `)
 GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
 ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query search: %w", err)
 	}

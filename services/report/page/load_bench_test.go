@@ -12,6 +12,7 @@ import (
 
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -31,7 +32,8 @@ var (
 //	go test -run '^$' -bench ConsoleUnderLoad -benchtime 3x -console.findings 10000000 ./page/
 func BenchmarkConsoleUnderLoad(b *testing.B) {
 	_, st := chtest.ServerStore(b)
-	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	// Now, not a fixed day: compaction goes by the server's clock.
+	now := time.Now().UTC().Truncate(time.Second)
 	t0 := time.Now()
 	generate(b, st, now, *loadFindings)
 	b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
@@ -41,7 +43,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 	h.Register(mux)
 	srv := httptest.NewServer(access.Loopback(mux))
 	defer srv.Close()
-	scope := "cluster=prod&target-version=1.32&week-ending=2026-11-29"
+	scope := "cluster=prod&target-version=1.32&week-ending=" + weekly.LastWeekEnding(now).String()
 	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
 	_, callers := fetch(b, http.MethodGet, srv.URL+"/callers?"+scope+key)
 	requests := hrefOf(b, callers, "requests-link")
@@ -92,28 +94,64 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 	}
 }
 
-// generate writes n findings spanning the 90 days before now, server-side: 14 APIs, 7,400
-// users, 30 agents (two of them kubelets of 1.31), 200 namespaces, 10% in a second cluster.
+// generate writes n findings over the 90 days before now, day by day in time order as the
+// service receives them (the day of now up to now), server-side: 7,400 callers (a service
+// account, its namespace among 200 and its user agent among 30, two of them kubelets of
+// 1.31), each calling two of 14 APIs from one of 7 IPs a day; a tenth of the callers in a
+// second cluster. Then it compacts the days as the service does within a minute.
 func generate(b testing.TB, st *store.Store, now time.Time, n int) {
-	from := now.AddDate(0, 0, -90)
+	ctx := context.Background()
+	const days = 90
 	q := `INSERT INTO findings (rule_id, severity, cluster, audit_id, event_time, verb, request_uri, api_group, api_version,
   resource, namespace, name, username, user_agent, source_ip, response_code, removed_in, removed_in_key, ingested_at)
-SELECT 'removed-api', 'warning', if(number % 10 = 0, 'staging', 'prod'), concat('a', toString(number)),
-  toDateTime(? + (number * 48271) % ?), 'list', concat('/apis/', grp, '/', ver, '/', res), grp, ver, res,
-  concat('ns', toString(number % 200)), concat('obj', toString(number % 1000)),
-  concat('system:serviceaccount:ns', toString(number % 200), ':sa', toString(number % 37)),
-  if(number % 30 < 2, 'kubelet/v1.31.4 (linux/amd64) kubernetes/abc', concat('client-go/v0.', toString(number % 30), ' (linux/amd64)')),
-  concat('10.0.', toString(number % 7), '.1'), 200,
+SELECT 'removed-api', 'warning', if(c % 10 = 0, 'staging', 'prod'), concat('a', toString(? + number)),
+  toDateTime(? + intDiv(number * ?, ?)), 'list', concat('/apis/', grp, '/', ver, '/', res), grp, ver, res,
+  concat('ns', toString(c % 200)), concat('obj', toString(number % 1000)),
+  concat('system:serviceaccount:ns', toString(c % 200), ':sa', toString(c)),
+  if(c % 30 < 2, 'kubelet/v1.31.4 (linux/amd64) kubernetes/abc', concat('client-go/v0.', toString(c % 30), ' (linux/amd64)')),
+  concat('10.0.', toString((c + ?) % 7), '.1'), 200,
   removed, toUInt32OrZero(splitByChar('.', removed)[1]) * 1000 + toUInt32OrZero(splitByChar('.', removed)[2]), now()
 FROM (
-  SELECT number, number % 14 + 1 AS i,
+  SELECT number, (number * 2654435761) % 7400 AS c, (c * 7 + number % 2) % 14 + 1 AS i,
     ['extensions','extensions','apps','policy','networking.k8s.io','batch','policy','flowcontrol.apiserver.k8s.io','autoscaling','storage.k8s.io','discovery.k8s.io','rbac.authorization.k8s.io','','extensions'][i] AS grp,
     ['v1beta1','v1beta1','v1beta2','v1beta1','v1beta1','v1beta1','v1beta1','v1beta3','v2beta2','v1beta1','v1beta1','v1beta1','v1','v1beta1'][i] AS ver,
     ['ingresses','daemonsets','deployments','podsecuritypolicies','ingresses','cronjobs','poddisruptionbudgets','flowschemas','horizontalpodautoscalers','csistoragecapacities','endpointslices','roles','componentstatuses','networkpolicies'][i] AS res,
     ['1.22','1.16','1.16','1.25','1.22','1.25','1.25','1.32','1.26','1.27','1.25','1.22','','1.16'][i] AS removed
   FROM numbers(?)
 )`
-	if _, err := st.DB().ExecContext(context.Background(), q, from.Unix(), int64(now.Sub(from)/time.Second), n); err != nil {
-		b.Fatal(err)
+	today := now.UTC().Truncate(24 * time.Hour)
+	span := now.Sub(today.AddDate(0, 0, -days))
+	written := 0
+	for d := days; d >= 0; d-- {
+		start := today.AddDate(0, 0, -d)
+		secs := int64(24 * 60 * 60)
+		if d == 0 {
+			secs = int64(now.Sub(today) / time.Second)
+		}
+		// The day's share of n, in proportion to its seconds.
+		rows := int(int64(n) * secs / int64(span/time.Second))
+		if d == 0 {
+			rows = n - written
+		}
+		if rows <= 0 {
+			continue
+		}
+		if _, err := st.DB().ExecContext(ctx, q, written, start.Unix(), secs, rows, d, rows); err != nil {
+			b.Fatal(err)
+		}
+		written += rows
+	}
+	// The service compacts every minute; a build counts once it began rollup.Margin after the
+	// day's last change, so the second round is the one read.
+	for round := range 2 {
+		if round > 0 {
+			time.Sleep(rollup.Margin + time.Second)
+		}
+		t0 := time.Now()
+		built, err := rollup.Compact(ctx, st.DB(), rollup.TablesFor("findings"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("compacted %d cluster days in %v", built, time.Since(t0).Round(time.Millisecond))
 	}
 }

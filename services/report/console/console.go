@@ -175,31 +175,63 @@ GROUP BY cluster`
 	if err != nil {
 		return nil, err
 	}
-	if src, args, err = rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{From: firstDay, To: farDay}); err != nil {
-		return nil, fmt.Errorf("query clusters: %w", err)
-	}
-	q = `SELECT cluster, toUInt32(max(last_seen)), toUInt32(maxIf(last_seen, ` + blocking + `))
-FROM (` + src + `)
-GROUP BY cluster
-ORDER BY cluster
-LIMIT ?`
-	var out []ClusterSummary
-	err = each(ctx, r.DB, "clusters", q, append(append([]any{target.Key()}, args...), MaxClusters), func(rows *sql.Rows) error {
+	// The newest finding (and blocker) of each cluster: the newest day in the states (their
+	// key columns need no merging), then the newest second of that day.
+	tables := rollup.TablesFor(t)
+	type newest struct{ day, blockerDay string }
+	days := map[string]newest{}
+	var names []string
+	err = each(ctx, r.DB, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+blocking+`))
+FROM `+tables.State+`
+GROUP BY c
+ORDER BY c
+LIMIT ?`, []any{target.Key(), MaxClusters}, func(rows *sql.Rows) error {
 		var name string
-		var newest, newestBlocker uint32
-		if err := rows.Scan(&name, &newest, &newestBlocker); err != nil {
+		var n newest
+		if err := rows.Scan(&name, &n.day, &n.blockerDay); err != nil {
 			return err
 		}
-		c := counts[name]
-		c.Name, c.Newest, c.NewestEvent = name, unix(newest), unix(newest)
-		if newestBlocker > 0 {
-			c.NewestBlocker = unix(newestBlocker)
-		}
-		out = append(out, c)
+		days[name] = n
+		names = append(names, name)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	var pairs, blockerPairs []string
+	for name, n := range days {
+		pairs = append(pairs, n.day+" "+name)
+		if n.blockerDay > rollup.Day(firstDay) {
+			blockerPairs = append(blockerPairs, n.blockerDay+" "+name)
+		}
+	}
+	last := map[string][2]uint32{}
+	err = each(ctx, r.DB, "clusters", `SELECT toString(cluster) AS c,
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`))),
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`) AND `+blocking+`))
+FROM `+tables.State+`
+WHERE has(?, `+clusterDay+`) OR has(?, `+clusterDay+`)
+GROUP BY c`, []any{withNone(pairs), withNone(blockerPairs), target.Key(), withNone(pairs), withNone(blockerPairs)}, func(rows *sql.Rows) error {
+		var name string
+		var v [2]uint32
+		if err := rows.Scan(&name, &v[0], &v[1]); err != nil {
+			return err
+		}
+		last[name] = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []ClusterSummary
+	for _, name := range names {
+		c := counts[name]
+		v := last[name]
+		c.Name, c.Newest, c.NewestEvent = name, unix(v[0]), unix(v[0])
+		if v[1] > 0 {
+			c.NewestBlocker = unix(v[1])
+		}
+		out = append(out, c)
 	}
 	return r.withEvents(ctx, out)
 }
@@ -330,6 +362,14 @@ func (r Reader) Names(ctx context.Context) ([]string, error) {
 		})
 	return out, err
 }
+
+// clusterDay names a cluster's day of the day tables as "YYYY-MM-DD cluster" (as package
+// rollup does).
+const clusterDay = `concat(toString(day), ' ', toString(cluster))`
+
+// withNone is list with an entry that names nothing: an empty array literal is typed
+// Array(Nothing), which has() on ClickHouse 18.16 refuses against strings.
+func withNone(list []string) []string { return append([]string{"-"}, list...) }
 
 // firstDay and farDay bound every day a finding can lie in (ClickHouse 18.16's Date ends in
 // 2105).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
-	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -98,7 +97,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 // service receives them (the day of now up to now), server-side: 7,400 callers (a service
 // account, its namespace among 200 and its user agent among 30, two of them kubelets of
 // 1.31), each calling two of 14 APIs from one of 7 IPs a day; a tenth of the callers in a
-// second cluster. Then it compacts the days as the service does within a minute.
+// second cluster. Then it compacts the days as the service does (chtest.CompactDays).
 func generate(b testing.TB, st *store.Store, now time.Time, n int) {
 	ctx := context.Background()
 	const days = 90
@@ -141,17 +140,5 @@ FROM (
 		}
 		written += rows
 	}
-	// The service compacts every minute; a build counts once it began rollup.Margin after the
-	// day's last change, so the second round is the one read.
-	for round := range 2 {
-		if round > 0 {
-			time.Sleep(rollup.Margin + time.Second)
-		}
-		t0 := time.Now()
-		built, err := rollup.Compact(ctx, st.DB(), rollup.TablesFor("findings"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Logf("compacted %d cluster days in %v", built, time.Since(t0).Round(time.Millisecond))
-	}
+	chtest.CompactDays(b, st.DB())
 }

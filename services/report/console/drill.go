@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // Caller is who made the requests behind a finding: user, user agent and source IP.
@@ -110,17 +112,18 @@ func (r Reader) Requests(ctx context.Context, q RequestsQuery) (rows []Request, 
 	}
 	// A finding stored twice (before the table merges) is one request: grouped by its time
 	// and audit id.
+	// finding_requests is ordered by blocker and caller (store migration 6).
 	sql := `SELECT toUInt32(event_time), audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
-FROM ` + t + `
+FROM ` + rollup.TablesFor(t).Requests + `
 WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
-  AND ` + callerID + ` = ?
+  AND caller = ?
   AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY event_time, audit_id
 ORDER BY event_time DESC, audit_id DESC
 LIMIT ?, ?`
 	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		strconv.FormatUint(q.Caller, 10), q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+		q.Caller, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("query requests: %w", err)
 	}

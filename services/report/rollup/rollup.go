@@ -39,6 +39,8 @@ var margin = Margin
 // Tables names the tables of one findings table's database.
 type Tables struct {
 	State, Changes, Days, Builds string
+	// Requests holds the findings' request columns ordered by blocker and caller.
+	Requests string
 }
 
 // TablesFor returns the day tables beside findings ("findings" or "db.findings").
@@ -48,10 +50,11 @@ func TablesFor(findings string) Tables {
 		prefix = findings[:i+1]
 	}
 	return Tables{
-		State:   prefix + "finding_days_state",
-		Changes: prefix + "finding_day_changes",
-		Days:    prefix + "finding_days",
-		Builds:  prefix + "finding_day_builds",
+		State:    prefix + "finding_days_state",
+		Changes:  prefix + "finding_day_changes",
+		Days:     prefix + "finding_days",
+		Builds:   prefix + "finding_day_builds",
+		Requests: prefix + "finding_requests",
 	}
 }
 

@@ -32,7 +32,7 @@ func TestNewEmbeddedService(t *testing.T) {
 	c := DefaultConfig(t.TempDir())
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--clickhouse-data-dir", dir, "--report-batch-max-wait", "50ms", "--report-console-addr", ""}); err != nil {
+	if err := fs.Parse([]string{"--clickhouse-data-dir", dir, "--report-batch-max-wait", "50ms", "--report-console-addr", "", "--report-rollup-interval", "0"}); err != nil {
 		t.Fatal(err)
 	}
 	b := openBus(t)
@@ -40,8 +40,8 @@ func TestNewEmbeddedService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(comps) != 3 {
-		t.Fatalf("%d components, want the writer, the readiness gate and the store closer (no weekly schedule without --mail-to)", len(comps))
+	if len(comps) != 4 {
+		t.Fatalf("%d components, want the writer, the compaction of the finding days, the readiness gate and the store closer (no weekly schedule without --mail-to)", len(comps))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -195,28 +195,20 @@ CREATE TABLE IF NOT EXISTS auditlens.finding_day_builds (
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day);
 CREATE TABLE IF NOT EXISTS auditlens.finding_requests (
-    cluster       LowCardinality(String),
-    rule_id       LowCardinality(String),
-    api_group     LowCardinality(String),
-    api_version   LowCardinality(String),
-    resource      LowCardinality(String),
-    caller        UInt64,
-    event_time    DateTime('UTC'),
-    audit_id      String,
-    verb          LowCardinality(String),
-    request_uri   String,
-    source_ip     String,
-    response_code Int32,
-    namespace     LowCardinality(String),
-    name          String,
-    username      String,
-    user_agent    String
+    cluster     LowCardinality(String),
+    rule_id     LowCardinality(String),
+    api_group   LowCardinality(String),
+    api_version LowCardinality(String),
+    resource    LowCardinality(String),
+    caller      UInt64,
+    event_time  DateTime('UTC'),
+    audit_id    String
 ) ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(event_time)
 ORDER BY (cluster, rule_id, api_group, api_version, resource, caller, event_time, audit_id);
 CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_requests_mv TO auditlens.finding_requests AS
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
-       event_time, audit_id, verb, request_uri, source_ip, response_code, namespace, name, username, user_agent
+       event_time, audit_id
 FROM auditlens.findings;
 CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_days_state_mv TO auditlens.finding_days_state AS
 SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
@@ -244,7 +236,7 @@ FROM auditlens.findings
 GROUP BY cluster, day;
 INSERT INTO auditlens.finding_requests
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
-       event_time, audit_id, verb, request_uri, source_ip, response_code, namespace, name, username, user_agent
+       event_time, audit_id
 FROM auditlens.findings;
 
 -- retention (report --retention-days 400)

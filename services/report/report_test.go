@@ -32,7 +32,7 @@ func TestNewEmbeddedService(t *testing.T) {
 	c := DefaultConfig(t.TempDir())
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--clickhouse-data-dir", dir, "--report-batch-max-wait", "50ms", "--report-console-addr", "", "--report-rollup-interval", "0"}); err != nil {
+	if err := fs.Parse([]string{"--clickhouse-data-dir", dir, "--report-batch-max-wait", "50ms", "--report-console-addr", ""}); err != nil {
 		t.Fatal(err)
 	}
 	b := openBus(t)

@@ -290,9 +290,10 @@ ORDER BY (cluster, minute)`,
 	// plain counts in finding_days: each build of a cluster's day has rows of its own (a
 	// random build id), recorded in finding_day_builds once they are all written. Readers take
 	// a day from the rows of its newest recorded build when that build began after the day's
-	// newest change, else from the states. finding_requests holds the columns of the console's
-	// list of one caller's requests, ordered by blocker and caller (a projection: the raw
-	// findings are ordered by identity, so that list would read every finding of the rule).
+	// newest change, else from the states. finding_requests is an index of the findings by
+	// blocker, caller and time (their audit ids): the raw findings are ordered by identity,
+	// so the console's list of one caller's newest requests would read every finding of the
+	// rule; it reads a page of ids here, then those findings by their key.
 	// The last three statements fill the states, changes and requests from the findings
 	// stored before.
 	{Version: 6, Name: "finding days", SQL: []string{`
@@ -359,29 +360,21 @@ PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day)`,
 		`{{.Distributed "finding_day_builds" "cityHash64(cluster, day)"}}`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_requests"}}{{.On}} (
-    cluster       {{.LC}},
-    rule_id       {{.LC}},
-    api_group     {{.LC}},
-    api_version   {{.LC}},
-    resource      {{.LC}},
-    caller        UInt64,
-    event_time    DateTime('UTC'),
-    audit_id      String,
-    verb          {{.LC}},
-    request_uri   String,
-    source_ip     String,
-    response_code Int32,
-    namespace     {{.LC}},
-    name          String,
-    username      String,
-    user_agent    String
+    cluster     {{.LC}},
+    rule_id     {{.LC}},
+    api_group   {{.LC}},
+    api_version {{.LC}},
+    resource    {{.LC}},
+    caller      UInt64,
+    event_time  DateTime('UTC'),
+    audit_id    String
 ) ENGINE = {{.Engine "finding_requests" "ReplacingMergeTree()"}}
 PARTITION BY toYYYYMM(event_time)
 ORDER BY (cluster, rule_id, api_group, api_version, resource, caller, event_time, audit_id)`,
 		`{{.Distributed "finding_requests" "cityHash64(cluster, audit_id)"}}`, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_requests_mv{{.On}} TO {{.DB}}.finding_requests AS
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
-       event_time, audit_id, verb, request_uri, source_ip, response_code, namespace, name, username, user_agent
+       event_time, audit_id
 FROM {{.DB}}.findings`, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_days_state_mv{{.On}} TO {{.DB}}.finding_days_state AS
 SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
@@ -409,6 +402,6 @@ FROM {{.DB}}.findings
 GROUP BY cluster, day`, `
 INSERT INTO {{.DB}}.finding_requests
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
-       event_time, audit_id, verb, request_uri, source_ip, response_code, namespace, name, username, user_agent
+       event_time, audit_id
 FROM {{.DB}}.findings`}},
 }

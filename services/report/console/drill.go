@@ -43,16 +43,19 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err := q.Key.check(); err != nil {
 		return nil, false, err
 	}
-	src, args, err := r.days(ctx, t, q.Cluster, q.Window, `rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?`,
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"username", "user_agent", "source_ip", "first_seen", "last_seen"},
+		`rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?`,
 		q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource)
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT username, user_agent, source_ip, toUInt64(sum(findings)) AS n,
-  toUInt32(min(first_seen)), toUInt32(max(last_seen)), ` + callerID + `
-FROM (` + src + `)
-GROUP BY username, user_agent, source_ip
-ORDER BY n DESC, username, user_agent, source_ip
+	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, c_id FROM (
+  SELECT any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip, toUInt64(sum(findings)) AS n,
+    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last, any(` + callerID + `) AS c_id
+  FROM (` + src + `)
+  GROUP BY ` + hashOf("username, user_agent, source_ip") + `
+)
+ORDER BY n DESC, c_user, c_agent, c_ip
 LIMIT ?, ?`
 	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
@@ -336,16 +339,20 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	}
 	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
 	// _ in the text as wildcards.
-	src, args, err := r.days(ctx, t, q.Cluster, q.Window, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"api_group", "api_version", "resource", "removed_in",
+		"username", "user_agent", "source_ip", "namespace", "first_seen", "last_seen"}, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip,
-  toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)), toUInt32(max(last_seen)),
-  arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3), ` + callerID + `
-FROM (` + src + `)
-GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
-ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
+	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns, m_id FROM (
+  SELECT any(rule_id) AS m_rule, any(api_group) AS m_group, any(api_version) AS m_version, any(resource) AS m_resource,
+    any(removed_in) AS m_removed, any(username) AS m_user, any(user_agent) AS m_agent, any(source_ip) AS m_ip,
+    toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS m_first, toUInt32(max(last_seen)) AS m_last,
+    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns, any(` + callerID + `) AS m_id
+  FROM (` + src + `)
+  GROUP BY ` + hashOf("rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip") + `
+)
+ORDER BY n DESC, m_rule, m_group, m_version, m_resource, m_user, m_agent, m_ip
 LIMIT ?, ?`
 	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {

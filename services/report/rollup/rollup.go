@@ -90,13 +90,62 @@ type Filter struct {
 	// applied before the states are merged, it spares the merging of what is not read.
 	Where string
 	Args  []any
+	// Columns, when set, are the columns the reader uses, among Key (rule_id always comes)
+	// and message, first_seen and last_seen; cluster, day and findings always come. The
+	// states are merged by these keys only, and nothing else is read: a reader's query
+	// reads a fraction of the columns. Nil gives every column.
+	Columns []string
+}
+
+// keyColumns are the columns of Key, in order.
+var keyColumns = strings.Fields(strings.ReplaceAll(Key, ",", " "))
+
+// columns splits f.Columns into key and value columns (every column when unset), and
+// refuses names not of the day rows: they are the callers' constants, never input.
+func (f Filter) columns() (keys, values []string, err error) {
+	if f.Columns == nil {
+		return keyColumns, []string{"message", "first_seen", "last_seen"}, nil
+	}
+	want := map[string]bool{"rule_id": true}
+	for _, c := range f.Columns {
+		want[c] = true
+	}
+	for _, c := range keyColumns {
+		if want[c] {
+			keys = append(keys, c)
+			delete(want, c)
+		}
+	}
+	for _, c := range []string{"message", "first_seen", "last_seen"} {
+		if want[c] {
+			values = append(values, c)
+			delete(want, c)
+		}
+	}
+	for c := range want {
+		return nil, nil, fmt.Errorf("rollup: no day column %q", c)
+	}
+	return keys, values, nil
+}
+
+// merged is the state column c merged, named c.
+var merged = map[string]string{
+	"message":    "anyMerge(message) AS message",
+	"first_seen": "toUInt32(minMerge(first_seen)) AS first_seen",
+	"last_seen":  "toUInt32(maxMerge(last_seen)) AS last_seen",
 }
 
 // Days returns a subquery, and its arguments, giving the day rows f asks for: the columns
-// cluster, day (Date), Key, message, findings (UInt64, distinct findings), first_seen and
-// last_seen (UInt32 Unix seconds). Each cluster's day comes whole from the rows of its newest
-// build when that build is current, else from the states.
+// cluster, day (Date), the Key columns of f.Columns, findings (UInt64, distinct findings)
+// and of message, first_seen and last_seen (UInt32 Unix seconds) those f.Columns names.
+// Each cluster's day comes whole from the rows of its newest build when that build is
+// current, else from the states. Rows are disjoint in findings (rule_id is always a key),
+// so sums of findings over any grouping are exact.
 func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, error) {
+	keys, values, err := f.columns()
+	if err != nil {
+		return "", nil, err
+	}
 	p, err := plan(ctx, db, t, f.Cluster, f.From, f.To)
 	if err != nil {
 		return "", nil, err
@@ -106,6 +155,8 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		where += " AND (" + f.Where + ")"
 		args = append(args, f.Args...)
 	}
+	group := strings.Join(append([]string{"cluster", "day"}, keys...), ", ")
+	out := strings.Join(append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...), ", ")
 	var parts []string
 	var all []any
 	if len(p.builds) > 0 || len(p.dirty) == 0 {
@@ -116,20 +167,25 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		for _, id := range p.builds {
 			ids = append(ids, strconv.FormatUint(id, 10))
 		}
-		parts = append(parts, `SELECT cluster, day, `+Key+`, message, findings, first_seen, last_seen
+		parts = append(parts, `SELECT `+out+`
   FROM `+t.Days+`
   WHERE `+where+` AND build IN (`+strings.Join(ids, ", ")+`)`)
 		all = append(all, args...)
 	}
 	if len(p.dirty) > 0 {
-		parts = append(parts, `SELECT cluster, day, `+Key+`, anyMerge(message) AS message, uniqExactMerge(findings) AS findings,
-    toUInt32(minMerge(first_seen)) AS first_seen, toUInt32(maxMerge(last_seen)) AS last_seen
+		sel := []string{group}
+		for _, v := range values {
+			sel = append(sel, merged[v])
+		}
+		sel = append(sel, "uniqExactMerge(findings) AS findings")
+		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+`
   FROM `+t.State+`
   WHERE `+where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)
-  GROUP BY cluster, day, `+Key)
-		all = append(append(all, args...), p.first, p.last, p.dirty)
+  GROUP BY `+group)
+		all = append(all, args...)
+		all = append(all, p.first, p.last, p.dirty)
 	}
-	return `SELECT cluster, day, ` + Key + `, message, findings, first_seen, last_seen FROM (
+	return `SELECT ` + out + ` FROM (
   ` + strings.Join(parts, "\n  UNION ALL\n  ") + `
 )`, all, nil
 }

@@ -76,6 +76,29 @@ func fromDays(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []ro
 	return rows(t, db, `SELECT toString(day), concat(cluster, '|', `+keyText+`), findings, first_seen, last_seen FROM (`+src+`)`, args...)
 }
 
+// byUser reads, through rollup.Days with only the columns username and last_seen, the
+// findings of cluster per day, rule and user over [from, to); fromFindings' byUser is the
+// same from the raw findings.
+func byUser(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	src, args, err := rollup.Days(context.Background(), db, rollup.TablesFor("findings"),
+		rollup.Filter{Cluster: cluster, From: from, To: to, Columns: []string{"username", "last_seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows(t, db, `SELECT toString(day) AS d, concat(cluster, '|', rule_id, '|', username) AS key, toUInt64(sum(findings)),
+  toUInt32(0), toUInt32(max(last_seen))
+FROM (`+src+`) GROUP BY d, key`, args...)
+}
+
+func byUserFromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', rule_id, '|', username) AS key,
+  toUInt64(uniqExact(audit_id)), toUInt32(0), toUInt32(max(event_time))
+FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
+}
+
 // fromFindings counts the same rows from the raw findings.
 func fromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
@@ -138,6 +161,10 @@ func TestDaysAgreeWithTheFindings(t *testing.T) {
 		}
 		for _, c := range []string{"prod", "staging", ""} {
 			sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+			sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
+		}
+		if _, _, err := rollup.Days(ctx, db, tables, rollup.Filter{From: from, To: to, Columns: []string{"audit_id"}}); err == nil {
+			t.Error("Days gave a column the day rows do not have")
 		}
 		clean := func() []string {
 			t.Helper()
@@ -198,6 +225,7 @@ func TestDaysAgreeWithTheFindings(t *testing.T) {
 		}
 		sameRows(t, "after rebuilding", fromDays(t, db, "prod", from, to), want)
 		sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
 
 		// A window of a day and its neighbours only.
 		mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)

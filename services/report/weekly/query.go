@@ -166,7 +166,8 @@ func Blockers(ctx context.Context, db *sql.DB, w Window) ([]Blocker, error) {
 // of the trend weeks (package rollup), summed by rule, blocking and day.
 func trend(ctx context.Context, db *sql.DB, o Options, r *Report) error {
 	from := r.WeekEnd.AddDate(0, 0, -7*o.TrendWeeks)
-	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster, From: from, To: r.WeekEnd})
+	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster, From: from, To: r.WeekEnd,
+		Columns: []string{"removed_in_key"}})
 	if err != nil {
 		return fmt.Errorf("query trend: %w", err)
 	}
@@ -270,7 +271,9 @@ func callerAgg(src string) string {
 // aggArgs returns callerAgg's source over this week and the week before, and its arguments.
 func (r *Report) aggArgs(ctx context.Context, db *sql.DB, o Options) (string, []any, error) {
 	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster,
-		From: r.WeekStart.AddDate(0, 0, -7), To: r.WeekEnd, Where: blockingExpr, Args: []any{o.Target.Key()}})
+		From: r.WeekStart.AddDate(0, 0, -7), To: r.WeekEnd, Where: blockingExpr, Args: []any{o.Target.Key()},
+		Columns: []string{"api_group", "api_version", "resource", "removed_in", "replacement", "username", "user_agent", "namespace",
+			"message", "first_seen", "last_seen"}})
 	if err != nil {
 		return "", nil, err
 	}

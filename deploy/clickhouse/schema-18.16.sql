@@ -229,7 +229,8 @@ SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, a
        minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM auditlens.findings
 GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip;
+         username, user_agent, namespace, source_ip
+SETTINGS max_bytes_before_external_group_by = 2000000000;
 INSERT INTO auditlens.finding_day_changes
 SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
 FROM auditlens.findings

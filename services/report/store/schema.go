@@ -295,7 +295,8 @@ ORDER BY (cluster, minute)`,
 	// so the console's list of one caller's newest requests would read every finding of the
 	// rule; it reads a page of ids here, then those findings by their key.
 	// The last three statements fill the states, changes and requests from the findings
-	// stored before.
+	// stored before (the states' GROUP BY spills to disk past 2 GB: a large store's backfill
+	// holds every day's audit ids).
 	{Version: 6, Name: "finding days", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}} (
     cluster        {{.LC}},
@@ -395,7 +396,8 @@ SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, a
        minState(event_time) AS first_seen, maxState(event_time) AS last_seen
 FROM {{.DB}}.findings
 GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip`, `
+         username, user_agent, namespace, source_ip
+SETTINGS max_bytes_before_external_group_by = 2000000000`, `
 INSERT INTO {{.DB}}.finding_day_changes
 SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
 FROM {{.DB}}.findings

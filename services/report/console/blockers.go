@@ -56,12 +56,12 @@ FROM (
     any(c_removed) AS b_removed, any(c_repl) AS b_repl,
     toUInt64(sum(c_n)) AS b_total, toUInt64(count()) AS b_callers, toUInt32(max(c_last)) AS b_last,
     arraySlice(arraySort(c -> (-toInt64(c.1), c.2, c.3, c.4),
-      groupArray((c_n, c_user, c_agent, c_ip, c_first, c_last, c_id))), 1, ?) AS top
+      groupArray((c_n, c_user, c_agent, c_ip, c_first, c_last, toString(cityHash64(c_user, c_agent, c_ip))))), 1, ?) AS top
   FROM (
     SELECT any(rule_id) AS c_rule, any(api_group) AS c_group, any(api_version) AS c_version, any(resource) AS c_resource,
       any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip,
       any(removed_in) AS c_removed, any(replacement) AS c_repl,
-      sum(findings) AS c_n, min(first_seen) AS c_first, max(last_seen) AS c_last, any(`+callerID+`) AS c_id
+      sum(findings) AS c_n, min(first_seen) AS c_first, max(last_seen) AS c_last
     FROM (`+src+`)
     GROUP BY `+hashOf("rule_id, api_group, api_version, resource, username, user_agent, source_ip")+`
   )

@@ -49,9 +49,9 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, c_id FROM (
+	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, toString(cityHash64(c_user, c_agent, c_ip)) FROM (
   SELECT any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip, toUInt64(sum(findings)) AS n,
-    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last, any(` + callerID + `) AS c_id
+    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last
   FROM (` + src + `)
   GROUP BY ` + hashOf("username, user_agent, source_ip") + `
 )
@@ -344,11 +344,12 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns, m_id FROM (
+	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns,
+  toString(cityHash64(m_user, m_agent, m_ip)) FROM (
   SELECT any(rule_id) AS m_rule, any(api_group) AS m_group, any(api_version) AS m_version, any(resource) AS m_resource,
     any(removed_in) AS m_removed, any(username) AS m_user, any(user_agent) AS m_agent, any(source_ip) AS m_ip,
     toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS m_first, toUInt32(max(last_seen)) AS m_last,
-    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns, any(` + callerID + `) AS m_id
+    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns
   FROM (` + src + `)
   GROUP BY ` + hashOf("rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip") + `
 )

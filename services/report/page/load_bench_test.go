@@ -2,6 +2,7 @@ package page
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ var (
 	loadFindings = flag.Int("console.findings", 2_000_000, "BenchmarkConsoleUnderLoad: findings generated over 90 days")
 	loadQueries  = flag.Int("console.max-queries", DefaultLimits().MaxQueries, "BenchmarkConsoleUnderLoad: Limits.MaxQueries")
 	loadTimeout  = flag.Duration("console.timeout", DefaultLimits().QueryTimeout, "BenchmarkConsoleUnderLoad: Limits.QueryTimeout")
+	loadQueryLog = flag.Bool("console.query-log", false, "BenchmarkConsoleUnderLoad: log the queries of one request per page alone (ClickHouse's query_log)")
 )
 
 // BenchmarkConsoleUnderLoad serves every console page to 16 clients at once over
@@ -30,13 +32,31 @@ var (
 //
 //	go test -run '^$' -bench ConsoleUnderLoad -benchtime 3x -console.findings 10000000 ./page/
 func BenchmarkConsoleUnderLoad(b *testing.B) {
-	_, st := chtest.ServerStore(b)
+	srv0, st := chtest.ServerStore(b)
 	// Now, not a fixed day: compaction goes by the server's clock.
 	now := time.Now().UTC().Truncate(time.Second)
 	t0 := time.Now()
 	generate(b, st, now, *loadFindings)
 	b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
-	h := &Handler{DB: st.DB(), Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 16}, {Major: 1, Minor: 32}},
+	// Measured at rest: a store loaded in minutes merges its parts for minutes after, which a
+	// store filled over 90 days does not.
+	t0 = time.Now()
+	for merging := uint64(1); merging > 0 && time.Since(t0) < 15*time.Minute; {
+		if err := st.DB().QueryRow(`SELECT count() FROM system.merges`).Scan(&merging); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
+	db := st.DB()
+	if *loadQueryLog {
+		var err error
+		if db, err = sql.Open("clickhouse", srv0.DSN(store.DefaultDatabase)+"&log_queries=1"); err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+	}
+	h := &Handler{DB: db, Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 16}, {Major: 1, Minor: 32}},
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Limits: Limits{Lookback: DefaultLimits().Lookback, MaxQueries: *loadQueries, QueryTimeout: *loadTimeout}, Deadline: store.WithDeadline}
 	mux := http.NewServeMux()
 	h.Register(mux)
@@ -98,6 +118,9 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 				}
 				wg.Wait()
 			}
+			if *loadQueryLog {
+				logQueries(b, st.DB(), p.path)
+			}
 			b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
 			b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
 			b.ReportMetric(float64(refused.Milliseconds()), "max-503-ms")
@@ -154,4 +177,28 @@ FROM (
 		written += rows
 	}
 	chtest.CompactDays(b, st.DB())
+}
+
+// logQueries logs the queries of the last request alone of path, slowest first, from the
+// server's query_log.
+func logQueries(b *testing.B, db *sql.DB, path string) {
+	if _, err := db.Exec(`SYSTEM FLUSH LOGS`); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := db.Query(`SELECT query_duration_ms, read_rows, substring(replaceRegexpAll(query, '\\s+', ' '), 1, 160)
+FROM system.query_log
+WHERE type = 2 AND event_time > now() - 30 AND query NOT LIKE '%system.%'
+ORDER BY query_duration_ms DESC LIMIT 12`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ms, n uint64
+		var q string
+		if err := rows.Scan(&ms, &n, &q); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s: %5d ms %9d rows %s", path, ms, n, q)
+	}
 }

@@ -135,5 +135,110 @@ CREATE TABLE IF NOT EXISTS auditlens.event_minutes (
 PARTITION BY toYYYYMM(minute)
 ORDER BY (cluster, minute);
 
+-- migration 6: finding days
+CREATE TABLE IF NOT EXISTS auditlens.finding_days_state (
+    cluster        LowCardinality(String),
+    day            Date,
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    removed_in     LowCardinality(String),
+    replacement    LowCardinality(String),
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_changes (
+    cluster LowCardinality(String),
+    day     Date,
+    changed AggregateFunction(max, UInt32)
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day);
+CREATE TABLE IF NOT EXISTS auditlens.finding_days (
+    cluster        LowCardinality(String),
+    day            Date,
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    removed_in     LowCardinality(String),
+    replacement    LowCardinality(String),
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_builds (
+    cluster LowCardinality(String),
+    day     Date,
+    built   UInt32,
+    build   UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day);
+CREATE TABLE IF NOT EXISTS auditlens.finding_requests (
+    cluster     LowCardinality(String),
+    rule_id     LowCardinality(String),
+    api_group   LowCardinality(String),
+    api_version LowCardinality(String),
+    resource    LowCardinality(String),
+    caller      UInt64,
+    event_time  DateTime('UTC'),
+    audit_id    String
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (cluster, rule_id, api_group, api_version, resource, caller, event_time, audit_id);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_requests_mv TO auditlens.finding_requests AS
+SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
+       event_time, audit_id
+FROM auditlens.findings;
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_days_state_mv TO auditlens.finding_days_state AS
+SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_day_changes_mv TO auditlens.finding_day_changes AS
+SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+GROUP BY cluster, day;
+INSERT INTO auditlens.finding_days_state
+SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip
+SETTINGS max_bytes_before_external_group_by = 2000000000;
+INSERT INTO auditlens.finding_day_changes
+SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+GROUP BY cluster, day;
+INSERT INTO auditlens.finding_requests
+SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
+       event_time, audit_id
+FROM auditlens.findings;
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -17,6 +17,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/page"
 	"github.com/auditlens/auditlens/services/report/readiness"
 	"github.com/auditlens/auditlens/services/report/readiness/status"
+	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/schedule"
@@ -30,6 +31,8 @@ type Config struct {
 	Engine engine.Config
 	// Writer consumes findings and writes them in batches.
 	Writer writer.Config
+	// Rollup turns each day's finding states into plain per-day counts.
+	Rollup rollup.Config
 	// Weekly is the weekly report's schedule; it runs when it has a schedule and recipients.
 	Weekly schedule.Config
 	// Page serves the web console (/, /report and its drill-down pages) on its own
@@ -58,6 +61,7 @@ func DefaultConfig(dataRoot string) Config {
 	return Config{
 		Engine:  engine.DefaultConfig(dataRoot),
 		Writer:  writer.DefaultConfig(),
+		Rollup:  rollup.DefaultConfig(),
 		Weekly:  schedule.DefaultConfig(),
 		Page:    true,
 		Console: DefaultConsoleConfig(),
@@ -73,6 +77,7 @@ func DefaultConfig(dataRoot string) Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine.RegisterFlags(fs)
 	c.Writer.RegisterFlags(fs)
+	c.Rollup.RegisterFlags(fs)
 	c.Weekly.RegisterFlags(fs)
 	fs.BoolVar(&c.Page, "report-page", c.Page, "serve the web console (/, the weekly report at /report, callers and requests) on --report-console-addr and --report-console-auth-addr")
 	c.Console.RegisterFlags(fs)
@@ -88,6 +93,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Writer.Validate(); err != nil {
+		return err
+	}
+	if err := c.Rollup.Validate(); err != nil {
 		return err
 	}
 	if err := c.Weekly.Validate(); err != nil {
@@ -112,8 +120,8 @@ func (c Config) Validate() error {
 }
 
 // New opens the store (a server is contacted only when the writer runs) and returns the
-// service's components, upstream first: the findings writer, the weekly schedule when
-// configured, and last the store's closer.
+// service's components, upstream first: the findings writer, the compaction of the finding
+// days, the weekly schedule when configured, and last the store's closer.
 func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -142,7 +150,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	comps := []daemon.Component{w}
+	comps := []daemon.Component{w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), log, reg)}
 	if cfg.Weekly.Enabled() {
 		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)
 		if err != nil {

@@ -20,7 +20,7 @@ import (
 var (
 	embOnce     sync.Once
 	embDir      string
-	embHold     *store.Store //nolint:unused // keeps the session open for the life of the test binary
+	embHold     *store.Store // keeps the session open until CleanupEmbedded
 	errEmbedded error
 	embSeq      atomic.Int64
 )
@@ -52,9 +52,14 @@ func openEmbedded(t testing.TB) {
 	}
 }
 
-// CleanupEmbedded removes the chDB data directory; call it from TestMain after m.Run in
-// packages that use EmbeddedStore. The session itself ends with the process.
+// CleanupEmbedded ends the test binary's chDB session, then removes its data directory; call
+// it from TestMain after m.Run in packages that use EmbeddedStore. The session is closed
+// before its files go: removing the directory under a live session left chDB's background
+// merges working on deleted parts, and the process then hung at exit.
 func CleanupEmbedded() {
+	if embHold != nil {
+		_ = embHold.Close()
+	}
 	if embDir != "" {
 		_ = os.RemoveAll(embDir)
 	}

@@ -45,6 +45,7 @@ FROM (
 		b.Fatal(err)
 	}
 	b.Logf("generated %d findings in %v", n, time.Since(t0).Round(time.Millisecond))
+	chtest.CompactDays(b, st.DB())
 	r := console.Reader{DB: st.DB()}
 	week := console.Window{From: weekStart, To: end}
 	key := console.BlockerKey{Rule: "removed-api", Group: "extensions", Version: "v1beta1", Resource: "ingresses"}

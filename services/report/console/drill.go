@@ -2,9 +2,12 @@ package console
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // Caller is who made the requests behind a finding: user, user agent and source IP.
@@ -40,16 +43,21 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err := q.Key.check(); err != nil {
 		return nil, false, err
 	}
-	sql := `SELECT username, user_agent, source_ip, toUInt64(uniqExact(audit_id)) AS n,
-  toUInt32(min(event_time)), toUInt32(max(event_time)), ` + callerID + `
-FROM ` + t + `
-WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
-  AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
-GROUP BY username, user_agent, source_ip
-ORDER BY n DESC, username, user_agent, source_ip
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"username", "user_agent", "source_ip", "first_seen", "last_seen"},
+		`rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?`,
+		q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource)
+	if err != nil {
+		return nil, false, err
+	}
+	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, toString(cityHash64(c_user, c_agent, c_ip)) FROM (
+  SELECT any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip, toUInt64(sum(findings)) AS n,
+    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last
+  FROM (` + src + `)
+  GROUP BY ` + hashOf("username, user_agent, source_ip") + `
+)
+ORDER BY n DESC, c_user, c_agent, c_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query callers: %w", err)
 	}
@@ -106,35 +114,60 @@ func (r Reader) Requests(ctx context.Context, q RequestsQuery) (rows []Request, 
 	if err := q.Key.check(); err != nil {
 		return nil, false, err
 	}
-	// A finding stored twice (before the table merges) is one request: grouped by its time
-	// and audit id.
-	sql := `SELECT toUInt32(event_time), audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
-  any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
-FROM ` + t + `
+	// The page's audit ids from finding_requests, ordered by blocker, caller and time (store
+	// migration 6); a finding stored twice (before the table merges) is one request.
+	ids := `SELECT toUInt32(event_time), audit_id
+FROM ` + rollup.TablesFor(t).Requests + `
 WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?
-  AND ` + callerID + ` = ?
+  AND caller = ?
   AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY event_time, audit_id
 ORDER BY event_time DESC, audit_id DESC
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		strconv.FormatUint(q.Caller, 10), q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit+1)
-	if err != nil {
-		return nil, false, fmt.Errorf("query requests: %w", err)
-	}
-	defer res.Close()
-	for res.Next() {
-		var rq Request
-		var at uint32
-		if err := res.Scan(&at, &rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
-			&rq.Username, &rq.UserAgent, &rq.AuditHash); err != nil {
-			return nil, false, fmt.Errorf("read requests: %w", err)
+	var page []string
+	at := map[string]uint32{}
+	err = each(ctx, r.DB, "requests", ids, []any{q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
+		q.Caller, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit + 1}, func(res *sql.Rows) error {
+		var ts uint32
+		var id string
+		if err := res.Scan(&ts, &id); err != nil {
+			return err
 		}
-		rq.Time = unix(at)
-		rows = append(rows, rq)
+		page = append(page, id)
+		at[id] = ts
+		return nil
+	})
+	if err != nil || len(page) == 0 {
+		return nil, false, err
 	}
-	if err := res.Err(); err != nil {
-		return nil, false, fmt.Errorf("read requests: %w", err)
+	// Then those findings by their key (cluster, rule, audit id): the set is the ids as
+	// literals of one array parameter.
+	details := `SELECT audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
+  any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
+FROM ` + t + `
+WHERE cluster = ? AND rule_id = ? AND audit_id IN (SELECT arrayJoin(?))
+  AND api_group = ? AND api_version = ? AND resource = ?
+GROUP BY audit_id`
+	found := make(map[string]Request, len(page))
+	err = each(ctx, r.DB, "requests", details, []any{q.Cluster, q.Key.Rule, page, q.Key.Group, q.Key.Version, q.Key.Resource},
+		func(res *sql.Rows) error {
+			var rq Request
+			if err := res.Scan(&rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
+				&rq.Username, &rq.UserAgent, &rq.AuditHash); err != nil {
+				return err
+			}
+			found[rq.AuditID] = rq
+			return nil
+		})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, id := range page {
+		// A finding the retention dropped between the two reads is left out.
+		if rq, ok := found[id]; ok {
+			rq.Time = unix(at[id])
+			rows = append(rows, rq)
+		}
 	}
 	rows, more = trim(rows, p.Limit)
 	return rows, more, nil
@@ -188,7 +221,7 @@ func (r Reader) request(ctx context.Context, cluster, where string, args ...any)
 	if cluster == "" {
 		return nil, invalid("cluster and audit id are required")
 	}
-	sql := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
+	stmt := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(api_group), any(api_version), any(resource), any(subresource),
   any(username), any(user_agent), any(removed_in), any(deprecated_in), any(replacement), any(message),
   any(evidence_path), any(evidence_value), any(` + callerID + `), any(audit_id)
@@ -197,7 +230,7 @@ WHERE cluster = ? AND ` + where + `
 GROUP BY rule_id
 ORDER BY rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), append(append([]any{cluster}, args...), maxRequestFindings)...)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(append([]any{cluster}, args...), maxRequestFindings)...)
 	if err != nil {
 		return nil, fmt.Errorf("query request: %w", err)
 	}
@@ -306,16 +339,23 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	}
 	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
 	// _ in the text as wildcards.
-	sql := `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip,
-  toUInt64(uniqExact(audit_id)) AS n, toUInt32(min(event_time)), toUInt32(max(event_time)),
-  arraySlice(arraySort(groupUniqArray(namespace)), 1, 3), ` + callerID + `
-FROM ` + t + `
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
-  AND position(lowerUTF8(` + col + `), lowerUTF8(?)) > 0
-GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip
-ORDER BY n DESC, rule_id, api_group, api_version, resource, username, user_agent, source_ip
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"api_group", "api_version", "resource", "removed_in",
+		"username", "user_agent", "source_ip", "namespace", "first_seen", "last_seen"}, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
+	if err != nil {
+		return nil, false, err
+	}
+	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns,
+  toString(cityHash64(m_user, m_agent, m_ip)) FROM (
+  SELECT any(rule_id) AS m_rule, any(api_group) AS m_group, any(api_version) AS m_version, any(resource) AS m_resource,
+    any(removed_in) AS m_removed, any(username) AS m_user, any(user_agent) AS m_agent, any(source_ip) AS m_ip,
+    toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS m_first, toUInt32(max(last_seen)) AS m_last,
+    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns
+  FROM (` + src + `)
+  GROUP BY ` + hashOf("rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip") + `
+)
+ORDER BY n DESC, m_rule, m_group, m_version, m_resource, m_user, m_agent, m_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, sql), q.Cluster, q.Window.From.Unix(), q.Window.To.Unix(), q.Text, p.Offset, p.Limit+1)
+	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query search: %w", err)
 	}

@@ -37,6 +37,7 @@ FROM numbers(?)`
 		b.Fatal(err)
 	}
 	b.Logf("generated %d findings in %v", n, time.Since(t0).Round(time.Millisecond))
+	chtest.CompactDays(b, st.DB())
 	o := readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 34}, Now: func() time.Time { return end }}
 	var r *readiness.Result
 	b.ResetTimer()

@@ -130,38 +130,58 @@ func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
 	return out, rows.Err()
 }
 
+// retained are the tables whose rows the retention deletes, with the migration that creates
+// each: the raw findings and their index for the console's request lists.
+var retained = []struct {
+	name  string
+	since int
+}{{"findings", 1}, {"finding_requests", 6}}
+
 // setRetention applies the raw findings TTL when the server supports it and it differs from
 // the current one (MODIFY TTL rewrites parts, so it is not repeated at every start).
 func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 	if !ver.Modern() {
 		return nil
 	}
-	cur, err := s.Retention(ctx)
-	if err != nil {
-		return err
+	latest := 0
+	for _, m := range Migrations {
+		latest = max(latest, m.Version)
 	}
-	if cur == days {
-		return nil
-	}
-	// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
-	// replica of each and replication carries it to the others.
-	table := s.Table(localName("findings", s.cluster)) + onCluster(s.cluster)
-	q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
-	if days == 0 {
-		q = "ALTER TABLE " + table + " REMOVE TTL"
-	}
-	if _, err := s.db.ExecContext(ctx, q); err != nil {
-		return fmt.Errorf("set retention of findings to %d days: %w", days, err)
+	for _, r := range retained {
+		if r.since > latest {
+			continue // not in this list of migrations (a test of migration 6 stops before it)
+		}
+		name := r.name
+		cur, err := s.retentionOf(ctx, name)
+		if err != nil {
+			return err
+		}
+		if cur == days {
+			continue
+		}
+		// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
+		// replica of each and replication carries it to the others.
+		table := s.Table(localName(name, s.cluster)) + onCluster(s.cluster)
+		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
+		if days == 0 {
+			q = "ALTER TABLE " + table + " REMOVE TTL"
+		}
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("set retention of %s to %d days: %w", name, days, err)
+		}
 	}
 	return nil
 }
 
 // Retention returns the TTL of raw findings in days, 0 when they are kept forever.
-func (s *Store) Retention(ctx context.Context) (int, error) {
+func (s *Store) Retention(ctx context.Context) (int, error) { return s.retentionOf(ctx, "findings") }
+
+// retentionOf returns the TTL of table in days, 0 when its rows are kept forever.
+func (s *Store) retentionOf(ctx context.Context, table string) (int, error) {
 	var engine string
-	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = ?", s.database, localName("findings", s.cluster)).Scan(&engine)
+	err := s.db.QueryRowContext(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = ?", s.database, localName(table, s.cluster)).Scan(&engine)
 	if err != nil {
-		return 0, fmt.Errorf("read the findings table definition: %w", err)
+		return 0, fmt.Errorf("read the %s table definition: %w", table, err)
 	}
 	const marker = "toIntervalDay("
 	i := strings.Index(engine, marker)
@@ -170,7 +190,7 @@ func (s *Store) Retention(ctx context.Context) (int, error) {
 	}
 	var days int
 	if _, err := fmt.Sscanf(engine[i+len(marker):], "%d", &days); err != nil {
-		return 0, fmt.Errorf("read the findings TTL from %q: %w", engine, err)
+		return 0, fmt.Errorf("read the %s TTL from %q: %w", table, engine, err)
 	}
 	return days, nil
 }

@@ -280,4 +280,130 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "event_minutes"}}{{.On}} (
 PARTITION BY toYYYYMM(minute)
 ORDER BY (cluster, minute)`,
 		`{{.Distributed "event_minutes" "cityHash64(cluster)"}}`}},
+	// Exact per-day counts for the console, the weekly report and the readiness gate, which
+	// would otherwise count distinct findings over months of raw rows. A finding has one
+	// event_time, so it lies in one day and one caller row of that day: sums of the per-day
+	// distinct counts are exact. finding_days_state keeps each day's distinct audit ids as
+	// uniqExact states (a finding stored twice counts once, whenever it comes);
+	// finding_day_changes the server time of the newest insert into each day. The report
+	// service's compaction (package rollup) turns a day whose states no longer change into
+	// plain counts in finding_days: each build of a cluster's day has rows of its own (a
+	// random build id), recorded in finding_day_builds once they are all written. Readers take
+	// a day from the rows of its newest recorded build when that build began after the day's
+	// newest change, else from the states. finding_requests is an index of the findings by
+	// blocker, caller and time (their audit ids): the raw findings are ordered by identity,
+	// so the console's list of one caller's newest requests would read every finding of the
+	// rule; it reads a page of ids here, then those findings by their key.
+	// The last three statements fill the states, changes and requests from the findings
+	// stored before (the states' GROUP BY spills to disk past 2 GB: a large store's backfill
+	// holds every day's audit ids).
+	{Version: 6, Name: "finding days", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}} (
+    cluster        {{.LC}},
+    day            Date,
+    rule_id        {{.LC}},
+    removed_in_key UInt32,
+    api_group      {{.LC}},
+    api_version    {{.LC}},
+    resource       {{.LC}},
+    removed_in     {{.LC}},
+    replacement    {{.LC}},
+    username       String,
+    user_agent     String,
+    namespace      {{.LC}},
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = {{.Engine "finding_days_state" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+		`{{.Distributed "finding_days_state" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_changes"}}{{.On}} (
+    cluster {{.LC}},
+    day     Date,
+    changed AggregateFunction(max, UInt32)
+) ENGINE = {{.Engine "finding_day_changes" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day)`,
+		`{{.Distributed "finding_day_changes" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days"}}{{.On}} (
+    cluster        {{.LC}},
+    day            Date,
+    rule_id        {{.LC}},
+    removed_in_key UInt32,
+    api_group      {{.LC}},
+    api_version    {{.LC}},
+    resource       {{.LC}},
+    removed_in     {{.LC}},
+    replacement    {{.LC}},
+    username       String,
+    user_agent     String,
+    namespace      {{.LC}},
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = {{.Engine "finding_days" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+		`{{.Distributed "finding_days" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_builds"}}{{.On}} (
+    cluster {{.LC}},
+    day     Date,
+    built   UInt32,
+    build   UInt64
+) ENGINE = {{.Engine "finding_day_builds" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day)`,
+		`{{.Distributed "finding_day_builds" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_requests"}}{{.On}} (
+    cluster     {{.LC}},
+    rule_id     {{.LC}},
+    api_group   {{.LC}},
+    api_version {{.LC}},
+    resource    {{.LC}},
+    caller      UInt64,
+    event_time  DateTime('UTC'),
+    audit_id    String
+) ENGINE = {{.Engine "finding_requests" "ReplacingMergeTree()"}}
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (cluster, rule_id, api_group, api_version, resource, caller, event_time, audit_id)`,
+		`{{.Distributed "finding_requests" "cityHash64(cluster, audit_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_requests_mv{{.On}} TO {{.DB}}.finding_requests AS
+SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
+       event_time, audit_id
+FROM {{.DB}}.findings`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_days_state_mv{{.On}} TO {{.DB}}.finding_days_state AS
+SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings
+GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_day_changes_mv{{.On}} TO {{.DB}}.finding_day_changes AS
+SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
+FROM {{.DB}}.findings
+GROUP BY cluster, day`, `
+INSERT INTO {{.DB}}.finding_days_state
+SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings
+GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip
+SETTINGS max_bytes_before_external_group_by = 2000000000`, `
+INSERT INTO {{.DB}}.finding_day_changes
+SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
+FROM {{.DB}}.findings
+GROUP BY cluster, day`, `
+INSERT INTO {{.DB}}.finding_requests
+SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
+       event_time, audit_id
+FROM {{.DB}}.findings`}},
 }

@@ -65,7 +65,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			tables = append(tables, n)
 		}
 		rows.Close()
-		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations", "event_minutes"} {
+		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations", "event_minutes",
+			"finding_days_state", "finding_day_changes", "finding_days", "finding_day_builds", "finding_requests"} {
 			if !slices.Contains(tables, want) {
 				t.Errorf("table %s missing; have %v", want, tables)
 			}
@@ -85,12 +86,19 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		if ret != wantRet {
 			t.Errorf("retention %d days on %s %s, want %d", ret, e, ver, wantRet)
 		}
+		// The console's projection of the requests goes with the findings.
+		if ret, err := store.RetentionOf(ctx, st, "finding_requests"); err != nil || ret != wantRet {
+			t.Errorf("retention of finding_requests %d days (%v) on %s %s, want %d", ret, err, e, ver, wantRet)
+		}
 		if ver.Modern() {
 			if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 0}); err != nil {
 				t.Fatal(err)
 			}
 			if ret, _ := st.Retention(ctx); ret != 0 {
 				t.Errorf("retention after removing the TTL: %d", ret)
+			}
+			if ret, _ := store.RetentionOf(ctx, st, "finding_requests"); ret != 0 {
+				t.Errorf("retention of finding_requests after removing the TTL: %d", ret)
 			}
 		}
 	})

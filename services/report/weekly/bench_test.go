@@ -56,6 +56,7 @@ FROM (
 		b.Fatalf("%d rows generated, want %d", rows, n)
 	}
 	b.Logf("generated %d findings in %v", rows, time.Since(t0).Round(time.Millisecond))
+	chtest.CompactDays(b, st.DB())
 	o := weekly.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 29}, WeekEnding: week}
 	var r *weekly.Report
 	b.ResetTimer()

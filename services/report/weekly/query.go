@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"time"
+
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // Options select what Build reports.
@@ -101,9 +103,6 @@ func (o *Options) validate() error {
 // malformed), so versions compare as numbers (1.9 < 1.16) and an unknown removal never blocks.
 const blockingExpr = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
 
-// identity counts each finding once, however often it was stored.
-const identity = `uniqExact(cluster, audit_id, rule_id)`
-
 // Build reads the week o.WeekEnding of o.Cluster from db and assembles the report. It runs
 // the same SQL on ClickHouse 18.16 and on current ClickHouse (chDB), with ? parameters only.
 func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
@@ -130,7 +129,8 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 }
 
 // Window is a span of time whose blockers Blockers reads, the same way Build reads a
-// week's: [Start, End), whole seconds, compared with the seven days before Start (Blocker.New).
+// week's: the whole UTC days that cover [Start, End) (rollup.Span), compared with the seven
+// days before them (Blocker.New).
 type Window struct {
 	Cluster    string
 	Target     Version
@@ -154,25 +154,27 @@ func Blockers(ctx context.Context, db *sql.DB, w Window) ([]Blocker, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Report{Cluster: w.Cluster, Target: w.Target, WeekStart: w.Start.UTC().Truncate(time.Second), WeekEnd: w.End.UTC().Truncate(time.Second)}
+	from, to := rollup.Span(w.Start, w.End)
+	r := &Report{Cluster: w.Cluster, Target: w.Target, WeekStart: from, WeekEnd: to}
 	if err := blockers(ctx, db, o, r); err != nil {
 		return nil, err
 	}
 	return r.Blockers, nil
 }
 
-// trend fills Totals (but BlockerCallers), Daily and Weekly from one query over the trend
-// weeks grouped by rule, blocking and day. A finding lies in one day, so sums of per-day
-// distinct counts stay exact.
+// trend fills Totals (but BlockerCallers), Daily and Weekly from one query over the day rows
+// of the trend weeks (package rollup), summed by rule, blocking and day.
 func trend(ctx context.Context, db *sql.DB, o Options, r *Report) error {
 	from := r.WeekEnd.AddDate(0, 0, -7*o.TrendWeeks)
-	q := `SELECT rule_id, toUInt8(` + blockingExpr + `) AS blocking,
-  toUInt32(intDiv(toUInt32(event_time) - ?, 86400)) AS day,
-  toUInt64(` + identity + `) AS findings
-FROM ` + o.Table + `
-WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
-GROUP BY rule_id, blocking, day`
-	rows, err := db.QueryContext(ctx, q, o.Target.Key(), from.Unix(), o.Cluster, from.Unix(), r.WeekEnd.Unix())
+	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster, From: from, To: r.WeekEnd,
+		Columns: []string{"removed_in_key"}})
+	if err != nil {
+		return fmt.Errorf("query trend: %w", err)
+	}
+	q := `SELECT rule_id, toUInt8(` + blockingExpr + `) AS blocking, toString(day) AS d, toUInt64(sum(findings)) AS n
+FROM (` + src + `)
+GROUP BY rule_id, blocking, d`
+	rows, err := db.QueryContext(ctx, q, append([]any{o.Target.Key()}, srcArgs...)...)
 	if err != nil {
 		return fmt.Errorf("query trend: %w", err)
 	}
@@ -184,19 +186,23 @@ GROUP BY rule_id, blocking, day`
 	}
 	byRule := map[string]*RuleCount{}
 	for rows.Next() {
-		var rule string
+		var rule, day string
 		var blocking uint8
-		var d uint32
 		var n uint64
-		if err := rows.Scan(&rule, &blocking, &d, &n); err != nil {
+		if err := rows.Scan(&rule, &blocking, &day, &n); err != nil {
 			return fmt.Errorf("read trend: %w", err)
 		}
-		if int(d) >= days {
-			return fmt.Errorf("read trend: day %d outside the %d days asked", d, days)
+		at, err := time.Parse(rollup.DayFormat, day)
+		if err != nil {
+			return fmt.Errorf("read trend: day %q: %w", day, err)
+		}
+		d := int(at.Sub(from) / (24 * time.Hour))
+		if d < 0 || d >= days {
+			return fmt.Errorf("read trend: day %s outside the %d days asked", day, days)
 		}
 		daily[d].Findings += n
-		thisWeek := int(d) >= days-7
-		prevWeek := int(d) >= days-14 && !thisWeek
+		thisWeek := d >= days-7
+		prevWeek := d >= days-14 && !thisWeek
 		rc := byRule[rule]
 		if rc == nil && (thisWeek || prevWeek) {
 			rc = &RuleCount{RuleID: rule}
@@ -248,25 +254,31 @@ GROUP BY rule_id, blocking, day`
 }
 
 // callerAgg is the per-caller aggregation of the blocking findings of this week and the
-// week before, grouped by what blocks and who called; the queries below read it with
-// their own HAVING, ORDER BY and LIMIT. Its parameters: week start (this_n), week start
-// (prev_n), week start (first_seen), week start (last_seen), cluster, start of the week
-// before, week end, target.
-func callerAgg(table string) string {
+// week before, grouped by what blocks and who called, over src: the day rows of the blocking
+// findings (package rollup); the queries below read it with their own HAVING, ORDER BY and
+// LIMIT. Its parameters are aggArgs'.
+func callerAgg(src string) string {
 	return `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent, namespace,
     any(replacement) AS repl, any(message) AS msg,
-    toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time >= toDateTime(?))) AS this_n,
-    toUInt64(uniqExactIf(cluster, audit_id, rule_id, event_time < toDateTime(?))) AS prev_n,
-    toUInt32(minIf(event_time, event_time >= toDateTime(?))) AS first_seen,
-    toUInt32(maxIf(event_time, event_time >= toDateTime(?))) AS last_seen
-  FROM ` + table + `
-  WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?) AND ` + blockingExpr + `
+    toUInt64(sumIf(findings, day >= toDate(?))) AS this_n,
+    toUInt64(sumIf(findings, day < toDate(?))) AS prev_n,
+    toUInt32(minIf(first_seen, day >= toDate(?))) AS first_seen,
+    toUInt32(maxIf(last_seen, day >= toDate(?))) AS last_seen
+  FROM (` + src + `)
   GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent, namespace`
 }
 
-func (r *Report) aggArgs(o Options) []any {
-	s := r.WeekStart.Unix()
-	return []any{s, s, s, s, o.Cluster, r.WeekStart.AddDate(0, 0, -7).Unix(), r.WeekEnd.Unix(), o.Target.Key()}
+// aggArgs returns callerAgg's source over this week and the week before, and its arguments.
+func (r *Report) aggArgs(ctx context.Context, db *sql.DB, o Options) (string, []any, error) {
+	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster,
+		From: r.WeekStart.AddDate(0, 0, -7), To: r.WeekEnd, Where: blockingExpr, Args: []any{o.Target.Key()},
+		Columns: []string{"api_group", "api_version", "resource", "removed_in", "replacement", "username", "user_agent", "namespace",
+			"message", "first_seen", "last_seen"}})
+	if err != nil {
+		return "", nil, err
+	}
+	s := rollup.Day(r.WeekStart)
+	return src, append([]any{s, s, s, s}, srcArgs...), nil
 }
 
 const keyCols = `rule_id, api_group, api_version, resource, removed_in`
@@ -276,13 +288,16 @@ const keyCols = `rule_id, api_group, api_version, resource, removed_in`
 // BY), so the rows read stay few however many callers there are. (Counting callers with
 // uniqExact grouped by blocker alone measured about twice as slow on 10M findings.)
 func blockers(ctx context.Context, db *sql.DB, o Options, r *Report) error {
-	args := r.aggArgs(o)
+	src, args, err := r.aggArgs(ctx, db, o)
+	if err != nil {
+		return fmt.Errorf("query blockers: %w", err)
+	}
 	// What blocks, with exact counts of findings and callers.
 	q := `SELECT ` + keyCols + `, any(repl), any(msg),
   toUInt64(sum(this_n)), toUInt64(sum(prev_n)),
   toUInt64(countIf(this_n > 0)), toUInt64(countIf(this_n > 0 AND prev_n = 0)), toUInt64(countIf(this_n = 0 AND prev_n > 0)),
   toUInt32(max(last_seen))
-FROM (` + callerAgg(o.Table) + `)
+FROM (` + callerAgg(src) + `)
 GROUP BY ` + keyCols
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -334,7 +349,7 @@ GROUP BY ` + keyCols
 	per := max(o.CallersPerBlocker, o.MaxChanges)
 	var listed, fresh, gone []listedCaller
 	err = eachCaller(ctx, db, `SELECT *, toUInt8(multiIf(this_n > 0 AND prev_n > 0, 0, this_n > 0, 1, 2)) AS kind
-FROM (`+callerAgg(o.Table)+`)
+FROM (`+callerAgg(src)+`)
 ORDER BY `+keyCols+`, kind, greatest(this_n, prev_n) DESC, username, user_agent, namespace
 LIMIT ? BY `+keyCols+`, kind`, append(args, per), func(c listedCaller) {
 		switch c.kind {

@@ -14,8 +14,9 @@
 //
 // # Counting
 //
-// Every count is of distinct findings, uniqExact(cluster, audit_id, rule_id), never of rows:
-// a finding delivered twice is stored twice until the ReplacingMergeTree merges. A finding
+// Every count is of distinct findings by identity (cluster, audit_id, rule_id), never of rows:
+// a finding delivered twice is stored twice until the ReplacingMergeTree merges. The queries
+// read the day rows of package rollup: per day and caller, the distinct findings. A finding
 // has one event_time, so per-day distinct counts add up exactly to weeks. Weeks are seven
 // UTC days ending with WeekEnding; "new" and "resolved" compare blocker callers (blocker,
 // user, user agent, namespace) with the week before.

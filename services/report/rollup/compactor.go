@@ -1,0 +1,98 @@
+package rollup
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config is the compaction's schedule.
+type Config struct {
+	// Interval is how often Compact runs; 0 never (every day is then read from its states:
+	// exact, but slower over long windows).
+	Interval time.Duration
+}
+
+// DefaultConfig compacts every minute.
+func DefaultConfig() Config { return Config{Interval: time.Minute} }
+
+// RegisterFlags registers --report-rollup-interval.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Interval, "report-rollup-interval", c.Interval, "how often report turns the finding states of each day that is over into plain per-day counts (what the console, the weekly report and the readiness gate read over long windows); 0: never")
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	if c.Interval < 0 {
+		return fmt.Errorf("--report-rollup-interval %s: want 0 or more", c.Interval)
+	}
+	return nil
+}
+
+// Compactor runs Compact every Interval: a daemon.Component.
+type Compactor struct {
+	cfg    Config
+	db     *sql.DB
+	tables Tables
+	log    *slog.Logger
+
+	built, failed prometheus.Counter
+	last          prometheus.Gauge
+}
+
+// NewCompactor returns the compaction of the day tables beside findings (see TablesFor).
+func NewCompactor(cfg Config, db *sql.DB, findings string, log *slog.Logger, reg prometheus.Registerer) *Compactor {
+	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log,
+		built: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_days_built_total",
+			Help: "Cluster days whose finding states were turned into plain per-day counts."}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_errors_total",
+			Help: "Compactions that failed (the days stay readable from their states)."}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
+			Help: "When a compaction last completed."}),
+	}
+	if reg != nil {
+		reg.MustRegister(c.built, c.failed, c.last)
+	}
+	return c
+}
+
+// Run compacts at once (the days an upgrade's migration filled), then every Interval, until
+// ctx ends. A failure is logged and counted; the next round tries again.
+func (c *Compactor) Run(ctx context.Context) error {
+	if c.cfg.Interval == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		start := time.Now()
+		n, err := Compact(ctx, c.db, c.tables)
+		c.built.Add(float64(n))
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			c.failed.Inc()
+			c.log.Warn("compacting the finding days failed; they stay readable from their states", "built", n, "err", err)
+		default:
+			c.last.SetToCurrentTime()
+			if n > 0 {
+				c.log.Info("compacted finding days", "days", n, "took", time.Since(start).Round(time.Millisecond))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Ready implements daemon.Component: compaction never holds the service back.
+func (c *Compactor) Ready() error { return nil }

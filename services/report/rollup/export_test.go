@@ -1,0 +1,38 @@
+package rollup
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// SetMargin sets Margin for a test, so that a build a second after a change is current.
+func SetMargin(d time.Duration) (restore func()) {
+	old := margin
+	margin = d
+	return func() { margin = old }
+}
+
+// CleanDays returns the days ("YYYY-MM-DD cluster") of cluster in [from, to) that Days reads
+// from their builds.
+func CleanDays(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) ([]string, error) {
+	p, err := plan(ctx, db, t, cluster, from, to)
+	if err != nil {
+		return nil, err
+	}
+	changed := map[string]bool{}
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
+WHERE (? = '' OR cluster = ?) AND day >= toDate(?) AND day < toDate(?) GROUP BY cluster, day`,
+		[]any{cluster, cluster, Day(from), Day(to)}, func(c, d string, _ uint32, _ uint64) { changed[pair(d, c)] = true })
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range p.dirty {
+		delete(changed, d)
+	}
+	var out []string
+	for d := range changed {
+		out = append(out, d)
+	}
+	return out, nil
+}

@@ -1,0 +1,345 @@
+// Package rollup keeps and reads exact per-day counts of findings: one row per cluster, day,
+// what was used (rule and API) and who used it (user, user agent, namespace, source IP).
+//
+// The console, the weekly report and the readiness gate count distinct findings over weeks
+// and months. Over raw findings that is a uniqExact over every row of the window; over the
+// day rows it is a sum, exact because a finding has one event_time and so lies in one day
+// and one row of that day.
+//
+// Two tables hold the days (migration 6 of package store). finding_days_state is filled by a
+// materialized view on every insert: uniqExact states of the audit ids, so a finding stored
+// twice counts once, whenever the second copy comes. Merging states is cheap for a day and
+// dear for months, so Compact turns each day that is over into plain counts in finding_days,
+// one build per cluster and day recorded in finding_day_builds (by the server's clock when
+// the build began). A second view notes in finding_day_changes when each day last received
+// findings. Days reads a day from finding_days when its newest build began more than Margin
+// after its newest change, and from the states otherwise (today, and a day an imported log
+// or a late redelivery changed since): both give the same exact counts.
+package rollup
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Margin is how much newer than a day's last change its build must be to be read: the time
+// from an insert's view evaluating now() to its rows being visible, with room to spare.
+const Margin = time.Minute
+
+// margin is Margin but in tests.
+var margin = Margin
+
+// Tables names the tables of one findings table's database.
+type Tables struct {
+	State, Changes, Days, Builds string
+	// Requests holds the findings' request columns ordered by blocker and caller.
+	Requests string
+}
+
+// TablesFor returns the day tables beside findings ("findings" or "db.findings").
+func TablesFor(findings string) Tables {
+	prefix := ""
+	if i := strings.LastIndexByte(findings, '.'); i >= 0 {
+		prefix = findings[:i+1]
+	}
+	return Tables{
+		State:    prefix + "finding_days_state",
+		Changes:  prefix + "finding_day_changes",
+		Days:     prefix + "finding_days",
+		Builds:   prefix + "finding_day_builds",
+		Requests: prefix + "finding_requests",
+	}
+}
+
+// Key is the grouping of a day row: what was used and who used it. Readers group by a
+// subset of it and sum findings.
+const Key = `rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip`
+
+// DayFormat is how days are passed to and read from the queries (toString of a Date).
+const DayFormat = time.DateOnly
+
+// Day returns the UTC day t lies in, as DayFormat.
+func Day(t time.Time) string { return t.UTC().Format(DayFormat) }
+
+// Span returns the whole UTC days [from, to) that cover the instants [start, end): readers
+// of the day rows count whole days.
+func Span(start, end time.Time) (from, to time.Time) {
+	from = start.UTC().Truncate(24 * time.Hour)
+	to = end.UTC().Truncate(24 * time.Hour)
+	if to.Before(end) {
+		to = to.AddDate(0, 0, 1)
+	}
+	return from, to
+}
+
+// Filter says which day rows Days gives.
+type Filter struct {
+	// Cluster whose rows are read; "" reads every cluster's.
+	Cluster string
+	// From and To bound the UTC days read, [From, To): midnights (see Span).
+	From, To time.Time
+	// Where, when set, is a condition on the Key columns, with Args for its parameters:
+	// applied before the states are merged, it spares the merging of what is not read.
+	Where string
+	Args  []any
+	// Columns, when set, are the columns the reader uses, among Key (rule_id always comes)
+	// and message, first_seen and last_seen; cluster, day and findings always come. The
+	// states are merged by these keys only, and nothing else is read: a reader's query
+	// reads a fraction of the columns. Nil gives every column.
+	Columns []string
+}
+
+// keyColumns are the columns of Key, in order.
+var keyColumns = strings.Fields(strings.ReplaceAll(Key, ",", " "))
+
+// columns splits f.Columns into key and value columns (every column when unset), and
+// refuses names not of the day rows: they are the callers' constants, never input.
+func (f Filter) columns() (keys, values []string, err error) {
+	if f.Columns == nil {
+		return keyColumns, []string{"message", "first_seen", "last_seen"}, nil
+	}
+	want := map[string]bool{"rule_id": true}
+	for _, c := range f.Columns {
+		want[c] = true
+	}
+	for _, c := range keyColumns {
+		if want[c] {
+			keys = append(keys, c)
+			delete(want, c)
+		}
+	}
+	for _, c := range []string{"message", "first_seen", "last_seen"} {
+		if want[c] {
+			values = append(values, c)
+			delete(want, c)
+		}
+	}
+	for c := range want {
+		return nil, nil, fmt.Errorf("rollup: no day column %q", c)
+	}
+	return keys, values, nil
+}
+
+// merged is the state column c merged, named c.
+var merged = map[string]string{
+	"message":    "anyMerge(message) AS message",
+	"first_seen": "toUInt32(minMerge(first_seen)) AS first_seen",
+	"last_seen":  "toUInt32(maxMerge(last_seen)) AS last_seen",
+}
+
+// Days returns a subquery, and its arguments, giving the day rows f asks for: the columns
+// cluster, day (Date), the Key columns of f.Columns, findings (UInt64, distinct findings)
+// and of message, first_seen and last_seen (UInt32 Unix seconds) those f.Columns names.
+// Each cluster's day comes whole from the rows of its newest build when that build is
+// current, else from the states. Rows are disjoint in findings (rule_id is always a key),
+// so sums of findings over any grouping are exact.
+func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, error) {
+	keys, values, err := f.columns()
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := plan(ctx, db, t, f.Cluster, f.From, f.To)
+	if err != nil {
+		return "", nil, err
+	}
+	where, args := span(f.Cluster, f.From, f.To)
+	if f.Where != "" {
+		where += " AND (" + f.Where + ")"
+		args = append(args, f.Args...)
+	}
+	group := strings.Join(append([]string{"cluster", "day"}, keys...), ", ")
+	out := strings.Join(append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...), ", ")
+	var parts []string
+	var all []any
+	if len(p.builds) > 0 || len(p.dirty) == 0 {
+		// Build ids are random numbers of ours, never input: written as literals, they make
+		// an IN set (never empty: 0 names no build).
+		ids := make([]string, 0, len(p.builds)+1)
+		ids = append(ids, "0")
+		for _, id := range p.builds {
+			ids = append(ids, strconv.FormatUint(id, 10))
+		}
+		parts = append(parts, `SELECT `+out+`
+  FROM `+t.Days+`
+  WHERE `+where+` AND build IN (`+strings.Join(ids, ", ")+`)`)
+		all = append(all, args...)
+	}
+	if len(p.dirty) > 0 {
+		sel := []string{group}
+		for _, v := range values {
+			sel = append(sel, merged[v])
+		}
+		sel = append(sel, "uniqExactMerge(findings) AS findings")
+		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+`
+  FROM `+t.State+`
+  WHERE `+where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)
+  GROUP BY `+group)
+		all = append(all, args...)
+		all = append(all, p.first, p.last, p.dirty)
+	}
+	return `SELECT ` + out + ` FROM (
+  ` + strings.Join(parts, "\n  UNION ALL\n  ") + `
+)`, all, nil
+}
+
+// clusterDay names a cluster's day as "YYYY-MM-DD cluster": the day has a fixed length, so
+// no cluster name makes two pairs alike.
+const clusterDay = `concat(toString(day), ' ', toString(cluster))`
+
+func pair(day, cluster string) string { return day + " " + cluster }
+
+// span is the condition on cluster ("" for every cluster) and the days [from, to), and its
+// arguments.
+func span(cluster string, from, to time.Time) (string, []any) {
+	if cluster == "" {
+		return `day >= toDate(?) AND day < toDate(?)`, []any{Day(from), Day(to)}
+	}
+	return `cluster = ? AND day >= toDate(?) AND day < toDate(?)`, []any{cluster, Day(from), Day(to)}
+}
+
+// readPlan says where each cluster's day of a span is read from.
+type readPlan struct {
+	// builds are the ids of the current builds.
+	builds []uint64
+	// dirty are the days ("YYYY-MM-DD cluster") read from their states, between first and
+	// last (YYYY-MM-DD).
+	dirty       []string
+	first, last string
+}
+
+// plan reads which days of cluster ("" for every cluster) in [from, to) have a current
+// build: one that began more than the margin after the day last changed.
+func plan(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) (readPlan, error) {
+	where, args := span(cluster, from, to)
+	changed := map[string]uint32{}
+	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt64(0) FROM `+t.Changes+`
+WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, ts uint32, _ uint64) { changed[pair(d, c)] = ts })
+	if err != nil {
+		return readPlan{}, fmt.Errorf("read the days' changes: %w", err)
+	}
+	var p readPlan
+	current := map[string]bool{}
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), argMax(build, built) FROM `+t.Builds+`
+WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, built uint32, build uint64) {
+		if ch, ok := changed[pair(d, c)]; ok && covers(built, ch) {
+			current[pair(d, c)] = true
+			p.builds = append(p.builds, build)
+		}
+	})
+	if err != nil {
+		return readPlan{}, fmt.Errorf("read the days' builds: %w", err)
+	}
+	for cd := range changed {
+		if current[cd] {
+			continue
+		}
+		p.dirty = append(p.dirty, cd)
+		d := cd[:len(DayFormat)]
+		if p.first == "" || d < p.first {
+			p.first = d
+		}
+		if d > p.last {
+			p.last = d
+		}
+	}
+	sort.Strings(p.dirty)
+	return p, nil
+}
+
+// covers reports whether a build begun at built (Unix seconds, server clock) counts every
+// finding of a day last changed at changed.
+func covers(built, changed uint32) bool {
+	return int64(built) > int64(changed)+int64(margin/time.Second)
+}
+
+// Compact builds, for every cluster, each day that is over (it ended Margin ago by the
+// server's clock) and changed since its newest build or never had one, and returns how many
+// it built. Builds of the same day by two report replicas at once are harmless: each is
+// complete, and readers take the newest.
+func Compact(ctx context.Context, db *sql.DB, t Tables) (int, error) {
+	var now uint32
+	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
+		return 0, fmt.Errorf("compact: read the server's clock: %w", err)
+	}
+	over := Day(time.Unix(int64(now), 0).Add(-margin))
+	type clusterDay struct{ cluster, day string }
+	changed := map[clusterDay]uint32{}
+	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt64(0) FROM `+t.Changes+`
+WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { changed[clusterDay{c, d}] = ts })
+	if err != nil {
+		return 0, fmt.Errorf("compact: read the days' changes: %w", err)
+	}
+	built := map[clusterDay]uint32{}
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt64(0) FROM `+t.Builds+`
+WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { built[clusterDay{c, d}] = ts })
+	if err != nil {
+		return 0, fmt.Errorf("compact: read the days' builds: %w", err)
+	}
+	n := 0
+	for cd, c := range changed {
+		if b, ok := built[cd]; ok && covers(b, c) {
+			continue
+		}
+		if err := build(ctx, db, t, cd.cluster, cd.day); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// build turns the states of one cluster's day into finding_days rows under a new build id,
+// then records the build: readers take the rows only once the record is there.
+func build(ctx context.Context, db *sql.DB, t Tables, cluster, day string) error {
+	var began uint32
+	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&began); err != nil {
+		return fmt.Errorf("compact %s %s: read the server's clock: %w", cluster, day, err)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	id := binary.BigEndian.Uint64(b[:]) | 1 // never 0
+	_, err := db.ExecContext(ctx, `INSERT INTO `+t.Days+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
+FROM `+t.State+`
+WHERE cluster = ? AND day = toDate(?)
+GROUP BY cluster, day, `+Key, id, cluster, day)
+	if err != nil {
+		return fmt.Errorf("compact %s %s: %w", cluster, day, err)
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO `+t.Builds+` (cluster, day, built, build) SELECT ?, toDate(?), toUInt32(?), toUInt64(?)`,
+		cluster, day, began, id)
+	if err != nil {
+		return fmt.Errorf("compact %s %s: record the build: %w", cluster, day, err)
+	}
+	return nil
+}
+
+// each runs q, whose rows are (cluster, day, Unix seconds, build id), calling f for each.
+func each(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster, day string, ts uint32, build uint64)) error {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c, d string
+		var ts uint32
+		var id uint64
+		if err := rows.Scan(&c, &d, &ts, &id); err != nil {
+			return err
+		}
+		f(c, d, ts, id)
+	}
+	return rows.Err()
+}

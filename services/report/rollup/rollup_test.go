@@ -1,0 +1,296 @@
+package rollup_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/rollup"
+	"github.com/auditlens/auditlens/services/report/store"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+// finding is one finding of cluster prod on rule removed-api unless changed.
+func finding(id, user, agent, ip string, at time.Time) *auditlensv1.Finding {
+	return &auditlensv1.Finding{
+		RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(at),
+		Severity: auditlensv1.Severity_SEVERITY_CRITICAL, Verb: "list",
+		ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses", RemovedIn: "1.22",
+		Replacement: "networking.k8s.io/v1", Message: "migrate ingresses",
+		Username: user, UserAgent: agent, Namespace: "web", SourceIp: ip, Stage: "ResponseComplete",
+	}
+}
+
+// seed returns findings over the five days before today and today: repeated deliveries, a
+// second rule on the same audit id, another cluster, hostile callers, and the first and last
+// second of a day.
+func seed(today time.Time) []*auditlensv1.Finding {
+	var out []*auditlensv1.Finding
+	for d := 5; d >= 0; d-- {
+		day := today.AddDate(0, 0, -d)
+		for i := 0; i < 20; i++ {
+			at := day.Add(time.Duration(i*71) * time.Minute)
+			f := finding(fmt.Sprintf("d%d-%d", d, i), fmt.Sprintf("system:serviceaccount:ns%d:sa", i%3), "client-go/v0.19", fmt.Sprintf("10.0.0.%d", i%2), at)
+			out = append(out, f)
+			if i%4 == 0 {
+				out = append(out, f) // delivered twice
+			}
+		}
+		edge := finding(fmt.Sprintf("edge%d", d), `x'); DROP TABLE findings; -- ?`, "<script>alert(1)</script>", "::1", day)
+		last := finding(fmt.Sprintf("last%d", d), "alice", "kubectl/v1.20.0", "10.0.0.9", day.Add(24*time.Hour-time.Second))
+		psp := finding(fmt.Sprintf("d%d-0", d), "alice", "kubectl/v1.20.0", "10.0.0.9", day.Add(time.Hour))
+		psp.RuleId, psp.ApiGroup, psp.Resource, psp.RemovedIn = "psp", "policy", "podsecuritypolicies", "1.25"
+		other := finding(fmt.Sprintf("d%d-0", d), "alice", "kubectl/v1.20.0", "10.0.0.9", day.Add(time.Hour))
+		other.Cluster = "staging"
+		out = append(out, edge, last, psp, other)
+	}
+	return out
+}
+
+type row struct {
+	Day, Key    string
+	Findings    uint64
+	First, Last uint32
+}
+
+const keyText = `concat(rule_id, '|', toString(removed_in_key), '|', api_group, '|', api_version, '|', resource, '|', removed_in, '|',
+  replacement, '|', username, '|', user_agent, '|', namespace, '|', source_ip)`
+
+// fromDays reads the day rows of cluster ("" for every cluster) over [from, to) through
+// rollup.Days.
+func fromDays(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	src, args, err := rollup.Days(context.Background(), db, rollup.TablesFor("findings"), rollup.Filter{Cluster: cluster, From: from, To: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows(t, db, `SELECT toString(day), concat(cluster, '|', `+keyText+`), findings, first_seen, last_seen FROM (`+src+`)`, args...)
+}
+
+// byUser reads, through rollup.Days with only the columns username and last_seen, the
+// findings of cluster per day, rule and user over [from, to); fromFindings' byUser is the
+// same from the raw findings.
+func byUser(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	src, args, err := rollup.Days(context.Background(), db, rollup.TablesFor("findings"),
+		rollup.Filter{Cluster: cluster, From: from, To: to, Columns: []string{"username", "last_seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows(t, db, `SELECT toString(day) AS d, concat(cluster, '|', rule_id, '|', username) AS key, toUInt64(sum(findings)),
+  toUInt32(0), toUInt32(max(last_seen))
+FROM (`+src+`) GROUP BY d, key`, args...)
+}
+
+func byUserFromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', rule_id, '|', username) AS key,
+  toUInt64(uniqExact(audit_id)), toUInt32(0), toUInt32(max(event_time))
+FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
+}
+
+// fromFindings counts the same rows from the raw findings.
+func fromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', `+keyText+`) AS key,
+  toUInt64(uniqExact(audit_id)), toUInt32(min(event_time)), toUInt32(max(event_time))
+FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
+}
+
+func rows(t *testing.T, db *sql.DB, q string, args ...any) []row {
+	t.Helper()
+	rs, err := db.QueryContext(context.Background(), q, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, q)
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.Day, &r.Key, &r.Findings, &r.First, &r.Last); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Day+out[i].Key < out[j].Day+out[j].Key })
+	return out
+}
+
+func sameRows(t *testing.T, when string, got, want []row) {
+	t.Helper()
+	if len(want) == 0 {
+		t.Fatalf("%s: no rows to compare", when)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: day rows differ from the raw findings:\n got %v\nwant %v", when, got, want)
+	}
+}
+
+// The day rows count what a uniqExact over the raw findings counts, day by day and caller by
+// caller, whether a day is read from the states (before compaction, today, after a late
+// finding) or from its build; a late finding, and a late copy of a counted one, make a built
+// day current again only after its next build.
+func TestDaysAgreeWithTheFindings(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		tables := rollup.TablesFor("findings")
+		today := time.Now().UTC().Truncate(24 * time.Hour)
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		fs := seed(today)
+		if err := st.WriteFindings(ctx, fs[:len(fs)/2]); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteFindings(ctx, fs[len(fs)/2:]); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+			sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
+		}
+		if _, _, err := rollup.Days(ctx, db, tables, rollup.Filter{From: from, To: to, Columns: []string{"audit_id"}}); err == nil {
+			t.Error("Days gave a column the day rows do not have")
+		}
+		clean := func() []string {
+			t.Helper()
+			days, err := rollup.CleanDays(ctx, db, tables, "prod", from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Strings(days)
+			return days
+		}
+		if c := clean(); len(c) != 0 {
+			t.Fatalf("days %v read from builds before any build", c)
+		}
+
+		time.Sleep(1100 * time.Millisecond) // a build in the second of a change is not current
+		n, err := rollup.Compact(ctx, db, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 10 {
+			t.Errorf("compacted %d cluster days, want 10 (5 past days of 2 clusters; today is not over)", n)
+		}
+		var past []string
+		for d := 5; d >= 1; d-- {
+			past = append(past, rollup.Day(today.AddDate(0, 0, -d))+" prod")
+		}
+		if c := clean(); !reflect.DeepEqual(c, past) {
+			t.Errorf("days read from builds %v, want the past days %v", c, past)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", after compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != 0 {
+			t.Errorf("a second compaction built %d days (%v), want none", n, err)
+		}
+
+		// Late: a new finding three days ago, and another copy of one already counted.
+		late := today.AddDate(0, 0, -3)
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
+			finding("late-1", "bob", "helm/3.2", "10.0.0.7", late.Add(5*time.Hour)),
+			fs[0],
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := fromFindings(t, db, "prod", from, to)
+		sameRows(t, "after a late finding", fromDays(t, db, "prod", from, to), want)
+		for _, d := range clean() {
+			if d == rollup.Day(late)+" prod" || d == rollup.Day(fs[0].EventTime.AsTime())+" prod" {
+				t.Errorf("day %s read from its build after it changed", d)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != 2 {
+			t.Errorf("compaction after the late findings built %d days (%v), want the 2 changed", n, err)
+		}
+		if c := clean(); !reflect.DeepEqual(c, past) {
+			t.Errorf("days read from builds %v, want the past days %v", c, past)
+		}
+		sameRows(t, "after rebuilding", fromDays(t, db, "prod", from, to), want)
+		sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
+
+		// A window of a day and its neighbours only.
+		mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
+		sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
+	})
+}
+
+func TestSpanCoversWholeDays(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct{ start, end, from, to string }{
+		{"2026-11-02T10:00:00Z", "2026-11-09T10:00:00Z", "2026-11-02T00:00:00Z", "2026-11-10T00:00:00Z"},
+		{"2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z", "2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z"},
+		{"2026-11-02T23:59:59+02:00", "2026-11-03T00:00:01Z", "2026-11-02T00:00:00Z", "2026-11-04T00:00:00Z"},
+	} {
+		from, to := rollup.Span(at(c.start), at(c.end))
+		if !from.Equal(at(c.from)) || !to.Equal(at(c.to)) {
+			t.Errorf("Span(%s, %s) = %s, %s; want %s, %s", c.start, c.end, from, to, c.from, c.to)
+		}
+	}
+}
+
+// Migration 6 fills the day rows from the findings stored before it: on a store at
+// version 5 with findings, migrating gives the same counts as the raw findings, and the
+// requests index lists each finding.
+func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
+	all := store.Migrations
+	var before []store.Migration
+	for _, m := range all {
+		if m.Version < 6 {
+			before = append(before, m)
+		}
+	}
+	store.Migrations = before
+	defer func() { store.Migrations = all }()
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := time.Now().UTC().Truncate(24 * time.Hour)
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		if err := st.WriteFindings(ctx, seed(today)); err != nil {
+			t.Fatal(err)
+		}
+		store.Migrations = all
+		did, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30})
+		store.Migrations = before
+		if err != nil || !reflect.DeepEqual(did, []int{6}) {
+			t.Fatalf("migrate applied %v (%v), want [6]", did, err)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		var indexed, stored uint64
+		if err := db.QueryRowContext(ctx, `SELECT
+  (SELECT uniqExact(cluster, rule_id, audit_id) FROM finding_requests),
+  (SELECT uniqExact(cluster, rule_id, audit_id) FROM findings)`).Scan(&indexed, &stored); err != nil {
+			t.Fatal(err)
+		}
+		if indexed != stored || stored == 0 {
+			t.Errorf("finding_requests holds %d findings, findings %d", indexed, stored)
+		}
+	})
+}

@@ -56,7 +56,7 @@ FROM (
     any(c_removed) AS b_removed, any(c_repl) AS b_repl,
     toUInt64(sum(c_n)) AS b_total, toUInt64(count()) AS b_callers, toUInt32(max(c_last)) AS b_last,
     arraySlice(arraySort(c -> (-toInt64(c.1), c.2, c.3, c.4),
-      groupArray((c_n, c_user, c_agent, c_ip, c_first, c_last, toString(cityHash64(c_user, c_agent, c_ip))))), 1, ?) AS top
+      groupArray((c_n, c_user, c_agent, c_ip, c_first, c_last, `+callerIDOf("c_user", "c_agent", "c_ip")+`))), 1, ?) AS top
   FROM (
     SELECT any(rule_id) AS c_rule, any(api_group) AS c_group, any(api_version) AS c_version, any(resource) AS c_resource,
       any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip,

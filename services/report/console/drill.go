@@ -23,8 +23,13 @@ type Caller struct {
 	ID string
 }
 
-// callerID is the SQL of Caller.ID.
-const callerID = `toString(cityHash64(username, user_agent, source_ip))`
+// callerIDOf is the SQL of Caller.ID over the given user, user agent and source IP columns;
+// callerID over the findings' own.
+func callerIDOf(user, agent, ip string) string {
+	return "toString(cityHash64(" + user + ", " + agent + ", " + ip + "))"
+}
+
+var callerID = callerIDOf("username", "user_agent", "source_ip")
 
 // CallersQuery asks for the callers of one blocker of Cluster in a window, busiest first.
 type CallersQuery struct {
@@ -49,7 +54,7 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, toString(cityHash64(c_user, c_agent, c_ip)) FROM (
+	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, ` + callerIDOf("c_user", "c_agent", "c_ip") + ` FROM (
   SELECT any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip, toUInt64(sum(findings)) AS n,
     toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last
   FROM (` + src + `)
@@ -345,7 +350,7 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 		return nil, false, err
 	}
 	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns,
-  toString(cityHash64(m_user, m_agent, m_ip)) FROM (
+  ` + callerIDOf("m_user", "m_agent", "m_ip") + ` FROM (
   SELECT any(rule_id) AS m_rule, any(api_group) AS m_group, any(api_version) AS m_version, any(resource) AS m_resource,
     any(removed_in) AS m_removed, any(username) AS m_user, any(user_agent) AS m_agent, any(source_ip) AS m_ip,
     toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS m_first, toUInt32(max(last_seen)) AS m_last,

@@ -39,7 +39,7 @@ var margin = Margin
 // Tables names the tables of one findings table's database.
 type Tables struct {
 	State, Changes, Days, Builds string
-	// Requests holds the findings' request columns ordered by blocker and caller.
+	// Requests indexes the findings' audit ids by blocker, caller and time.
 	Requests string
 }
 

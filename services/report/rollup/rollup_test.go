@@ -77,8 +77,7 @@ func fromDays(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []ro
 }
 
 // byUser reads, through rollup.Days with only the columns username and last_seen, the
-// findings of cluster per day, rule and user over [from, to); fromFindings' byUser is the
-// same from the raw findings.
+// findings of cluster per day, rule and user over [from, to).
 func byUser(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
 	src, args, err := rollup.Days(context.Background(), db, rollup.TablesFor("findings"),
@@ -91,6 +90,7 @@ func byUser(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row 
 FROM (`+src+`) GROUP BY d, key`, args...)
 }
 
+// byUserFromFindings counts the same rows from the raw findings.
 func byUserFromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
 	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', rule_id, '|', username) AS key,

@@ -130,44 +130,32 @@ func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
 	return out, rows.Err()
 }
 
-// retained are the tables whose rows the retention deletes, with the migration that creates
-// each: the raw findings and their index for the console's request lists.
-var retained = []struct {
-	name  string
-	since int
-}{{"findings", 1}, {"finding_requests", 6}}
-
-// setRetention applies the raw findings TTL when the server supports it and it differs from
-// the current one (MODIFY TTL rewrites parts, so it is not repeated at every start).
+// setRetention applies the retention TTL to the tables the Migrations retain (the raw
+// findings and their requests index) when the server supports it and it differs from the
+// current one (MODIFY TTL rewrites parts, so it is not repeated at every start).
 func (s *Store) setRetention(ctx context.Context, ver Version, days int) error {
 	if !ver.Modern() {
 		return nil
 	}
-	latest := 0
 	for _, m := range Migrations {
-		latest = max(latest, m.Version)
-	}
-	for _, r := range retained {
-		if r.since > latest {
-			continue // not in this list of migrations (a test of migration 6 stops before it)
-		}
-		name := r.name
-		cur, err := s.retentionOf(ctx, name)
-		if err != nil {
-			return err
-		}
-		if cur == days {
-			continue
-		}
-		// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
-		// replica of each and replication carries it to the others.
-		table := s.Table(localName(name, s.cluster)) + onCluster(s.cluster)
-		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
-		if days == 0 {
-			q = "ALTER TABLE " + table + " REMOVE TTL"
-		}
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("set retention of %s to %d days: %w", name, days, err)
+		for _, name := range m.Retained {
+			cur, err := s.retentionOf(ctx, name)
+			if err != nil {
+				return err
+			}
+			if cur == days {
+				continue
+			}
+			// On a cluster the TTL belongs to the shards' tables; ALTER ... ON CLUSTER reaches one
+			// replica of each and replication carries it to the others.
+			table := s.Table(localName(name, s.cluster)) + onCluster(s.cluster)
+			q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL event_time + toIntervalDay(%d)", table, days)
+			if days == 0 {
+				q = "ALTER TABLE " + table + " REMOVE TTL"
+			}
+			if _, err := s.db.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("set retention of %s to %d days: %w", name, days, err)
+			}
 		}
 	}
 	return nil

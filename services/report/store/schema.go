@@ -18,6 +18,9 @@ type Migration struct {
 	// one table on a single server; on a cluster a replicated table on each shard and the
 	// Distributed table of the name users query over them.
 	SQL []string
+	// Retained names the tables of this step whose rows the retention deletes (a TTL on
+	// event_time, set by Migrate on servers that support it).
+	Retained []string
 }
 
 // schemaVars fill the statement templates for one engine.
@@ -125,7 +128,7 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
 var Migrations = []Migration{
-	{Version: 1, Name: "findings", SQL: []string{`
+	{Version: 1, Name: "findings", Retained: []string{"findings"}, SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "findings"}}{{.On}} (
     rule_id        {{.LC}},
     severity       {{.LC}},
@@ -297,7 +300,7 @@ ORDER BY (cluster, minute)`,
 	// The last three statements fill the states, changes and requests from the findings
 	// stored before (the states' GROUP BY spills to disk past 2 GB: a large store's backfill
 	// holds every day's audit ids).
-	{Version: 6, Name: "finding days", SQL: []string{`
+	{Version: 6, Name: "finding days", Retained: []string{"finding_requests"}, SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}} (
     cluster        {{.LC}},
     day            Date,

@@ -90,15 +90,28 @@ type Filter struct {
 	// applied before the states are merged, it spares the merging of what is not read.
 	Where string
 	Args  []any
-	// Columns, when set, are the columns the reader uses, among Key (rule_id always comes)
-	// and message, first_seen and last_seen; cluster, day and findings always come. The
-	// states are merged by these keys only, and nothing else is read: a reader's query
-	// reads a fraction of the columns. Nil gives every column.
+	// Columns, when set, are the columns the reader uses, among Key (rule_id always comes),
+	// the hashes "blocker" (BlockerHash) and "caller" (CallerHash), and message, first_seen
+	// and last_seen; cluster, day and findings always come. Nothing else is given: a
+	// reader's query reads a fraction of the columns. Nil gives every Key and value column.
 	Columns []string
 }
 
 // keyColumns are the columns of Key, in order.
 var keyColumns = strings.Fields(strings.ReplaceAll(Key, ",", " "))
+
+// Hashes of key columns a reader may ask for by name in Filter.Columns: grouping by one
+// 64-bit hash is several times faster than by the strings on ClickHouse 18.16. Two values
+// would share a hash with a chance of about one in 10^7 with a million of them.
+const (
+	// BlockerHash names what was used: the rule and the API.
+	BlockerHash = "cityHash64(rule_id, api_group, api_version, resource)"
+	// CallerHash names who used it: user, user agent and source IP.
+	CallerHash = "cityHash64(username, user_agent, source_ip)"
+)
+
+// hashed are the hash columns of Filter.Columns, by name.
+var hashed = map[string]string{"blocker": BlockerHash, "caller": CallerHash}
 
 // columns splits f.Columns into key and value columns (every column when unset), and
 // refuses names not of the day rows: they are the callers' constants, never input.
@@ -110,7 +123,7 @@ func (f Filter) columns() (keys, values []string, err error) {
 	for _, c := range f.Columns {
 		want[c] = true
 	}
-	for _, c := range keyColumns {
+	for _, c := range append(append([]string{}, keyColumns...), "blocker", "caller") {
 		if want[c] {
 			keys = append(keys, c)
 			delete(want, c)
@@ -128,19 +141,21 @@ func (f Filter) columns() (keys, values []string, err error) {
 	return keys, values, nil
 }
 
-// merged is the state column c merged, named c.
+// merged is the state column c merged.
 var merged = map[string]string{
-	"message":    "anyMerge(message) AS message",
-	"first_seen": "toUInt32(minMerge(first_seen)) AS first_seen",
-	"last_seen":  "toUInt32(maxMerge(last_seen)) AS last_seen",
+	"message":    "anyMerge(message)",
+	"first_seen": "toUInt32(minMerge(first_seen))",
+	"last_seen":  "toUInt32(maxMerge(last_seen))",
 }
 
 // Days returns a subquery, and its arguments, giving the day rows f asks for: the columns
-// cluster, day (Date), the Key columns of f.Columns, findings (UInt64, distinct findings)
-// and of message, first_seen and last_seen (UInt32 Unix seconds) those f.Columns names.
-// Each cluster's day comes whole from the rows of its newest build when that build is
-// current, else from the states. Rows are disjoint in findings (rule_id is always a key),
-// so sums of findings over any grouping are exact.
+// cluster, day (Date), the Key columns and hashes of f.Columns, findings (UInt64, distinct
+// findings) and of message, first_seen and last_seen (UInt32 Unix seconds) those f.Columns
+// names. Each cluster's day comes whole from the rows of its newest build when that build is
+// current, else from the states. Each row holds the findings of one whole key of a day (the
+// states are merged by the hash of the whole key, which keeps their sets small: merging them
+// costs about a third of a microsecond per finding on 18.16), so rows are disjoint in
+// findings and sums of findings over any grouping are exact.
 func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, error) {
 	keys, values, err := f.columns()
 	if err != nil {
@@ -155,7 +170,6 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		where += " AND (" + f.Where + ")"
 		args = append(args, f.Args...)
 	}
-	group := strings.Join(append([]string{"cluster", "day"}, keys...), ", ")
 	out := strings.Join(append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...), ", ")
 	var parts []string
 	var all []any
@@ -167,21 +181,47 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		for _, id := range p.builds {
 			ids = append(ids, strconv.FormatUint(id, 10))
 		}
-		parts = append(parts, `SELECT `+out+`
+		sel := []string{"cluster", "day"}
+		for _, k := range keys {
+			if h, ok := hashed[k]; ok {
+				k = h + " AS " + k
+			}
+			sel = append(sel, k)
+		}
+		sel = append(append(sel, values...), "findings")
+		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+`
   FROM `+t.Days+`
   WHERE `+where+` AND build IN (`+strings.Join(ids, ", ")+`)`)
 		all = append(all, args...)
 	}
 	if len(p.dirty) > 0 {
-		sel := []string{group}
-		for _, v := range values {
-			sel = append(sel, merged[v])
+		// Grouped by the whole key's hash, the inner names carry a prefix: an alias named
+		// as a column would stand for it in the GROUP BY.
+		inner := []string{"cluster", "day"}
+		for _, k := range keys {
+			if h, ok := hashed[k]; ok {
+				args := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
+				for i, a := range args {
+					args[i] = "any(" + a + ")"
+				}
+				inner = append(inner, "cityHash64("+strings.Join(args, ", ")+") AS s_"+k)
+				continue
+			}
+			inner = append(inner, "any("+k+") AS s_"+k)
 		}
-		sel = append(sel, "uniqExactMerge(findings) AS findings")
-		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+`
+		for _, v := range values {
+			inner = append(inner, merged[v]+" AS s_"+v)
+		}
+		inner = append(inner, "uniqExactMerge(findings) AS s_findings")
+		sel := []string{"cluster", "day"}
+		for _, c := range append(append(append([]string{}, keys...), values...), "findings") {
+			sel = append(sel, "s_"+c+" AS "+c)
+		}
+		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+` FROM (
+  SELECT `+strings.Join(inner, ", ")+`
   FROM `+t.State+`
   WHERE `+where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)
-  GROUP BY `+group)
+  GROUP BY cluster, day, cityHash64(`+Key+`))`)
 		all = append(all, args...)
 		all = append(all, p.first, p.last, p.dirty)
 	}

@@ -99,6 +99,30 @@ FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND 
 GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
 }
 
+// byHashes reads, through rollup.Days with only the hash columns and first_seen, the
+// findings of cluster per day, blocker and caller over [from, to).
+func byHashes(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	src, args, err := rollup.Days(context.Background(), db, rollup.TablesFor("findings"),
+		rollup.Filter{Cluster: cluster, From: from, To: to, Columns: []string{"blocker", "caller", "first_seen"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows(t, db, `SELECT toString(day) AS d, concat(cluster, '|', toString(blocker), '|', toString(caller)) AS key,
+  toUInt64(sum(findings)), toUInt32(min(first_seen)), toUInt32(0)
+FROM (`+src+`) GROUP BY d, key`, args...)
+}
+
+// byHashesFromFindings counts the same rows from the raw findings.
+func byHashesFromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	return rows(t, db, `SELECT toString(toDate(event_time)) AS day,
+  concat(cluster, '|', toString(`+rollup.BlockerHash+`), '|', toString(`+rollup.CallerHash+`)) AS key,
+  toUInt64(uniqExact(rule_id, audit_id)), toUInt32(min(event_time)), toUInt32(0)
+FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
+}
+
 // fromFindings counts the same rows from the raw findings.
 func fromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
@@ -162,6 +186,7 @@ func TestDaysAgreeWithTheFindings(t *testing.T) {
 		for _, c := range []string{"prod", "staging", ""} {
 			sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
 			sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
+			sameRows(t, c+", hashes, before compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 		}
 		if _, _, err := rollup.Days(ctx, db, tables, rollup.Filter{From: from, To: to, Columns: []string{"audit_id"}}); err == nil {
 			t.Error("Days gave a column the day rows do not have")
@@ -211,6 +236,7 @@ func TestDaysAgreeWithTheFindings(t *testing.T) {
 		}
 		want := fromFindings(t, db, "prod", from, to)
 		sameRows(t, "after a late finding", fromDays(t, db, "prod", from, to), want)
+		sameRows(t, "hashes after a late finding", byHashes(t, db, "prod", from, to), byHashesFromFindings(t, db, "prod", from, to))
 		for _, d := range clean() {
 			if d == rollup.Day(late)+" prod" || d == rollup.Day(fs[0].EventTime.AsTime())+" prod" {
 				t.Errorf("day %s read from its build after it changed", d)
@@ -226,6 +252,7 @@ func TestDaysAgreeWithTheFindings(t *testing.T) {
 		sameRows(t, "after rebuilding", fromDays(t, db, "prod", from, to), want)
 		sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
 		sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
+		sameRows(t, "hashes after rebuilding", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
 
 		// A window of a day and its neighbours only.
 		mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)

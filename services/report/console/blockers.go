@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
@@ -29,9 +31,19 @@ const TopCallers = 3
 // maxBlockers caps the blockers listed for one cluster.
 const maxBlockers = 100
 
-// Blockers lists what blocks target in cluster's window, busiest first, each with its
-// TopCallers busiest callers. Counts are exact: a request has one caller, so a blocker's
-// requests are its callers' requests (read from the day rows of package rollup).
+// topCandidates bounds the callers of each blocker read to choose its TopCallers: the
+// busiest by count (ties by caller id), among which ties are ordered by name, agent and IP.
+const topCandidates = 100
+
+// Blockers lists what blocks target in cluster's window, busiest first (ties by rule and
+// API), each with its TopCallers busiest callers (ties by name, agent and IP). Counts are
+// exact: a request has one caller, so a blocker's requests are its callers' requests (read
+// from the day rows of package rollup).
+//
+// Two queries: the counts by the day rows' blocker and caller hashes, numbers only; then
+// the names of the blockers and callers listed, from the key columns of the day states
+// (which need no merging). Grouping a month of day rows by their strings measured four
+// times slower on ClickHouse 18.16.
 func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target kubeversion.Version) ([]Blocker, error) {
 	t, _, err := r.check(cluster, w, Page{})
 	if err != nil {
@@ -40,52 +52,138 @@ func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target k
 	if target.IsZero() {
 		return nil, invalid("target version is not set")
 	}
-	src, args, err := r.days(ctx, t, cluster, w, []string{"rule_id", "api_group", "api_version", "resource", "removed_in",
-		"replacement", "username", "user_agent", "source_ip", "first_seen", "last_seen"}, blocking, target.Key())
+	src, args, err := r.days(ctx, t, cluster, w, []string{"blocker", "caller", "first_seen", "last_seen"}, blocking, target.Key())
 	if err != nil {
 		return nil, err
 	}
-	// One pass: the callers of each blocker summed over the days, then per blocker their
-	// sums, count and the TopCallers busiest (ties by name, agent, IP). See hashOf.
 	var out []Blocker
-	err = each(ctx, r.DB, "blockers", `SELECT b_rule, b_group, b_version, b_resource, b_removed, b_repl, b_total, b_callers, b_last,
-  arrayMap(c -> toUInt64(c.1), top), arrayMap(c -> c.2, top), arrayMap(c -> c.3, top), arrayMap(c -> c.4, top),
-  arrayMap(c -> toUInt64(c.5), top), arrayMap(c -> toUInt64(c.6), top), arrayMap(c -> c.7, top)
+	var hashes []uint64  // of out's blockers
+	var tops [][]Caller  // out's candidates, ID the caller hash
+	var callers []uint64 // every candidate's hash
+	seen := map[string]bool{}
+	var days []string // the days each candidate was last seen, where its key has a state
+	err = each(ctx, r.DB, "blockers", `SELECT blocker, toUInt64(sum(n)) AS total, toUInt64(count()), toUInt32(max(l)),
+  arrayMap(c -> toUInt64(c.1), arraySlice(arraySort(c -> (-toInt64(c.1), c.2), groupArray((n, caller, f, l))), 1, ?) AS top), arrayMap(c -> c.2, top), arrayMap(c -> toUInt64(c.3), top), arrayMap(c -> toUInt64(c.4), top)
 FROM (
-  SELECT c_rule AS b_rule, c_group AS b_group, c_version AS b_version, c_resource AS b_resource,
-    any(c_removed) AS b_removed, any(c_repl) AS b_repl,
-    toUInt64(sum(c_n)) AS b_total, toUInt64(count()) AS b_callers, toUInt32(max(c_last)) AS b_last,
-    arraySlice(arraySort(c -> (-toInt64(c.1), c.2, c.3, c.4),
-      groupArray((c_n, c_user, c_agent, c_ip, c_first, c_last, `+callerIDOf("c_user", "c_agent", "c_ip")+`))), 1, ?) AS top
-  FROM (
-    SELECT any(rule_id) AS c_rule, any(api_group) AS c_group, any(api_version) AS c_version, any(resource) AS c_resource,
-      any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip,
-      any(removed_in) AS c_removed, any(replacement) AS c_repl,
-      sum(findings) AS c_n, min(first_seen) AS c_first, max(last_seen) AS c_last
-    FROM (`+src+`)
-    GROUP BY `+hashOf("rule_id, api_group, api_version, resource, username, user_agent, source_ip")+`
-  )
-  GROUP BY c_rule, c_group, c_version, c_resource
+  SELECT blocker, caller, sum(findings) AS n, min(first_seen) AS f, max(last_seen) AS l
+  FROM (`+src+`)
+  GROUP BY blocker, caller
 )
-ORDER BY b_total DESC, b_rule, b_group, b_version, b_resource
-LIMIT ?`, append(append([]any{TopCallers}, args...), maxBlockers), func(rows *sql.Rows) error {
+GROUP BY blocker
+ORDER BY total DESC, blocker
+LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows *sql.Rows) error {
 		var b Blocker
+		var blocker uint64
 		var last uint32
-		var n, first, lastSeen []uint64
-		var users, agents, ips, ids []string
-		if err := rows.Scan(&b.Key.Rule, &b.Key.Group, &b.Key.Version, &b.Key.Resource, &b.RemovedIn, &b.Replacement,
-			&b.Requests, &b.Callers, &last, &n, &users, &agents, &ips, &first, &lastSeen, &ids); err != nil {
+		var n, ids, first, lastSeen []uint64
+		if err := rows.Scan(&blocker, &b.Requests, &b.Callers, &last, &n, &ids, &first, &lastSeen); err != nil {
 			return err
 		}
 		b.LastSeen = unix(last)
-		for i := range n {
-			b.Top = append(b.Top, Caller{Username: users[i], UserAgent: agents[i], SourceIP: ips[i], Findings: n[i],
-				FirstSeen: unix(uint32(first[i])), LastSeen: unix(uint32(lastSeen[i])), ID: ids[i]})
+		cs := make([]Caller, len(ids))
+		for i := range ids {
+			cs[i] = Caller{Findings: n[i], ID: strconv.FormatUint(ids[i], 10),
+				FirstSeen: unix(uint32(first[i])), LastSeen: unix(uint32(lastSeen[i]))}
+			if d := rollup.Day(cs[i].LastSeen); !seen[d] {
+				seen[d] = true
+				days = append(days, d)
+			}
 		}
-		out = append(out, b)
+		out, hashes, tops, callers = append(out, b), append(hashes, blocker), append(tops, cs), append(callers, ids...)
 		return nil
 	})
-	return out, err
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	names, err := r.blockerNames(ctx, t, cluster, target, hashes, callers, days)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		b := &out[i]
+		key, ok := names.blockers[hashes[i]]
+		if !ok {
+			return nil, fmt.Errorf("blocker %d of %s: no name in the day states", hashes[i], cluster)
+		}
+		b.Key, b.RemovedIn, b.Replacement = key.Key, key.RemovedIn, key.Replacement
+		cs := tops[i]
+		for j := range cs {
+			who, ok := names.callers[cs[j].ID]
+			if !ok {
+				return nil, fmt.Errorf("caller %s of %s: no name in the day states", cs[j].ID, cluster)
+			}
+			cs[j].Username, cs[j].UserAgent, cs[j].SourceIP = who[0], who[1], who[2]
+		}
+		// The candidates come busiest first; those as busy as the last listed are ordered by
+		// name, agent and IP.
+		sort.SliceStable(cs, func(a, c int) bool {
+			if cs[a].Findings != cs[c].Findings {
+				return cs[a].Findings > cs[c].Findings
+			}
+			if cs[a].Username != cs[c].Username {
+				return cs[a].Username < cs[c].Username
+			}
+			if cs[a].UserAgent != cs[c].UserAgent {
+				return cs[a].UserAgent < cs[c].UserAgent
+			}
+			return cs[a].SourceIP < cs[c].SourceIP
+		})
+		b.Top = cs[:min(len(cs), TopCallers)]
+	}
+	sort.SliceStable(out, func(a, c int) bool {
+		x, y := out[a], out[c]
+		if x.Requests != y.Requests {
+			return x.Requests > y.Requests
+		}
+		return lessKey(x.Key, y.Key)
+	})
+	return out, nil
+}
+
+func lessKey(a, b BlockerKey) bool {
+	if a.Rule != b.Rule {
+		return a.Rule < b.Rule
+	}
+	if a.Group != b.Group {
+		return a.Group < b.Group
+	}
+	if a.Version != b.Version {
+		return a.Version < b.Version
+	}
+	return a.Resource < b.Resource
+}
+
+// names are the blockers (by BlockerHash) and callers (by CallerHash as Caller.ID: user,
+// agent, IP) that Blockers lists.
+type names struct {
+	blockers map[uint64]Blocker
+	callers  map[string][3]string
+}
+
+// blockerNames reads the names of the blockers and callers given by their hashes from the
+// key columns of cluster's day states that block target, on the days given: those the
+// callers were last seen, whose states hold their keys. Reading key columns merges nothing.
+func (r Reader) blockerNames(ctx context.Context, t, cluster string, target kubeversion.Version, blockers, callers []uint64, days []string) (names, error) {
+	n := names{blockers: map[uint64]Blocker{}, callers: map[string][3]string{}}
+	err := each(ctx, r.DB, "blocker names", `SELECT `+rollup.BlockerHash+` AS b, `+rollup.CallerHash+` AS c,
+  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
+  any(username), any(user_agent), any(source_ip)
+FROM `+rollup.TablesFor(t).State+`
+WHERE cluster = ? AND day IN (SELECT toDate(arrayJoin(?))) AND `+blocking+`
+  AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
+GROUP BY b, c`, []any{cluster, days, target.Key(), blockers, callers}, func(rows *sql.Rows) error {
+		var b, c uint64
+		var k Blocker
+		var who [3]string
+		if err := rows.Scan(&b, &c, &k.Key.Rule, &k.Key.Group, &k.Key.Version, &k.Key.Resource, &k.RemovedIn, &k.Replacement,
+			&who[0], &who[1], &who[2]); err != nil {
+			return err
+		}
+		n.blockers[b] = k
+		n.callers[strconv.FormatUint(c, 10)] = who
+		return nil
+	})
+	return n, err
 }
 
 // ClusterVersion is the newest release a kubelet or controller-manager of cluster named in

@@ -123,8 +123,6 @@ type ClusterSummary struct {
 	// ThisWeek counts the findings from the start of this week on, LastWeek those of the
 	// seven days before it; each finding once by its identity.
 	ThisWeek, LastWeek uint64
-	// Blockers counts what blocks the target (rule, API and removal release) in both weeks.
-	Blockers uint64
 	// Newest is the time of the newest finding; NewestBlocker that of the newest finding
 	// that blocks the target (zero when none does).
 	Newest, NewestBlocker time.Time
@@ -136,45 +134,77 @@ type ClusterSummary struct {
 
 // Clusters lists the clusters seen in findings or heartbeats (at most MaxClusters, by name)
 // with their counts for the week starting at weekStart and the week before it, judged against
-// target.
+// target: ClusterList and WeekCounts.
 func (r Reader) Clusters(ctx context.Context, weekStart time.Time, target kubeversion.Version) ([]ClusterSummary, error) {
+	counts, err := r.WeekCounts(ctx, weekStart)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := r.ClusterList(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		cs[i].ThisWeek, cs[i].LastWeek = counts[cs[i].Name].ThisWeek, counts[cs[i].Name].LastWeek
+	}
+	return cs, nil
+}
+
+// WeekCount counts a cluster's findings from the start of a week on (ThisWeek) and in the
+// seven days before it (LastWeek), each finding once by its identity.
+type WeekCount struct {
+	ThisWeek, LastWeek uint64
+}
+
+// WeekCounts counts the findings of every cluster for the week starting at weekStart and
+// the week before it, by cluster name. What lies ahead of the weeks counts in this week (a
+// cluster's clock may run ahead).
+func (r Reader) WeekCounts(ctx context.Context, weekStart time.Time) (map[string]WeekCount, error) {
+	t, err := r.table()
+	if err != nil {
+		return nil, err
+	}
+	prev := weekStart.AddDate(0, 0, -7)
+	if err := (Window{prev, weekStart}).check(); err != nil {
+		return nil, err
+	}
+	// From the day rows of package rollup, with no key column: the fewer read, the faster.
+	src, args, err := rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{From: prev, To: farDay, Columns: []string{}})
+	if err != nil {
+		return nil, fmt.Errorf("query week counts: %w", err)
+	}
+	week := rollup.Day(weekStart)
+	q := `SELECT cluster,
+  toUInt64(sumIf(findings, day >= toDate(?))) AS this_week,
+  toUInt64(sumIf(findings, day < toDate(?))) AS last_week
+FROM (` + src + `)
+GROUP BY cluster`
+	counts := map[string]WeekCount{}
+	err = each(ctx, r.DB, "week counts", q, append([]any{week, week}, args...), func(rows *sql.Rows) error {
+		var name string
+		var c WeekCount
+		if err := rows.Scan(&name, &c.ThisWeek, &c.LastWeek); err != nil {
+			return err
+		}
+		counts[name] = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// ClusterList lists the clusters seen in findings or heartbeats (at most MaxClusters, by
+// name) with their newest finding, newest finding that blocks target and newest event; their
+// week counts are left zero (WeekCounts).
+func (r Reader) ClusterList(ctx context.Context, target kubeversion.Version) ([]ClusterSummary, error) {
 	t, err := r.table()
 	if err != nil {
 		return nil, err
 	}
 	if target.IsZero() {
 		return nil, invalid("target version is not set")
-	}
-	prev := weekStart.AddDate(0, 0, -7)
-	if err := (Window{prev, weekStart}).check(); err != nil {
-		return nil, err
-	}
-	// From the day rows of package rollup: the counts over the two weeks, the newest finding
-	// (and blocker) over every day. Both include what lies ahead of the weeks (a cluster's
-	// clock may run ahead).
-	src, args, err := rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{From: prev, To: farDay,
-		Columns: []string{"rule_id", "removed_in_key", "api_group", "api_version", "resource", "removed_in"}})
-	if err != nil {
-		return nil, fmt.Errorf("query clusters: %w", err)
-	}
-	week := rollup.Day(weekStart)
-	q := `SELECT cluster,
-  toUInt64(sumIf(findings, day >= toDate(?))) AS this_week,
-  toUInt64(sumIf(findings, day < toDate(?))) AS last_week,
-  toUInt64(uniqExactIf(rule_id, api_group, api_version, resource, removed_in, ` + blocking + `)) AS blockers
-FROM (` + src + `)
-GROUP BY cluster`
-	counts := map[string]ClusterSummary{}
-	err = each(ctx, r.DB, "clusters", q, append([]any{week, week, target.Key()}, args...), func(rows *sql.Rows) error {
-		var c ClusterSummary
-		if err := rows.Scan(&c.Name, &c.ThisWeek, &c.LastWeek, &c.Blockers); err != nil {
-			return err
-		}
-		counts[c.Name] = c
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	// The newest finding (and blocker) of each cluster: the newest day in the states (their
 	// key columns need no merging), then the newest second of that day.
@@ -229,7 +259,7 @@ GROUP BY c`, []any{withNone(pairs), withNone(blockerPairs), target.Key(), oldest
 	}
 	var out []ClusterSummary
 	for _, name := range names {
-		c := counts[name]
+		var c ClusterSummary
 		v := last[name]
 		c.Name, c.Newest, c.NewestEvent = name, unix(v[0]), unix(v[0])
 		if v[1] > 0 {

@@ -1,8 +1,10 @@
 package page
 
 import (
+	"context"
 	"html/template"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
@@ -75,7 +77,17 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	lastFull := weekly.LastWeekEnding(now)
 	thisWeek := weekly.Date{Time: lastFull.AddDate(0, 0, 7)}
 	weekStart := thisWeek.AddDate(0, 0, -6)
-	clusters, err := h.reader().Clusters(r.Context(), weekStart, listTarget)
+	// The week counts are read beside the clusters' rows: they change only which week the
+	// report links name.
+	var counts map[string]console.WeekCount
+	var countsErr error
+	counted := make(chan struct{})
+	go func() {
+		defer close(counted)
+		counts, countsErr = h.reader().WeekCounts(r.Context(), weekStart)
+	}()
+	defer func() { <-counted }()
+	clusters, err := h.reader().ClusterList(r.Context(), listTarget)
 	if err != nil {
 		return err
 	}
@@ -95,63 +107,94 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	for _, v := range h.targets(listTarget) {
 		body.Targets = append(body.Targets, render.Option{Value: v.String(), Label: v.String(), Selected: v == chosen})
 	}
-	for _, c := range clusters {
-		row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek)}
-		// The window ends today for a live cluster (an event within it), at its newest
-		// finding (else event) for an imported log.
-		row.Until, row.Live = weekly.DateOf(now), true
-		if c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-time.Duration(days)*24*time.Hour)) {
-			end := c.Newest
-			if end.Unix() <= 0 {
-				end = c.NewestEvent
-			}
-			row.Until, row.Live = weekly.DateOf(end), false
-		}
-		row.Silent = row.Live && c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-24*time.Hour))
-		row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
-		win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
-		row.Target, row.TargetWhy = chosen, "chosen above"
-		if chosen.IsZero() {
-			v, err := h.reader().ClusterVersion(r.Context(), c.Name, win)
-			if err != nil {
-				return err
-			}
-			row.Target, row.TargetWhy = h.clusterTarget(v)
-		}
-		s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
-		bs, err := h.reader().Blockers(r.Context(), c.Name, win, row.Target)
+	// Each cluster's rows are read apart from the others', two clusters at once: a page of
+	// many clusters takes the time of their queries shared between two connections.
+	body.Clusters = make([]clusterRow, len(clusters))
+	errs := make([]error, len(clusters))
+	slots := make(chan struct{}, indexParallel)
+	var wg sync.WaitGroup
+	for i, c := range clusters {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			body.Clusters[i], errs[i] = h.clusterRow(r.Context(), c, chosen, now, days)
+		})
+	}
+	wg.Wait()
+	<-counted
+	for _, err := range append(errs, countsErr) {
 		if err != nil {
 			return err
 		}
-		if len(bs) == 0 && !c.NewestBlocker.IsZero() && c.NewestBlocker.Before(win.From) {
-			// Nothing blocks in the window, but something did before it (a monthly job, an
-			// old imported log): show the window that ends with its newest use, and say so.
-			row.Earlier, row.EarlierUntil = true, weekly.DateOf(c.NewestBlocker)
-			row.EarlierFrom = weekly.Date{Time: row.EarlierUntil.AddDate(0, 0, 1-days)}
-			s.Until, s.Week = row.EarlierUntil, weekEnding(row.EarlierUntil.Time)
-			if bs, err = h.reader().Blockers(r.Context(), c.Name, s.window(), row.Target); err != nil {
-				return err
-			}
-		}
-		for _, b := range bs {
-			br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...)}
-			for _, tc := range b.Top {
-				br.Top = append(br.Top, callerLink{Caller: tc, Requests: s.link("/requests", callerQuery(b.Key, tc.ID)...)})
-			}
-			row.Blockers = append(row.Blockers, br)
-		}
-		// The report links name no week: the report page chooses the same one and says why.
-		q := []string{"cluster", c.Name, "target-version", row.Target.String()}
-		row.Report = link("/report", q...)
-		if !c.NewestBlocker.IsZero() {
-			row.BlockerWeek = link("/report", append(q, "week-ending", weekEnding(c.NewestBlocker).String())...)
-		}
-		for _, format := range render.Formats {
-			row.Formats = append(row.Formats, render.Link{Label: format, URL: link("/report", append(q, "format", format)...)})
-		}
-		body.Clusters = append(body.Clusters, row)
+	}
+	for i := range body.Clusters {
+		row := &body.Clusters[i]
+		row.ThisWeek, row.LastWeek = counts[row.Name].ThisWeek, counts[row.Name].LastWeek
+		row.Week = defaultWeek(row.ClusterSummary, lastFull, thisWeek)
 	}
 	return show(w, "index", view{Title: "auditlens: upgrade blockers by cluster", Body: body})
+}
+
+// indexParallel is how many clusters the first screen reads at once.
+const indexParallel = 2
+
+// clusterRow reads what the first screen shows of cluster c but its week counts (Week is
+// chosen by them).
+func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chosen weekly.Version, now time.Time, days int) (clusterRow, error) {
+	row := clusterRow{ClusterSummary: c}
+	// The window ends today for a live cluster (an event within it), at its newest
+	// finding (else event) for an imported log.
+	row.Until, row.Live = weekly.DateOf(now), true
+	if c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-time.Duration(days)*24*time.Hour)) {
+		end := c.Newest
+		if end.Unix() <= 0 {
+			end = c.NewestEvent
+		}
+		row.Until, row.Live = weekly.DateOf(end), false
+	}
+	row.Silent = row.Live && c.NewestEvent.Unix() > 0 && c.NewestEvent.Before(now.Add(-24*time.Hour))
+	row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
+	win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
+	row.Target, row.TargetWhy = chosen, "chosen above"
+	if chosen.IsZero() {
+		v, err := h.reader().ClusterVersion(ctx, c.Name, win)
+		if err != nil {
+			return row, err
+		}
+		row.Target, row.TargetWhy = h.clusterTarget(v)
+	}
+	s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
+	bs, err := h.reader().Blockers(ctx, c.Name, win, row.Target)
+	if err != nil {
+		return row, err
+	}
+	if len(bs) == 0 && !c.NewestBlocker.IsZero() && c.NewestBlocker.Before(win.From) {
+		// Nothing blocks in the window, but something did before it (a monthly job, an
+		// old imported log): show the window that ends with its newest use, and say so.
+		row.Earlier, row.EarlierUntil = true, weekly.DateOf(c.NewestBlocker)
+		row.EarlierFrom = weekly.Date{Time: row.EarlierUntil.AddDate(0, 0, 1-days)}
+		s.Until, s.Week = row.EarlierUntil, weekEnding(row.EarlierUntil.Time)
+		if bs, err = h.reader().Blockers(ctx, c.Name, s.window(), row.Target); err != nil {
+			return row, err
+		}
+	}
+	for _, b := range bs {
+		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...)}
+		for _, tc := range b.Top {
+			br.Top = append(br.Top, callerLink{Caller: tc, Requests: s.link("/requests", callerQuery(b.Key, tc.ID)...)})
+		}
+		row.Blockers = append(row.Blockers, br)
+	}
+	// The report links name no week: the report page chooses the same one and says why.
+	q := []string{"cluster", c.Name, "target-version", row.Target.String()}
+	row.Report = link("/report", q...)
+	if !c.NewestBlocker.IsZero() {
+		row.BlockerWeek = link("/report", append(q, "week-ending", weekEnding(c.NewestBlocker).String())...)
+	}
+	for _, format := range render.Formats {
+		row.Formats = append(row.Formats, render.Link{Label: format, URL: link("/report", append(q, "format", format)...)})
+	}
+	return row, nil
 }
 
 // defaultWeek is the week a cluster's report shows when none is asked for: the last full

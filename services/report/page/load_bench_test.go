@@ -22,6 +22,7 @@ var (
 	loadQueries  = flag.Int("console.max-queries", DefaultLimits().MaxQueries, "BenchmarkConsoleUnderLoad: Limits.MaxQueries")
 	loadTimeout  = flag.Duration("console.timeout", DefaultLimits().QueryTimeout, "BenchmarkConsoleUnderLoad: Limits.QueryTimeout")
 	loadQueryLog = flag.Bool("console.query-log", false, "BenchmarkConsoleUnderLoad: log the queries of one request per page alone (ClickHouse's query_log)")
+	loadEndOfDay = flag.Bool("console.end-of-day", false, "BenchmarkConsoleUnderLoad: then fill today up to a whole day's findings (the end of a day) and ask / again")
 )
 
 // BenchmarkConsoleUnderLoad serves every console page to 16 clients at once over
@@ -36,18 +37,9 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 	// Now, not a fixed day: compaction goes by the server's clock.
 	now := time.Now().UTC().Truncate(time.Second)
 	t0 := time.Now()
-	generate(b, st, now, *loadFindings)
+	today := generate(b, st, now, *loadFindings)
 	b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
-	// Measured at rest: a store loaded in minutes merges its parts for minutes after, which a
-	// store filled over 90 days does not.
-	t0 = time.Now()
-	for merging := uint64(1); merging > 0 && time.Since(t0) < 15*time.Minute; {
-		if err := st.DB().QueryRow(`SELECT count() FROM system.merges`).Scan(&merging); err != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(time.Second)
-	}
-	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
+	settle(b, st.DB())
 	db := st.DB()
 	if *loadQueryLog {
 		var err error
@@ -76,72 +68,91 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		{"request", request},
 		{"search", "/search?" + scope + "&by=agent&q=client-go"},
 	}
-	const clients = 16
 	for _, p := range pages {
-		b.Run(p.name, func(b *testing.B) {
-			// Alone first: the page's own latency, then 16 at once.
-			if *loadQueryLog {
-				time.Sleep(1100 * time.Millisecond) // the query log below is by the second
-			}
-			aloneFrom := time.Now()
-			var alone time.Duration
-			for range b.N {
-				start := time.Now()
-				if resp, _ := fetch(b, http.MethodGet, srv.URL+p.path); resp.StatusCode != http.StatusOK {
-					b.Fatalf("%s alone: %d", p.path, resp.StatusCode)
-				}
-				alone = max(alone, time.Since(start))
-			}
-			if *loadQueryLog {
-				logQueries(b, st.DB(), p.path, aloneFrom)
-			}
-			var served, refused time.Duration
-			var nRefused int
-			for range b.N {
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				for range clients {
-					wg.Go(func() {
-						start := time.Now()
-						req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+p.path, nil)
-						resp, err := http.DefaultClient.Do(req)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						resp.Body.Close()
-						d := time.Since(start)
-						mu.Lock()
-						defer mu.Unlock()
-						switch resp.StatusCode {
-						case http.StatusOK:
-							served = max(served, d)
-						case http.StatusServiceUnavailable:
-							refused, nRefused = max(refused, d), nRefused+1
-						default:
-							b.Errorf("%s: %d", p.path, resp.StatusCode)
-						}
-					})
-				}
-				wg.Wait()
-			}
-			b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
-			b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
-			b.ReportMetric(float64(refused.Milliseconds()), "max-503-ms")
-			b.ReportMetric(float64(nRefused)/float64(b.N), "503/16")
-		})
+		b.Run(p.name, func(b *testing.B) { measure(b, srv.URL+p.path, st.DB()) })
+	}
+	if *loadEndOfDay {
+		// The day not yet compacted is merged by every read: the later in the day, the more.
+		fillToday(b, st, now, *loadFindings, today)
+		settle(b, st.DB())
+		b.Run("index-end-of-day", func(b *testing.B) { measure(b, srv.URL+"/", st.DB()) })
 	}
 }
 
-// generate writes n findings over the 90 days before now, day by day in time order as the
-// service receives them (the day of now up to now), server-side: 7,400 callers (a service
-// account, its namespace among 200 and its user agent among 30, two of them kubelets of
-// 1.31), each calling two of 14 APIs from one of 7 IPs a day; a tenth of the callers in a
-// second cluster. Then it compacts the days as the service does (chtest.CompactDays).
-func generate(b testing.TB, st *store.Store, now time.Time, n int) {
-	ctx := context.Background()
-	const days = 90
-	q := `INSERT INTO findings (rule_id, severity, cluster, audit_id, event_time, verb, request_uri, api_group, api_version,
+// settle waits until the server's background merges are over (at most 15 minutes): the
+// pages are measured at rest, as a store filled over 90 days is, not one loaded in minutes.
+func settle(b *testing.B, db *sql.DB) {
+	t0 := time.Now()
+	for merging := uint64(1); merging > 0 && time.Since(t0) < 15*time.Minute; {
+		if err := db.QueryRow(`SELECT count() FROM system.merges`).Scan(&merging); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
+}
+
+// measure asks url b.N times alone, then b.N times 16 at once, and reports the slowest
+// request alone, the slowest served and refused of the 16, and how many were refused.
+// server reads the query log.
+func measure(b *testing.B, url string, server *sql.DB) {
+	const clients = 16
+	// Alone first: the page's own latency, then 16 at once.
+	if *loadQueryLog {
+		time.Sleep(1100 * time.Millisecond) // the query log below is by the second
+	}
+	aloneFrom := time.Now()
+	var alone time.Duration
+	for range b.N {
+		start := time.Now()
+		if resp, _ := fetch(b, http.MethodGet, url); resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s alone: %d", url, resp.StatusCode)
+		}
+		alone = max(alone, time.Since(start))
+	}
+	if *loadQueryLog {
+		logQueries(b, server, url, aloneFrom)
+	}
+	var served, refused time.Duration
+	var nRefused int
+	for range b.N {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(func() {
+				start := time.Now()
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				resp.Body.Close()
+				d := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					served = max(served, d)
+				case http.StatusServiceUnavailable:
+					refused, nRefused = max(refused, d), nRefused+1
+				default:
+					b.Errorf("%s: %d", url, resp.StatusCode)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
+	b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
+	b.ReportMetric(float64(refused.Milliseconds()), "max-503-ms")
+	b.ReportMetric(float64(nRefused)/float64(b.N), "503/16")
+}
+
+// generated inserts findings: the parameters are the first audit id's number, the first
+// second, the seconds spanned, the rows, the day (days before today: the callers' IPs) and
+// the rows again.
+const generated = `INSERT INTO findings (rule_id, severity, cluster, audit_id, event_time, verb, request_uri, api_group, api_version,
   resource, namespace, name, username, user_agent, source_ip, response_code, removed_in, removed_in_key, ingested_at)
 SELECT 'removed-api', 'warning', if(c % 10 = 0, 'staging', 'prod'), concat('a', toString(? + number)),
   toDateTime(? + intDiv(number * ?, ?)), 'list', concat('/apis/', grp, '/', ver, '/', res), grp, ver, res,
@@ -158,6 +169,16 @@ FROM (
     ['1.22','1.16','1.16','1.25','1.22','1.25','1.25','1.32','1.26','1.27','1.25','1.22','','1.16'][i] AS removed
   FROM numbers(?)
 )`
+
+// generate writes n findings over the 90 days before now, day by day in time order as the
+// service receives them (the day of now up to now), server-side: 7,400 callers (a service
+// account, its namespace among 200 and its user agent among 30, two of them kubelets of
+// 1.31), each calling two of 14 APIs from one of 7 IPs a day; a tenth of the callers in a
+// second cluster. Then it compacts the days as the service does (chtest.CompactDays), and
+// returns how many findings today holds.
+func generate(b testing.TB, st *store.Store, now time.Time, n int) (todays int) {
+	ctx := context.Background()
+	const days = 90
 	today := now.UTC().Truncate(24 * time.Hour)
 	span := now.Sub(today.AddDate(0, 0, -days))
 	written := 0
@@ -175,12 +196,30 @@ FROM (
 		if rows <= 0 {
 			continue
 		}
-		if _, err := st.DB().ExecContext(ctx, q, written, start.Unix(), secs, rows, d, rows); err != nil {
+		if _, err := st.DB().ExecContext(ctx, generated, written, start.Unix(), secs, rows, d, rows); err != nil {
 			b.Fatal(err)
 		}
 		written += rows
+		if d == 0 {
+			todays = rows
+		}
 	}
 	chtest.CompactDays(b, st.DB())
+	return todays
+}
+
+// fillToday adds to today's findings (today of them already stored, n over 90 days) up to a
+// whole day's share of n: today as it is at the end of the day, its states the largest.
+func fillToday(b testing.TB, st *store.Store, now time.Time, n, today int) {
+	day := now.UTC().Truncate(24 * time.Hour)
+	rows := int(int64(n)*24*60*60/int64(now.Sub(day.AddDate(0, 0, -90))/time.Second)) - today
+	if rows <= 0 {
+		return
+	}
+	if _, err := st.DB().ExecContext(context.Background(), generated, n, day.Unix(), int64(now.Sub(day)/time.Second), rows, 0, rows); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("today filled with %d more findings, %d in all", rows, today+rows)
 }
 
 // logQueries logs the queries of path's requests alone (those begun since from), slowest

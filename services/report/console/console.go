@@ -120,9 +120,9 @@ const blocking = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
 // ClusterSummary is one cluster seen in the findings.
 type ClusterSummary struct {
 	Name string
-	// ThisWeek counts the findings from the start of this week on, LastWeek those of the
-	// seven days before it; each finding once by its identity.
-	ThisWeek, LastWeek uint64
+	// ThisWeek says the cluster has findings from the start of this week on, LastWeek in
+	// the seven days before it.
+	ThisWeek, LastWeek bool
 	// Newest is the time of the newest finding; NewestBlocker that of the newest finding
 	// that blocks the target (zero when none does).
 	Newest, NewestBlocker time.Time
@@ -133,33 +133,9 @@ type ClusterSummary struct {
 }
 
 // Clusters lists the clusters seen in findings or heartbeats (at most MaxClusters, by name)
-// with their counts for the week starting at weekStart and the week before it, judged against
-// target: ClusterList and WeekCounts.
+// with the newest finding that blocks target and whether they have findings in the week
+// starting at weekStart and the week before it.
 func (r Reader) Clusters(ctx context.Context, weekStart time.Time, target kubeversion.Version) ([]ClusterSummary, error) {
-	counts, err := r.WeekCounts(ctx, weekStart)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := r.ClusterList(ctx, target)
-	if err != nil {
-		return nil, err
-	}
-	for i := range cs {
-		cs[i].ThisWeek, cs[i].LastWeek = counts[cs[i].Name].ThisWeek, counts[cs[i].Name].LastWeek
-	}
-	return cs, nil
-}
-
-// WeekCount counts a cluster's findings from the start of a week on (ThisWeek) and in the
-// seven days before it (LastWeek), each finding once by its identity.
-type WeekCount struct {
-	ThisWeek, LastWeek uint64
-}
-
-// WeekCounts counts the findings of every cluster for the week starting at weekStart and
-// the week before it, by cluster name. What lies ahead of the weeks counts in this week (a
-// cluster's clock may run ahead).
-func (r Reader) WeekCounts(ctx context.Context, weekStart time.Time) (map[string]WeekCount, error) {
 	t, err := r.table()
 	if err != nil {
 		return nil, err
@@ -168,36 +144,39 @@ func (r Reader) WeekCounts(ctx context.Context, weekStart time.Time) (map[string
 	if err := (Window{prev, weekStart}).check(); err != nil {
 		return nil, err
 	}
-	// From the day rows of package rollup, with no key column: the fewer read, the faster.
-	src, args, err := rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{From: prev, To: farDay, Columns: []string{}})
+	cs, err := r.ClusterList(ctx, target)
 	if err != nil {
-		return nil, fmt.Errorf("query week counts: %w", err)
+		return nil, err
 	}
-	week := rollup.Day(weekStart)
-	q := `SELECT cluster,
-  toUInt64(sumIf(findings, day >= toDate(?))) AS this_week,
-  toUInt64(sumIf(findings, day < toDate(?))) AS last_week
-FROM (` + src + `)
-GROUP BY cluster`
-	counts := map[string]WeekCount{}
-	err = each(ctx, r.DB, "week counts", q, append([]any{week, week}, args...), func(rows *sql.Rows) error {
+	// Whether the weeks have findings, from the days that received them (package rollup):
+	// no count, so no merging of the day not yet compacted. What lies ahead of the weeks
+	// counts in this week (a cluster's clock may run ahead).
+	type weeks struct{ this, last bool }
+	has := map[string]weeks{}
+	err = each(ctx, r.DB, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
+FROM `+rollup.TablesFor(t).Changes+`
+WHERE day >= toDate(?)
+GROUP BY c`, []any{rollup.Day(weekStart), rollup.Day(weekStart), rollup.Day(prev)}, func(rows *sql.Rows) error {
 		var name string
-		var c WeekCount
-		if err := rows.Scan(&name, &c.ThisWeek, &c.LastWeek); err != nil {
+		var this, last uint8
+		if err := rows.Scan(&name, &this, &last); err != nil {
 			return err
 		}
-		counts[name] = c
+		has[name] = weeks{this == 1, last == 1}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return counts, nil
+	for i := range cs {
+		cs[i].ThisWeek, cs[i].LastWeek = has[cs[i].Name].this, has[cs[i].Name].last
+	}
+	return cs, nil
 }
 
 // ClusterList lists the clusters seen in findings or heartbeats (at most MaxClusters, by
 // name) with their newest finding, newest finding that blocks target and newest event; their
-// week counts are left zero (WeekCounts).
+// weeks are left unset (Clusters).
 func (r Reader) ClusterList(ctx context.Context, target kubeversion.Version) ([]ClusterSummary, error) {
 	t, err := r.table()
 	if err != nil {

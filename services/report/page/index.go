@@ -77,17 +77,7 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	lastFull := weekly.LastWeekEnding(now)
 	thisWeek := weekly.Date{Time: lastFull.AddDate(0, 0, 7)}
 	weekStart := thisWeek.AddDate(0, 0, -6)
-	// The week counts are read beside the clusters' rows: they change only which week the
-	// report links name.
-	var counts map[string]console.WeekCount
-	var countsErr error
-	counted := make(chan struct{})
-	go func() {
-		defer close(counted)
-		counts, countsErr = h.reader().WeekCounts(r.Context(), weekStart)
-	}()
-	defer func() { <-counted }()
-	clusters, err := h.reader().ClusterList(r.Context(), listTarget)
+	clusters, err := h.reader().Clusters(r.Context(), weekStart, listTarget)
 	if err != nil {
 		return err
 	}
@@ -117,20 +107,14 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			body.Clusters[i], errs[i] = h.clusterRow(r.Context(), c, chosen, now, days)
+			body.Clusters[i], errs[i] = h.clusterRow(r.Context(), c, chosen, now, lastFull, thisWeek, days)
 		})
 	}
 	wg.Wait()
-	<-counted
-	for _, err := range append(errs, countsErr) {
+	for _, err := range errs {
 		if err != nil {
 			return err
 		}
-	}
-	for i := range body.Clusters {
-		row := &body.Clusters[i]
-		row.ThisWeek, row.LastWeek = counts[row.Name].ThisWeek, counts[row.Name].LastWeek
-		row.Week = defaultWeek(row.ClusterSummary, lastFull, thisWeek)
 	}
 	return show(w, "index", view{Title: "auditlens: upgrade blockers by cluster", Body: body})
 }
@@ -138,10 +122,9 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 // indexParallel is how many clusters the first screen reads at once.
 const indexParallel = 2
 
-// clusterRow reads what the first screen shows of cluster c but its week counts (Week is
-// chosen by them).
-func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chosen weekly.Version, now time.Time, days int) (clusterRow, error) {
-	row := clusterRow{ClusterSummary: c}
+// clusterRow reads what the first screen shows of cluster c.
+func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chosen weekly.Version, now time.Time, lastFull, thisWeek weekly.Date, days int) (clusterRow, error) {
+	row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek)}
 	// The window ends today for a live cluster (an event within it), at its newest
 	// finding (else event) for an imported log.
 	row.Until, row.Live = weekly.DateOf(now), true
@@ -202,9 +185,9 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 // the week of the newest event that blocks the target, else of the newest event.
 func defaultWeek(c console.ClusterSummary, lastFull, thisWeek weekly.Date) weekly.Date {
 	switch {
-	case c.LastWeek > 0:
+	case c.LastWeek:
 		return lastFull
-	case c.ThisWeek > 0:
+	case c.ThisWeek:
 		return thisWeek
 	case !c.NewestBlocker.IsZero():
 		return weekEnding(c.NewestBlocker)

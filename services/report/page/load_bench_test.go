@@ -22,7 +22,7 @@ var (
 	loadQueries  = flag.Int("console.max-queries", DefaultLimits().MaxQueries, "BenchmarkConsoleUnderLoad: Limits.MaxQueries")
 	loadTimeout  = flag.Duration("console.timeout", DefaultLimits().QueryTimeout, "BenchmarkConsoleUnderLoad: Limits.QueryTimeout")
 	loadQueryLog = flag.Bool("console.query-log", false, "BenchmarkConsoleUnderLoad: log the queries of one request per page alone (ClickHouse's query_log)")
-	loadEndOfDay = flag.Bool("console.end-of-day", false, "BenchmarkConsoleUnderLoad: then fill today up to a whole day's findings (the end of a day) and ask / again")
+	loadEndOfDay = flag.Bool("console.end-of-day", false, "BenchmarkConsoleUnderLoad: then fill today up to a whole day's findings (the end of a day) and ask every page again")
 )
 
 // BenchmarkConsoleUnderLoad serves every console page to 16 clients at once over
@@ -75,7 +75,9 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		// The day not yet compacted is merged by every read: the later in the day, the more.
 		fillToday(b, st, now, *loadFindings, today)
 		settle(b, st.DB())
-		b.Run("index-end-of-day", func(b *testing.B) { measure(b, srv.URL+"/", st.DB()) })
+		for _, p := range pages {
+			b.Run(p.name+"-end-of-day", func(b *testing.B) { measure(b, srv.URL+p.path, st.DB()) })
+		}
 	}
 }
 

@@ -95,9 +95,17 @@ LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows 
 	if err != nil || len(out) == 0 {
 		return nil, err
 	}
-	names, err := r.blockerNames(ctx, t, cluster, target, hashes, callers, days)
+	names, err := r.blockerNames(ctx, t, cluster, w, target, hashes, callers, days)
 	if err != nil {
 		return nil, err
+	}
+	if !names.cover(hashes, callers) {
+		// On a replicated store the counts may come from one replica and the names from
+		// another, which may not yet hold a key written a moment ago: once more, over the
+		// whole window.
+		if names, err = r.blockerNames(ctx, t, cluster, w, target, hashes, callers, nil); err != nil {
+			return nil, err
+		}
 	}
 	for i := range out {
 		b := &out[i]
@@ -108,10 +116,8 @@ LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows 
 		b.Key, b.RemovedIn, b.Replacement = key.Key, key.RemovedIn, key.Replacement
 		cs := tops[i]
 		for j := range cs {
-			who, ok := names.callers[cs[j].ID]
-			if !ok {
-				return nil, fmt.Errorf("caller %s of %s: no name in the day states", cs[j].ID, cluster)
-			}
+			// A caller still without a name is listed by its id (its links work by id).
+			who := names.callers[cs[j].ID]
 			cs[j].Username, cs[j].UserAgent, cs[j].SourceIP = who[0], who[1], who[2]
 		}
 		// The candidates come busiest first; those as busy as the last listed are ordered by
@@ -160,18 +166,39 @@ type names struct {
 	callers  map[string][3]string
 }
 
+// cover reports whether n names every blocker and caller given by their hashes.
+func (n names) cover(blockers, callers []uint64) bool {
+	for _, b := range blockers {
+		if _, ok := n.blockers[b]; !ok {
+			return false
+		}
+	}
+	for _, c := range callers {
+		if _, ok := n.callers[strconv.FormatUint(c, 10)]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // blockerNames reads the names of the blockers and callers given by their hashes from the
-// key columns of cluster's day states that block target, on the days given: those the
-// callers were last seen, whose states hold their keys. Reading key columns merges nothing.
-func (r Reader) blockerNames(ctx context.Context, t, cluster string, target kubeversion.Version, blockers, callers []uint64, days []string) (names, error) {
+// key columns of cluster's day states that block target, on the days given (those the
+// callers were last seen, whose states hold their keys), or over w's days when days is nil.
+// Reading key columns merges nothing.
+func (r Reader) blockerNames(ctx context.Context, t, cluster string, w Window, target kubeversion.Version, blockers, callers []uint64, days []string) (names, error) {
 	n := names{blockers: map[uint64]Blocker{}, callers: map[string][3]string{}}
+	onDays, args := `day IN (SELECT toDate(arrayJoin(?)))`, []any{cluster, days}
+	if days == nil {
+		from, to := rollup.Span(w.From, w.To)
+		onDays, args = `day >= toDate(?) AND day < toDate(?)`, []any{cluster, rollup.Day(from), rollup.Day(to)}
+	}
 	err := each(ctx, r.DB, "blocker names", `SELECT `+rollup.BlockerHash+` AS b, `+rollup.CallerHash+` AS c,
   any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
   any(username), any(user_agent), any(source_ip)
 FROM `+rollup.TablesFor(t).State+`
-WHERE cluster = ? AND day IN (SELECT toDate(arrayJoin(?))) AND `+blocking+`
+WHERE cluster = ? AND `+onDays+` AND `+blocking+`
   AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
-GROUP BY b, c`, []any{cluster, days, target.Key(), blockers, callers}, func(rows *sql.Rows) error {
+GROUP BY b, c`, append(args, target.Key(), blockers, callers), func(rows *sql.Rows) error {
 		var b, c uint64
 		var k Blocker
 		var who [3]string

@@ -153,6 +153,13 @@ func testQueries(t *testing.T, r console.Reader) {
 		if a.Findings != 1 || b.Findings != 1 || a.Username+a.UserAgent+a.SourceIP >= b.Username+b.UserAgent+b.SourceIP {
 			t.Errorf("tied top callers out of order: %+v then %+v", a, b)
 		}
+		// Names missing where they were first read (a replica behind) are read again.
+		restore := console.MissNames()
+		again, err := r.Blockers(ctx, "prod", week, kubeversion.MustParse("1.25"))
+		restore()
+		if err != nil || !reflect.DeepEqual(again, got) {
+			t.Errorf("blockers with their names read again: %+v %v, want %+v", again, err, got)
+		}
 		if got, err := r.Blockers(ctx, "prod", week, kubeversion.MustParse("1.21")); err != nil || len(got) != 0 {
 			t.Errorf("blockers for 1.21: %+v %v", got, err)
 		}

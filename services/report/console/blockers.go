@@ -66,7 +66,8 @@ func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target k
 	seen := map[string]bool{}
 	var days []string // the days each candidate was last seen, where its key has a state
 	err = each(ctx, r.DB, "blockers", `SELECT blocker, toUInt64(sum(n)) AS total, toUInt64(count()), toUInt32(max(l)),
-  arrayMap(c -> toUInt64(c.1), arraySlice(arraySort(c -> (-toInt64(c.1), c.2), groupArray((n, caller, f, l))), 1, ?) AS top), arrayMap(c -> c.2, top), arrayMap(c -> toUInt64(c.3), top), arrayMap(c -> toUInt64(c.4), top)
+  arrayMap(c -> toUInt64(c.1), arraySlice(arraySort(c -> (-toInt64(c.1), c.2), groupArray((n, caller, f, l))), 1, ?) AS top),
+  arrayMap(c -> c.2, top), arrayMap(c -> toUInt64(c.3), top), arrayMap(c -> toUInt64(c.4), top)
 FROM (
   SELECT blocker, caller, sum(findings) AS n, min(first_seen) AS f, max(last_seen) AS l
   FROM (`+src+`)

@@ -200,11 +200,12 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		inner := []string{"cluster", "day"}
 		for _, k := range keys {
 			if h, ok := hashed[k]; ok {
-				args := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
-				for i, a := range args {
-					args[i] = "any(" + a + ")"
+				// The hash of the group's one value of each column hashed.
+				cols := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
+				for i, c := range cols {
+					cols[i] = "any(" + c + ")"
 				}
-				inner = append(inner, "cityHash64("+strings.Join(args, ", ")+") AS s_"+k)
+				inner = append(inner, "cityHash64("+strings.Join(cols, ", ")+") AS s_"+k)
 				continue
 			}
 			inner = append(inner, "any("+k+") AS s_"+k)

@@ -23,13 +23,9 @@ type Caller struct {
 	ID string
 }
 
-// callerIDOf is the SQL of Caller.ID over the given user, user agent and source IP columns;
-// callerID over the findings' own.
-func callerIDOf(user, agent, ip string) string {
-	return "toString(cityHash64(" + user + ", " + agent + ", " + ip + "))"
-}
-
-var callerID = callerIDOf("username", "user_agent", "source_ip")
+// callerID is the SQL of Caller.ID over the findings' columns; the day rows give it as
+// their caller column (package rollup).
+const callerID = `toString(` + rollup.CallerHash + `)`
 
 // CallersQuery asks for the callers of one blocker of Cluster in a window, busiest first.
 type CallersQuery struct {
@@ -48,17 +44,17 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 	if err := q.Key.check(); err != nil {
 		return nil, false, err
 	}
-	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"username", "user_agent", "source_ip", "first_seen", "last_seen"},
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"caller", "username", "user_agent", "source_ip", "first_seen", "last_seen"},
 		`rule_id = ? AND api_group = ? AND api_version = ? AND resource = ?`,
 		q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource)
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, ` + callerIDOf("c_user", "c_agent", "c_ip") + ` FROM (
+	stmt := `SELECT c_user, c_agent, c_ip, n, c_first, c_last, c_id FROM (
   SELECT any(username) AS c_user, any(user_agent) AS c_agent, any(source_ip) AS c_ip, toUInt64(sum(findings)) AS n,
-    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last
+    toUInt32(min(first_seen)) AS c_first, toUInt32(max(last_seen)) AS c_last, toString(caller) AS c_id
   FROM (` + src + `)
-  GROUP BY ` + hashOf("username, user_agent, source_ip") + `
+  GROUP BY caller
 )
 ORDER BY n DESC, c_user, c_agent, c_ip
 LIMIT ?, ?`
@@ -345,18 +341,17 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
 	// _ in the text as wildcards.
 	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"api_group", "api_version", "resource", "removed_in",
-		"username", "user_agent", "source_ip", "namespace", "first_seen", "last_seen"}, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
+		"caller", "username", "user_agent", "source_ip", "namespace", "first_seen", "last_seen"}, `position(lowerUTF8(`+col+`), lowerUTF8(?)) > 0`, q.Text)
 	if err != nil {
 		return nil, false, err
 	}
-	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns,
-  ` + callerIDOf("m_user", "m_agent", "m_ip") + ` FROM (
+	stmt := `SELECT m_rule, m_group, m_version, m_resource, m_removed, m_user, m_agent, m_ip, n, m_first, m_last, m_ns, m_id FROM (
   SELECT any(rule_id) AS m_rule, any(api_group) AS m_group, any(api_version) AS m_version, any(resource) AS m_resource,
     any(removed_in) AS m_removed, any(username) AS m_user, any(user_agent) AS m_agent, any(source_ip) AS m_ip,
     toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS m_first, toUInt32(max(last_seen)) AS m_last,
-    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns
+    arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS m_ns, toString(any(caller)) AS m_id
   FROM (` + src + `)
-  GROUP BY ` + hashOf("rule_id, api_group, api_version, resource, removed_in, username, user_agent, source_ip") + `
+  GROUP BY ` + hashOf("rule_id, api_group, api_version, resource, removed_in, caller") + `
 )
 ORDER BY n DESC, m_rule, m_group, m_version, m_resource, m_user, m_agent, m_ip
 LIMIT ?, ?`

@@ -239,3 +239,90 @@ INSERT INTO auditlens.finding_requests
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
        event_time, audit_id
 FROM auditlens.findings;
+
+-- migration 7: finding hours
+CREATE TABLE IF NOT EXISTS auditlens.finding_hours_state (
+    cluster        String,
+    hour           DateTime('UTC'),
+    rule_id        String,
+    removed_in_key UInt32,
+    api_group      String,
+    api_version    String,
+    resource       String,
+    removed_in     String,
+    replacement    String,
+    username       String,
+    user_agent     String,
+    namespace      String,
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.finding_hour_changes (
+    cluster String,
+    hour    DateTime('UTC'),
+    changed AggregateFunction(max, UInt32)
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_prefixes (
+    cluster        String,
+    day            Date,
+    rule_id        String,
+    removed_in_key UInt32,
+    api_group      String,
+    api_version    String,
+    resource       String,
+    removed_in     String,
+    replacement    String,
+    username       String,
+    user_agent     String,
+    namespace      String,
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, build);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_prefix_builds (
+    cluster String,
+    day     Date,
+    until   DateTime('UTC'),
+    built   UInt32,
+    build   UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hours_state_mv TO auditlens.finding_hours_state AS
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hour_changes_mv TO auditlens.finding_hour_changes AS
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+GROUP BY cluster, hour;
+INSERT INTO auditlens.finding_hours_state
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+INSERT INTO auditlens.finding_hour_changes
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour;

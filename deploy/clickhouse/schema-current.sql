@@ -240,5 +240,92 @@ SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, 
        event_time, audit_id
 FROM auditlens.findings;
 
+-- migration 7: finding hours
+CREATE TABLE IF NOT EXISTS auditlens.finding_hours_state (
+    cluster        LowCardinality(String),
+    hour           DateTime('UTC'),
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    removed_in     LowCardinality(String),
+    replacement    LowCardinality(String),
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.finding_hour_changes (
+    cluster LowCardinality(String),
+    hour    DateTime('UTC'),
+    changed AggregateFunction(max, UInt32)
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_prefixes (
+    cluster        LowCardinality(String),
+    day            Date,
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    removed_in     LowCardinality(String),
+    replacement    LowCardinality(String),
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, build);
+CREATE TABLE IF NOT EXISTS auditlens.finding_day_prefix_builds (
+    cluster LowCardinality(String),
+    day     Date,
+    until   DateTime('UTC'),
+    built   UInt32,
+    build   UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hours_state_mv TO auditlens.finding_hours_state AS
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hour_changes_mv TO auditlens.finding_hour_changes AS
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+GROUP BY cluster, hour;
+INSERT INTO auditlens.finding_hours_state
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+INSERT INTO auditlens.finding_hour_changes
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour;
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -396,6 +396,6 @@ func CompactDays(tb testing.TB, db *sql.DB) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Logf("compacted %d cluster days in %v", n, time.Since(t0).Round(time.Millisecond))
+		tb.Logf("compacted %d cluster days and %d prefixes in %v", n.Days, n.Prefixes, time.Since(t0).Round(time.Millisecond))
 	}
 }

@@ -41,8 +41,8 @@ type Compactor struct {
 	tables Tables
 	log    *slog.Logger
 
-	built, failed prometheus.Counter
-	last          prometheus.Gauge
+	built, prefixes, failed prometheus.Counter
+	last                    prometheus.Gauge
 }
 
 // NewCompactor returns the compaction of the day tables beside findings (see TablesFor).
@@ -50,13 +50,15 @@ func NewCompactor(cfg Config, db *sql.DB, findings string, log *slog.Logger, reg
 	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log,
 		built: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_days_built_total",
 			Help: "Cluster days whose finding states were turned into plain per-day counts."}),
+		prefixes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_prefixes_built_total",
+			Help: "Builds of the first hours of a cluster's day under way into plain counts (one per cluster and hour at most, more when late findings change an hour built)."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_errors_total",
 			Help: "Compactions that failed (the days stay readable from their states)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
 			Help: "When a compaction last completed."}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.built, c.failed, c.last)
+		reg.MustRegister(c.built, c.prefixes, c.failed, c.last)
 	}
 	return c
 }
@@ -73,17 +75,18 @@ func (c *Compactor) Run(ctx context.Context) error {
 	for {
 		start := time.Now()
 		n, err := Compact(ctx, c.db, c.tables)
-		c.built.Add(float64(n))
+		c.built.Add(float64(n.Days))
+		c.prefixes.Add(float64(n.Prefixes))
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			c.failed.Inc()
-			c.log.Warn("compacting the finding days failed; they stay readable from their states", "built", n, "err", err)
+			c.log.Warn("compacting the finding days failed; they stay readable from their states", "days", n.Days, "prefixes", n.Prefixes, "err", err)
 		default:
 			c.last.SetToCurrentTime()
-			if n > 0 {
-				c.log.Info("compacted finding days", "days", n, "took", time.Since(start).Round(time.Millisecond))
+			if n.Days+n.Prefixes > 0 {
+				c.log.Info("compacted finding days", "days", n.Days, "prefixes", n.Prefixes, "took", time.Since(start).Round(time.Millisecond))
 			}
 		}
 		select {

@@ -13,6 +13,20 @@ func SetMargin(d time.Duration) (restore func()) {
 	return func() { margin = old }
 }
 
+// SetNow makes Compact act as if the server's clock read now.
+func SetNow(now time.Time) (restore func()) {
+	old := clock
+	clock = func(time.Time) time.Time { return now }
+	return func() { clock = old }
+}
+
+// PrefixedDays returns the days ("YYYY-MM-DD cluster") of cluster in [from, to) that Days
+// reads from a prefix and the states of the later hours.
+func PrefixedDays(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) ([]string, error) {
+	p, err := plan(ctx, db, t, cluster, from, to)
+	return p.prefixed, err
+}
+
 // CleanDays returns the days ("YYYY-MM-DD cluster") of cluster in [from, to) that Days reads
 // from their builds.
 func CleanDays(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) ([]string, error) {
@@ -21,13 +35,13 @@ func CleanDays(ctx context.Context, db *sql.DB, t Tables, cluster string, from, 
 		return nil, err
 	}
 	changed := map[string]bool{}
-	err = each(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(0), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
 WHERE (? = '' OR cluster = ?) AND day >= toDate(?) AND day < toDate(?) GROUP BY cluster, day`,
 		[]any{cluster, cluster, Day(from), Day(to)}, func(c, d string, _ uint32, _ uint64) { changed[pair(d, c)] = true })
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range p.dirty {
+	for _, d := range append(p.dirty, p.prefixed...) {
 		delete(changed, d)
 	}
 	var out []string

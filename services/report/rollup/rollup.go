@@ -13,8 +13,16 @@
 // one build per cluster and day recorded in finding_day_builds (by the server's clock when
 // the build began). A second view notes in finding_day_changes when each day last received
 // findings. Days reads a day from finding_days when its newest build began more than Margin
-// after its newest change, and from the states otherwise (today, and a day an imported log
-// or a late redelivery changed since): both give the same exact counts.
+// after its newest change, and from the states otherwise (a day an imported log or a late
+// redelivery changed since): both give the same exact counts.
+//
+// Today has no build until it is over, and the cost of merging its states grows with its
+// findings until midnight. So the states are also kept by event-time hour
+// (finding_hours_state and finding_hour_changes, migration 7), and Compact builds the hours
+// of today that are over into a prefix of the day (finding_day_prefixes, recorded in
+// finding_day_prefix_builds with the hour it ends at). Days reads today from its newest
+// current prefix and the states of the later hours: the merging is bounded by an hour's
+// findings. A finding lies in one hour, so the prefix and the later hours are disjoint.
 package rollup
 
 import (
@@ -39,6 +47,9 @@ var margin = Margin
 // Tables names the tables of one findings table's database.
 type Tables struct {
 	State, Changes, Days, Builds string
+	// HourState and HourChanges are State and Changes by event-time hour; Prefixes and
+	// PrefixBuilds hold the builds of a day's first hours (migration 7 of package store).
+	HourState, HourChanges, Prefixes, PrefixBuilds string
 	// Requests indexes the findings' audit ids by blocker, caller and time.
 	Requests string
 }
@@ -50,11 +61,15 @@ func TablesFor(findings string) Tables {
 		prefix = findings[:i+1]
 	}
 	return Tables{
-		State:    prefix + "finding_days_state",
-		Changes:  prefix + "finding_day_changes",
-		Days:     prefix + "finding_days",
-		Builds:   prefix + "finding_day_builds",
-		Requests: prefix + "finding_requests",
+		State:        prefix + "finding_days_state",
+		Changes:      prefix + "finding_day_changes",
+		Days:         prefix + "finding_days",
+		Builds:       prefix + "finding_day_builds",
+		HourState:    prefix + "finding_hours_state",
+		HourChanges:  prefix + "finding_hour_changes",
+		Prefixes:     prefix + "finding_day_prefixes",
+		PrefixBuilds: prefix + "finding_day_prefix_builds",
+		Requests:     prefix + "finding_requests",
 	}
 }
 
@@ -152,10 +167,12 @@ var merged = map[string]string{
 // cluster, day (Date), the Key columns and hashes of f.Columns, findings (UInt64, distinct
 // findings) and of message, first_seen and last_seen (UInt32 Unix seconds) those f.Columns
 // names. Each cluster's day comes whole from the rows of its newest build when that build is
-// current, else from the states. Each row holds the findings of one whole key of a day (the
-// states are merged by the hash of the whole key, which keeps their sets small: merging them
-// costs about a third of a microsecond per finding on 18.16), so rows are disjoint in
-// findings and sums of findings over any grouping are exact.
+// current; else, when one of its prefixes (the build of its first hours) is current, from
+// the prefix's rows and the states of the later hours; else from the day's states. States
+// are merged by the hash of their whole key, which keeps their sets small (merging them costs
+// about a third of a microsecond per finding on 18.16). A key's day comes in one row, or in
+// two when it is read as a prefix and later hours; rows are disjoint in findings either
+// way, so sums of findings over any grouping are exact.
 func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, error) {
 	keys, values, err := f.columns()
 	if err != nil {
@@ -173,69 +190,100 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	out := strings.Join(append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...), ", ")
 	var parts []string
 	var all []any
-	if len(p.builds) > 0 || len(p.dirty) == 0 {
-		// Build ids are random numbers of ours, never input: written as literals, they make
-		// an IN set (never empty: 0 names no build).
-		ids := make([]string, 0, len(p.builds)+1)
-		ids = append(ids, "0")
-		for _, id := range p.builds {
-			ids = append(ids, strconv.FormatUint(id, 10))
-		}
-		sel := []string{"cluster", "day"}
-		for _, k := range keys {
-			if h, ok := hashed[k]; ok {
-				k = h + " AS " + k
-			}
-			sel = append(sel, k)
-		}
-		sel = append(append(sel, values...), "findings")
-		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+`
-  FROM `+t.Days+`
-  WHERE `+where+` AND build IN (`+strings.Join(ids, ", ")+`)`)
+	if len(p.builds) > 0 || len(p.prefixes)+len(p.dirty) == 0 {
+		parts = append(parts, builtRows(t.Days, keys, values, where, p.builds))
+		all = append(all, args...)
+	}
+	if len(p.prefixes) > 0 {
+		parts = append(parts, builtRows(t.Prefixes, keys, values, where, p.prefixes))
 		all = append(all, args...)
 	}
 	if len(p.dirty) > 0 {
-		// Grouped by the whole key's hash, the inner names carry a prefix: an alias named
-		// as a column would stand for it in the GROUP BY.
-		inner := []string{"cluster", "day"}
-		for _, k := range keys {
-			if h, ok := hashed[k]; ok {
-				// The hash of the group's one value of each column hashed.
-				cols := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
-				for i, c := range cols {
-					cols[i] = "any(" + c + ")"
-				}
-				inner = append(inner, "cityHash64("+strings.Join(cols, ", ")+") AS s_"+k)
-				continue
-			}
-			inner = append(inner, "any("+k+") AS s_"+k)
-		}
-		for _, v := range values {
-			inner = append(inner, merged[v]+" AS s_"+v)
-		}
-		inner = append(inner, "uniqExactMerge(findings) AS s_findings")
-		sel := []string{"cluster", "day"}
-		for _, c := range append(append(append([]string{}, keys...), values...), "findings") {
-			sel = append(sel, "s_"+c+" AS "+c)
-		}
-		parts = append(parts, `SELECT `+strings.Join(sel, ", ")+` FROM (
-  SELECT `+strings.Join(inner, ", ")+`
-  FROM `+t.State+`
-  WHERE `+where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)
-  GROUP BY cluster, day, cityHash64(`+Key+`))`)
+		parts = append(parts, mergedStates(t.State, "day", keys, values,
+			where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)`))
 		all = append(all, args...)
 		all = append(all, p.first, p.last, p.dirty)
+	}
+	if len(p.tail) > 0 {
+		parts = append(parts, mergedStates(t.HourState, "toDate(hour) AS day", keys, values,
+			where+` AND hour >= toDateTime(?) AND hour <= toDateTime(?) AND has(?, `+clusterHour+`)`))
+		all = append(all, args...)
+		all = append(all, p.firstHour, p.lastHour, p.tail)
 	}
 	return `SELECT ` + out + ` FROM (
   ` + strings.Join(parts, "\n  UNION ALL\n  ") + `
 )`, all, nil
 }
 
-// clusterDay names a cluster's day as "YYYY-MM-DD cluster": the day has a fixed length, so
-// no cluster name makes two pairs alike.
-const clusterDay = `concat(toString(day), ' ', toString(cluster))`
+// builtRows selects the rows of the builds ids from table (finding_days or
+// finding_day_prefixes) that satisfy where.
+func builtRows(table string, keys, values []string, where string, ids []uint64) string {
+	// Build ids are random numbers of ours, never input: written as literals, they make an IN
+	// set (never empty: 0 names no build).
+	set := make([]string, 0, len(ids)+1)
+	set = append(set, "0")
+	for _, id := range ids {
+		set = append(set, strconv.FormatUint(id, 10))
+	}
+	sel := []string{"cluster", "day"}
+	for _, k := range keys {
+		if h, ok := hashed[k]; ok {
+			k = h + " AS " + k
+		}
+		sel = append(sel, k)
+	}
+	sel = append(append(sel, values...), "findings")
+	return `SELECT ` + strings.Join(sel, ", ") + `
+  FROM ` + table + `
+  WHERE ` + where + ` AND build IN (` + strings.Join(set, ", ") + `)`
+}
+
+// mergedStates selects from table (finding_days_state or finding_hours_state, whose day is
+// the expression day) the states that satisfy where, merged by cluster, day and key.
+func mergedStates(table, day string, keys, values []string, where string) string {
+	// Grouped by the whole key's hash, the inner names carry a prefix: an alias named as a
+	// column would stand for it in the GROUP BY.
+	inner := []string{"cluster", day}
+	for _, k := range keys {
+		if h, ok := hashed[k]; ok {
+			// The hash of the group's one value of each column hashed.
+			cols := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
+			for i, c := range cols {
+				cols[i] = "any(" + c + ")"
+			}
+			inner = append(inner, "cityHash64("+strings.Join(cols, ", ")+") AS s_"+k)
+			continue
+		}
+		inner = append(inner, "any("+k+") AS s_"+k)
+	}
+	for _, v := range values {
+		inner = append(inner, merged[v]+" AS s_"+v)
+	}
+	inner = append(inner, "uniqExactMerge(findings) AS s_findings")
+	sel := []string{"cluster", "day"}
+	for _, c := range append(append(append([]string{}, keys...), values...), "findings") {
+		sel = append(sel, "s_"+c+" AS "+c)
+	}
+	return `SELECT ` + strings.Join(sel, ", ") + ` FROM (
+  SELECT ` + strings.Join(inner, ", ") + `
+  FROM ` + table + `
+  WHERE ` + where + `
+  GROUP BY cluster, day, cityHash64(` + Key + `))`
+}
+
+// clusterDay names a cluster's day as "YYYY-MM-DD cluster", and clusterHour a cluster's
+// hour as "Unix-seconds cluster": the day and the seconds have a fixed length, so no
+// cluster name makes two pairs alike.
+const (
+	clusterDay  = `concat(toString(day), ' ', toString(cluster))`
+	clusterHour = `concat(toString(toUInt32(hour)), ' ', toString(cluster))`
+)
 
 func pair(day, cluster string) string { return day + " " + cluster }
+
+func hourPair(hour uint32, cluster string) string {
+	return strconv.FormatUint(uint64(hour), 10) + " " + cluster
+}
 
 // span is the condition on cluster ("" for every cluster) and the days [from, to), and its
 // arguments.
@@ -248,27 +296,41 @@ func span(cluster string, from, to time.Time) (string, []any) {
 
 // readPlan says where each cluster's day of a span is read from.
 type readPlan struct {
-	// builds are the ids of the current builds.
-	builds []uint64
+	// builds are the ids of the current day builds, prefixes those of the current prefixes
+	// of the days prefixed ("YYYY-MM-DD cluster").
+	builds, prefixes []uint64
+	prefixed         []string
 	// dirty are the days ("YYYY-MM-DD cluster") read from their states, between first and
 	// last (YYYY-MM-DD).
 	dirty       []string
 	first, last string
+	// tail are the hours (hourPair) after the prefixes read from their states, between
+	// firstHour and lastHour (Unix seconds).
+	tail                []string
+	firstHour, lastHour uint32
+}
+
+// prefix is one build of a cluster's day's first hours, those before until.
+type prefix struct {
+	until, built uint32
+	build        uint64
 }
 
 // plan reads which days of cluster ("" for every cluster) in [from, to) have a current
-// build: one that began more than the margin after the day last changed.
+// build (one that began more than the margin after the day last changed), and of the others
+// which have a current prefix (one that began more than the margin after each of its hours
+// last changed).
 func plan(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) (readPlan, error) {
 	where, args := span(cluster, from, to)
 	changed := map[string]uint32{}
-	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt64(0) FROM `+t.Changes+`
+	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
 WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, ts uint32, _ uint64) { changed[pair(d, c)] = ts })
 	if err != nil {
 		return readPlan{}, fmt.Errorf("read the days' changes: %w", err)
 	}
 	var p readPlan
 	current := map[string]bool{}
-	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), argMax(build, built) FROM `+t.Builds+`
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt32(0), argMax(build, built) FROM `+t.Builds+`
 WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, built uint32, build uint64) {
 		if ch, ok := changed[pair(d, c)]; ok && covers(built, ch) {
 			current[pair(d, c)] = true
@@ -278,8 +340,28 @@ WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, built uint32, bu
 	if err != nil {
 		return readPlan{}, fmt.Errorf("read the days' builds: %w", err)
 	}
+	var open []string
 	for cd := range changed {
-		if current[cd] {
+		if !current[cd] {
+			open = append(open, cd)
+		}
+	}
+	sort.Strings(open)
+	byPrefix, err := readPrefixes(ctx, db, t, cluster, open)
+	if err != nil {
+		return readPlan{}, err
+	}
+	for _, cd := range open {
+		if tail, ok := byPrefix[cd]; ok {
+			p.prefixes = append(p.prefixes, tail.build)
+			p.prefixed = append(p.prefixed, cd)
+			for _, h := range tail.hours {
+				p.tail = append(p.tail, hourPair(h, cd[len(DayFormat)+1:]))
+				if p.firstHour == 0 || h < p.firstHour {
+					p.firstHour = h
+				}
+				p.lastHour = max(p.lastHour, h)
+			}
 			continue
 		}
 		p.dirty = append(p.dirty, cd)
@@ -291,8 +373,113 @@ WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, built uint32, bu
 			p.last = d
 		}
 	}
-	sort.Strings(p.dirty)
+	sort.Strings(p.tail)
 	return p, nil
+}
+
+// prefixTail is a day's current prefix, and the hours after it that have findings.
+type prefixTail struct {
+	build uint64
+	hours []uint32
+}
+
+// readPrefixes returns, of the days ("YYYY-MM-DD cluster", sorted) of cluster ("" for
+// every cluster), those that have a current prefix: the one that ends latest, and the
+// hours after it that changed.
+func readPrefixes(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string) (map[string]prefixTail, error) {
+	if len(days) == 0 {
+		return nil, nil
+	}
+	cond, args := "", []any{}
+	if cluster != "" {
+		cond, args = "cluster = ? AND ", []any{cluster}
+	}
+	first, err := time.Parse(DayFormat, days[0][:len(DayFormat)])
+	if err != nil {
+		return nil, err
+	}
+	last := first
+	for _, cd := range days {
+		d, err := time.Parse(DayFormat, cd[:len(DayFormat)])
+		if err != nil {
+			return nil, err
+		}
+		first, last = minTime(first, d), maxTime(last, d)
+	}
+	prefixes := map[string][]prefix{}
+	err = scan(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(until), built, build FROM `+t.PrefixBuilds+`
+WHERE `+cond+`day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)`,
+		append(args, Day(first), Day(last), days), func(c, d string, until, built uint32, build uint64) {
+			prefixes[pair(d, c)] = append(prefixes[pair(d, c)], prefix{until: until, built: built, build: build})
+		})
+	if err != nil || len(prefixes) == 0 {
+		return nil, wrap("read the days' prefixes", err)
+	}
+	hours := map[string]map[uint32]uint32{}
+	err = scan(ctx, db, `SELECT toString(cluster), toString(toDate(hour)), toUInt32(hour), maxMerge(changed), toUInt64(0) FROM `+t.HourChanges+`
+WHERE `+cond+`hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster, hour`,
+		append(args, first.Unix(), last.AddDate(0, 0, 1).Unix()), func(c, d string, hour, changed uint32, _ uint64) {
+			if hours[pair(d, c)] == nil {
+				hours[pair(d, c)] = map[uint32]uint32{}
+			}
+			hours[pair(d, c)][hour] = changed
+		})
+	if err != nil {
+		return nil, wrap("read the hours' changes", err)
+	}
+	out := map[string]prefixTail{}
+	for cd, ps := range prefixes {
+		// The latest end first; of two ending alike, the newer.
+		sort.Slice(ps, func(i, j int) bool {
+			if ps[i].until != ps[j].until {
+				return ps[i].until > ps[j].until
+			}
+			return ps[i].built > ps[j].built
+		})
+		for _, pr := range ps {
+			if tail, ok := pr.current(hours[cd]); ok {
+				out[cd] = prefixTail{build: pr.build, hours: tail}
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// current reports whether the prefix counts every finding of the hours before its end,
+// given when each hour of its day last changed, and returns the hours after it.
+func (pr prefix) current(changed map[uint32]uint32) (tail []uint32, ok bool) {
+	for h, ch := range changed {
+		switch {
+		case h >= pr.until:
+			tail = append(tail, h)
+		case !covers(pr.built, ch):
+			return nil, false
+		}
+	}
+	sort.Slice(tail, func(i, j int) bool { return tail[i] < tail[j] })
+	return tail, true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // covers reports whether a build begun at built (Unix seconds, server clock) counts every
@@ -301,36 +488,91 @@ func covers(built, changed uint32) bool {
 	return int64(built) > int64(changed)+int64(margin/time.Second)
 }
 
+// clock turns the server's time into the time Compact acts at (tests move it).
+var clock = func(server time.Time) time.Time { return server }
+
+// Built counts what a compaction built.
+type Built struct {
+	// Days are the cluster days built whole, Prefixes the builds of today's first hours.
+	Days, Prefixes int
+}
+
 // Compact builds, for every cluster, each day that is over (it ended Margin ago by the
-// server's clock) and changed since its newest build or never had one, and returns how many
-// it built. Builds of the same day by two report replicas at once are harmless: each is
-// complete, and readers take the newest.
-func Compact(ctx context.Context, db *sql.DB, t Tables) (int, error) {
+// server's clock) and changed since its newest build or never had one, and the prefix of
+// the day under way: its hours that are over, when one of them changed since the newest
+// prefix of them all. Builds of the same day by two report replicas at once are harmless:
+// each is complete, and readers take the newest.
+func Compact(ctx context.Context, db *sql.DB, t Tables) (Built, error) {
+	var built Built
 	var now uint32
 	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
-		return 0, fmt.Errorf("compact: read the server's clock: %w", err)
+		return built, fmt.Errorf("compact: read the server's clock: %w", err)
 	}
-	over := Day(time.Unix(int64(now), 0).Add(-margin))
+	at := clock(time.Unix(int64(now), 0)).Add(-margin).UTC()
+	over := Day(at)
 	type clusterDay struct{ cluster, day string }
 	changed := map[clusterDay]uint32{}
-	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt64(0) FROM `+t.Changes+`
+	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
 WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { changed[clusterDay{c, d}] = ts })
 	if err != nil {
-		return 0, fmt.Errorf("compact: read the days' changes: %w", err)
+		return built, fmt.Errorf("compact: read the days' changes: %w", err)
 	}
-	built := map[clusterDay]uint32{}
-	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt64(0) FROM `+t.Builds+`
-WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { built[clusterDay{c, d}] = ts })
+	builds := map[clusterDay]uint32{}
+	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt32(0), toUInt64(0) FROM `+t.Builds+`
+WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { builds[clusterDay{c, d}] = ts })
 	if err != nil {
-		return 0, fmt.Errorf("compact: read the days' builds: %w", err)
+		return built, fmt.Errorf("compact: read the days' builds: %w", err)
 	}
-	n := 0
 	for cd, c := range changed {
-		if b, ok := built[cd]; ok && covers(b, c) {
+		if b, ok := builds[cd]; ok && covers(b, c) {
 			continue
 		}
 		if err := build(ctx, db, t, cd.cluster, cd.day); err != nil {
-			return n, err
+			return built, err
+		}
+		built.Days++
+	}
+	n, err := compactPrefixes(ctx, db, t, at)
+	built.Prefixes = n
+	return built, err
+}
+
+// compactPrefixes builds, for every cluster whose day under way at at has findings in the
+// hours before at's, the prefix of those hours unless a current one was built.
+func compactPrefixes(ctx context.Context, db *sql.DB, t Tables, at time.Time) (int, error) {
+	start, until := at.Truncate(24*time.Hour), at.Truncate(time.Hour)
+	if !until.After(start) {
+		return 0, nil
+	}
+	changed := map[string]uint32{}
+	err := each(ctx, db, `SELECT toString(cluster), '', maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.HourChanges+`
+WHERE hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster`, []any{start.Unix(), until.Unix()},
+		func(c, _ string, ts uint32, _ uint64) { changed[c] = ts })
+	if err != nil {
+		return 0, fmt.Errorf("compact: read the hours' changes: %w", err)
+	}
+	builds := map[string]uint32{}
+	err = each(ctx, db, `SELECT toString(cluster), '', max(built), toUInt32(0), toUInt64(0) FROM `+t.PrefixBuilds+`
+WHERE day = toDate(?) AND until = toDateTime(?) GROUP BY cluster`, []any{Day(start), until.Unix()},
+		func(c, _ string, ts uint32, _ uint64) { builds[c] = ts })
+	if err != nil {
+		return 0, fmt.Errorf("compact: read the prefixes: %w", err)
+	}
+	n := 0
+	for c, ch := range changed {
+		if b, ok := builds[c]; ok && covers(b, ch) {
+			continue
+		}
+		err := record(ctx, db, `INSERT INTO `+t.Prefixes+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
+SELECT cluster, toDate(hour) AS day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
+FROM `+t.HourState+`
+WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
+GROUP BY cluster, day, `+Key, []any{c, start.Unix(), until.Unix()},
+			`INSERT INTO `+t.PrefixBuilds+` (cluster, day, until, built, build) SELECT ?, toDate(?), toDateTime(?), toUInt32(?), toUInt64(?)`,
+			[]any{c, Day(start), until.Unix()})
+		if err != nil {
+			return n, fmt.Errorf("compact %s %s until %s: %w", c, Day(start), until.Format("15:04"), err)
 		}
 		n++
 	}
@@ -340,34 +582,49 @@ WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts 
 // build turns the states of one cluster's day into finding_days rows under a new build id,
 // then records the build: readers take the rows only once the record is there.
 func build(ctx context.Context, db *sql.DB, t Tables, cluster, day string) error {
+	err := record(ctx, db, `INSERT INTO `+t.Days+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
+FROM `+t.State+`
+WHERE cluster = ? AND day = toDate(?)
+GROUP BY cluster, day, `+Key, []any{cluster, day},
+		`INSERT INTO `+t.Builds+` (cluster, day, built, build) SELECT ?, toDate(?), toUInt32(?), toUInt64(?)`,
+		[]any{cluster, day})
+	if err != nil {
+		return fmt.Errorf("compact %s %s: %w", cluster, day, err)
+	}
+	return nil
+}
+
+// record runs rows (an INSERT ... SELECT whose arguments are a new build id, then rowArgs)
+// and then rec (an INSERT whose arguments are recArgs, the server time the build began and
+// its id): readers take the rows only once the record is there.
+func record(ctx context.Context, db *sql.DB, rows string, rowArgs []any, rec string, recArgs []any) error {
 	var began uint32
 	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&began); err != nil {
-		return fmt.Errorf("compact %s %s: read the server's clock: %w", cluster, day, err)
+		return fmt.Errorf("read the server's clock: %w", err)
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
 	id := binary.BigEndian.Uint64(b[:]) | 1 // never 0
-	_, err := db.ExecContext(ctx, `INSERT INTO `+t.Days+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
-  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
-FROM `+t.State+`
-WHERE cluster = ? AND day = toDate(?)
-GROUP BY cluster, day, `+Key, id, cluster, day)
-	if err != nil {
-		return fmt.Errorf("compact %s %s: %w", cluster, day, err)
+	if _, err := db.ExecContext(ctx, rows, append([]any{id}, rowArgs...)...); err != nil {
+		return err
 	}
-	_, err = db.ExecContext(ctx, `INSERT INTO `+t.Builds+` (cluster, day, built, build) SELECT ?, toDate(?), toUInt32(?), toUInt64(?)`,
-		cluster, day, began, id)
-	if err != nil {
-		return fmt.Errorf("compact %s %s: record the build: %w", cluster, day, err)
+	if _, err := db.ExecContext(ctx, rec, append(recArgs, began, id)...); err != nil {
+		return fmt.Errorf("record the build: %w", err)
 	}
 	return nil
 }
 
-// each runs q, whose rows are (cluster, day, Unix seconds, build id), calling f for each.
+// each runs q, whose rows are (cluster, day, Unix seconds, 0, build id), calling f for each.
 func each(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster, day string, ts uint32, build uint64)) error {
+	return scan(ctx, db, q, args, func(c, d string, ts, _ uint32, id uint64) { f(c, d, ts, id) })
+}
+
+// scan runs q, whose rows are (cluster, day, two Unix seconds, build id), calling f for each.
+func scan(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster, day string, a, b uint32, build uint64)) error {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
@@ -375,12 +632,12 @@ func each(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster,
 	defer rows.Close()
 	for rows.Next() {
 		var c, d string
-		var ts uint32
+		var a, b uint32
 		var id uint64
-		if err := rows.Scan(&c, &d, &ts, &id); err != nil {
+		if err := rows.Scan(&c, &d, &a, &b, &id); err != nil {
 			return err
 		}
-		f(c, d, ts, id)
+		f(c, d, a, b, id)
 	}
 	return rows.Err()
 }

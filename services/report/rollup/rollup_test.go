@@ -73,7 +73,10 @@ func fromDays(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rows(t, db, `SELECT toString(day), concat(cluster, '|', `+keyText+`), findings, first_seen, last_seen FROM (`+src+`)`, args...)
+	// A key's day may come in two rows (a prefix and the later hours): summed per key.
+	return rows(t, db, `SELECT toString(day) AS d, concat(cluster, '|', `+keyText+`) AS key, toUInt64(sum(findings)),
+  toUInt32(min(first_seen)), toUInt32(max(last_seen))
+FROM (`+src+`) GROUP BY d, key`, args...)
 }
 
 // byUser reads, through rollup.Days with only the columns username and last_seen, the
@@ -165,99 +168,167 @@ func sameRows(t *testing.T, when string, got, want []row) {
 }
 
 // The day rows count what a uniqExact over the raw findings counts, day by day and caller by
-// caller, whether a day is read from the states (before compaction, today, after a late
-// finding) or from its build; a late finding, and a late copy of a counted one, make a built
-// day current again only after its next build.
+// caller, whether a day is read from the states (before compaction, after a late finding),
+// from its build, or (today) from the prefix of its hours that are over and the states of
+// the later hours; a late finding, and a late copy of a counted one, make a built day or
+// prefix current again only after its next build.
 func TestDaysAgreeWithTheFindings(t *testing.T) {
-	defer rollup.SetMargin(0)()
-	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
-		ctx := context.Background()
-		db := st.DB()
-		tables := rollup.TablesFor("findings")
-		today := time.Now().UTC().Truncate(24 * time.Hour)
-		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
-		fs := seed(today)
-		if err := st.WriteFindings(ctx, fs[:len(fs)/2]); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.WriteFindings(ctx, fs[len(fs)/2:]); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range []string{"prod", "staging", ""} {
-			sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
-			sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
-			sameRows(t, c+", hashes, before compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
-		}
-		if _, _, err := rollup.Days(ctx, db, tables, rollup.Filter{From: from, To: to, Columns: []string{"audit_id"}}); err == nil {
-			t.Error("Days gave a column the day rows do not have")
-		}
-		clean := func() []string {
-			t.Helper()
-			days, err := rollup.CleanDays(ctx, db, tables, "prod", from, to)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sort.Strings(days)
-			return days
-		}
-		if c := clean(); len(c) != 0 {
-			t.Fatalf("days %v read from builds before any build", c)
-		}
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) { daysAgree(t, st, func() {}) })
+}
 
-		time.Sleep(1100 * time.Millisecond) // a build in the second of a change is not current
-		n, err := rollup.Compact(ctx, db, tables)
+// The same on a cluster (2 shards x 2 replicas): the Distributed state, hour and build
+// tables answer as on one server.
+func TestDaysAgreeWithTheFindingsOnCluster(t *testing.T) {
+	c := chtest.StartCluster(t, 2, 2)
+	st := c.Store(t, "auditlens")
+	daysAgree(t, st, func() { c.WaitReplicated(t, "auditlens") })
+}
+
+// daysAgree runs the test on st; replicated waits until what was written is on every
+// replica.
+func daysAgree(t *testing.T, st *store.Store, replicated func()) {
+	defer rollup.SetMargin(0)()
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	noon := today.Add(12 * time.Hour)
+	defer rollup.SetNow(noon)()
+	ctx := context.Background()
+	db := st.DB()
+	tables := rollup.TablesFor("findings")
+	from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+	fs := seed(today)
+	if err := st.WriteFindings(ctx, fs[:len(fs)/2]); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	if err := st.WriteFindings(ctx, fs[len(fs)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	for _, c := range []string{"prod", "staging", ""} {
+		sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
+		sameRows(t, c+", hashes, before compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
+	}
+	if _, _, err := rollup.Days(ctx, db, tables, rollup.Filter{From: from, To: to, Columns: []string{"audit_id"}}); err == nil {
+		t.Error("Days gave a column the day rows do not have")
+	}
+	clean := func() []string {
+		t.Helper()
+		days, err := rollup.CleanDays(ctx, db, tables, "prod", from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != 10 {
-			t.Errorf("compacted %d cluster days, want 10 (5 past days of 2 clusters; today is not over)", n)
-		}
-		var past []string
-		for d := 5; d >= 1; d-- {
-			past = append(past, rollup.Day(today.AddDate(0, 0, -d))+" prod")
-		}
-		if c := clean(); !reflect.DeepEqual(c, past) {
-			t.Errorf("days read from builds %v, want the past days %v", c, past)
-		}
-		for _, c := range []string{"prod", "staging", ""} {
-			sameRows(t, c+", after compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
-		}
-		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != 0 {
-			t.Errorf("a second compaction built %d days (%v), want none", n, err)
-		}
+		sort.Strings(days)
+		return days
+	}
+	if c := clean(); len(c) != 0 {
+		t.Fatalf("days %v read from builds before any build", c)
+	}
 
-		// Late: a new finding three days ago, and another copy of one already counted.
-		late := today.AddDate(0, 0, -3)
-		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
-			finding("late-1", "bob", "helm/3.2", "10.0.0.7", late.Add(5*time.Hour)),
-			fs[0],
-		}); err != nil {
+	time.Sleep(1100 * time.Millisecond) // a build in the second of a change is not current
+	n, err := rollup.Compact(ctx, db, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	if n != (rollup.Built{Days: 10, Prefixes: 2}) {
+		t.Errorf("compacted %+v, want 10 cluster days (5 past days of 2 clusters; today is not over) and 2 prefixes (today's hours before noon)", n)
+	}
+	var past []string
+	for d := 5; d >= 1; d-- {
+		past = append(past, rollup.Day(today.AddDate(0, 0, -d))+" prod")
+	}
+	if c := clean(); !reflect.DeepEqual(c, past) {
+		t.Errorf("days read from builds %v, want the past days %v", c, past)
+	}
+	prefixed := func() []string {
+		t.Helper()
+		days, err := rollup.PrefixedDays(ctx, db, tables, "", from, to)
+		if err != nil {
 			t.Fatal(err)
 		}
-		want := fromFindings(t, db, "prod", from, to)
-		sameRows(t, "after a late finding", fromDays(t, db, "prod", from, to), want)
-		sameRows(t, "hashes after a late finding", byHashes(t, db, "prod", from, to), byHashesFromFindings(t, db, "prod", from, to))
-		for _, d := range clean() {
-			if d == rollup.Day(late)+" prod" || d == rollup.Day(fs[0].EventTime.AsTime())+" prod" {
-				t.Errorf("day %s read from its build after it changed", d)
-			}
-		}
-		time.Sleep(1100 * time.Millisecond)
-		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != 2 {
-			t.Errorf("compaction after the late findings built %d days (%v), want the 2 changed", n, err)
-		}
-		if c := clean(); !reflect.DeepEqual(c, past) {
-			t.Errorf("days read from builds %v, want the past days %v", c, past)
-		}
-		sameRows(t, "after rebuilding", fromDays(t, db, "prod", from, to), want)
-		sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
-		sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
-		sameRows(t, "hashes after rebuilding", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+		sort.Strings(days)
+		return days
+	}
+	todays := []string{rollup.Day(today) + " prod", rollup.Day(today) + " staging"}
+	if c := prefixed(); !reflect.DeepEqual(c, todays) {
+		t.Errorf("days read from a prefix %v, want today's %v", c, todays)
+	}
+	for _, c := range []string{"prod", "staging", ""} {
+		sameRows(t, c+", after compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		sameRows(t, c+", some columns, after compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
+		sameRows(t, c+", hashes, after compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
+	}
+	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
+		t.Errorf("a second compaction built %+v (%v), want nothing", n, err)
+	}
+	replicated()
 
-		// A window of a day and its neighbours only.
-		mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
-		sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
-	})
+	// Today: a finding in an hour after noon leaves the prefix current; one before noon, and
+	// another copy of a counted one, make it stale until the next compaction.
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{finding("after-noon", "bob", "helm/3.2", "10.0.0.7", noon.Add(90*time.Minute))}); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	if c := prefixed(); !reflect.DeepEqual(c, todays) {
+		t.Errorf("days read from a prefix after a finding past it %v, want %v", c, todays)
+	}
+	sameRows(t, "after a finding past the prefix", fromDays(t, db, "prod", from, to), fromFindings(t, db, "prod", from, to))
+	time.Sleep(1100 * time.Millisecond)
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
+		finding("before-noon", "bob", "helm/3.2", "10.0.0.7", today.Add(2*time.Hour)), fs[len(fs)-4],
+	}); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	if c := prefixed(); !reflect.DeepEqual(c, todays[1:]) {
+		t.Errorf("days read from a prefix after a finding in it %v, want %v", c, todays[1:])
+	}
+	sameRows(t, "after a finding in the prefix", fromDays(t, db, "prod", from, to), fromFindings(t, db, "prod", from, to))
+	sameRows(t, "hashes after a finding in the prefix", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+	time.Sleep(1100 * time.Millisecond)
+	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{Prefixes: 1}) {
+		t.Errorf("compaction after a finding in the prefix built %+v (%v), want its prefix", n, err)
+	}
+	replicated()
+	if c := prefixed(); !reflect.DeepEqual(c, todays) {
+		t.Errorf("days read from a prefix after rebuilding it %v, want %v", c, todays)
+	}
+	sameRows(t, "after rebuilding the prefix", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+
+	// Late: a new finding three days ago, and another copy of one already counted.
+	late := today.AddDate(0, 0, -3)
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
+		finding("late-1", "bob", "helm/3.2", "10.0.0.7", late.Add(5*time.Hour)),
+		fs[0],
+	}); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	want := fromFindings(t, db, "prod", from, to)
+	sameRows(t, "after a late finding", fromDays(t, db, "prod", from, to), want)
+	sameRows(t, "hashes after a late finding", byHashes(t, db, "prod", from, to), byHashesFromFindings(t, db, "prod", from, to))
+	for _, d := range clean() {
+		if d == rollup.Day(late)+" prod" || d == rollup.Day(fs[0].EventTime.AsTime())+" prod" {
+			t.Errorf("day %s read from its build after it changed", d)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{Days: 2}) {
+		t.Errorf("compaction after the late findings built %+v (%v), want the 2 days changed", n, err)
+	}
+	replicated()
+	if c := clean(); !reflect.DeepEqual(c, past) {
+		t.Errorf("days read from builds %v, want the past days %v", c, past)
+	}
+	sameRows(t, "after rebuilding", fromDays(t, db, "prod", from, to), want)
+	sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
+	sameRows(t, "hashes after rebuilding", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+
+	// A window of a day and its neighbours only.
+	mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
+	sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
 }
 
 func TestSpanCoversWholeDays(t *testing.T) {
@@ -280,10 +351,13 @@ func TestSpanCoversWholeDays(t *testing.T) {
 	}
 }
 
-// Migration 6 fills the day rows from the findings stored before it: on a store at
-// version 5 with findings, migrating gives the same counts as the raw findings, and the
-// requests index lists each finding.
+// Migrations 6 and 7 fill the day rows and today's hours from the findings stored before
+// them: on a store at version 5 with findings, migrating gives the same counts as the raw
+// findings, before and after compaction (today from its prefix then), and the requests
+// index lists each finding.
 func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	defer rollup.SetNow(time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour))()
 	all := store.Migrations
 	var before []store.Migration
 	for _, m := range all {
@@ -304,11 +378,18 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 		store.Migrations = all
 		did, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30})
 		store.Migrations = before
-		if err != nil || !reflect.DeepEqual(did, []int{6}) {
-			t.Fatalf("migrate applied %v (%v), want [6]", did, err)
+		if err != nil || !reflect.DeepEqual(did, []int{6, 7}) {
+			t.Fatalf("migrate applied %v (%v), want [6 7]", did, err)
 		}
 		for _, c := range []string{"prod", "staging", ""} {
 			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil || n.Prefixes != 2 {
+			t.Fatalf("compaction after the migration built %+v (%v), want today's 2 prefixes", n, err)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", compacted after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		}
 		var indexed, stored uint64
 		if err := db.QueryRowContext(ctx, `SELECT

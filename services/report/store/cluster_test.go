@@ -51,6 +51,10 @@ func TestClusterSchema(t *testing.T) {
 		"finding_days": "Distributed", "finding_days_local": "ReplicatedMergeTree",
 		"finding_day_builds": "Distributed", "finding_day_builds_local": "ReplicatedMergeTree",
 		"finding_requests": "Distributed", "finding_requests_local": "ReplicatedReplacingMergeTree", "finding_requests_mv": "MaterializedView",
+		"finding_hours_state": "Distributed", "finding_hours_state_local": "ReplicatedAggregatingMergeTree", "finding_hours_state_mv": "MaterializedView",
+		"finding_hour_changes": "Distributed", "finding_hour_changes_local": "ReplicatedAggregatingMergeTree", "finding_hour_changes_mv": "MaterializedView",
+		"finding_day_prefixes": "Distributed", "finding_day_prefixes_local": "ReplicatedMergeTree",
+		"finding_day_prefix_builds": "Distributed", "finding_day_prefix_builds_local": "ReplicatedMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)

@@ -409,4 +409,107 @@ INSERT INTO {{.DB}}.finding_requests
 SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, user_agent, source_ip) AS caller,
        event_time, audit_id
 FROM {{.DB}}.findings`}},
+	// Today has no day build until it is over, so every read of it merged its states, a cost
+	// that grew with the day's findings until midnight. The same states kept by event-time
+	// hour let the compaction build today's first hours (those over) into plain rows, a
+	// prefix of the day: a reader takes today from its newest current prefix and merges the
+	// states of the later hours only, so the cost is bounded by an hour's findings. A finding
+	// has one event_time, so it lies in one hour: a prefix and the later hours are disjoint.
+	// finding_hours_state and finding_hour_changes are the hour forms of finding_days_state and
+	// finding_day_changes; finding_day_prefixes holds the prefixes' rows (each under a random
+	// build id, ordered by it: a reader reads one build's rows), recorded in
+	// finding_day_prefix_builds with the hour each prefix ends at once they are all written.
+	// The last two statements fill the hours of the last two days from the findings stored
+	// before (today's hours, and yesterday's until it is over; older days are built whole and
+	// never read by hour).
+	{Version: 7, Name: "finding hours", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_hours_state"}}{{.On}} (
+    cluster        {{.LC}},
+    hour           DateTime('UTC'),
+    rule_id        {{.LC}},
+    removed_in_key UInt32,
+    api_group      {{.LC}},
+    api_version    {{.LC}},
+    resource       {{.LC}},
+    removed_in     {{.LC}},
+    replacement    {{.LC}},
+    username       String,
+    user_agent     String,
+    namespace      {{.LC}},
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = {{.Engine "finding_hours_state" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+		`{{.Distributed "finding_hours_state" "cityHash64(cluster, toDate(hour))"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_hour_changes"}}{{.On}} (
+    cluster {{.LC}},
+    hour    DateTime('UTC'),
+    changed AggregateFunction(max, UInt32)
+) ENGINE = {{.Engine "finding_hour_changes" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour)`,
+		`{{.Distributed "finding_hour_changes" "cityHash64(cluster, toDate(hour))"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_prefixes"}}{{.On}} (
+    cluster        {{.LC}},
+    day            Date,
+    rule_id        {{.LC}},
+    removed_in_key UInt32,
+    api_group      {{.LC}},
+    api_version    {{.LC}},
+    resource       {{.LC}},
+    removed_in     {{.LC}},
+    replacement    {{.LC}},
+    username       String,
+    user_agent     String,
+    namespace      {{.LC}},
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = {{.Engine "finding_day_prefixes" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, build)`,
+		`{{.Distributed "finding_day_prefixes" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_prefix_builds"}}{{.On}} (
+    cluster {{.LC}},
+    day     Date,
+    until   DateTime('UTC'),
+    built   UInt32,
+    build   UInt64
+) ENGINE = {{.Engine "finding_day_prefix_builds" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day)`,
+		`{{.Distributed "finding_day_prefix_builds" "cityHash64(cluster, day)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hours_state_mv{{.On}} TO {{.DB}}.finding_hours_state AS
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hour_changes_mv{{.On}} TO {{.DB}}.finding_hour_changes AS
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM {{.DB}}.findings
+GROUP BY cluster, hour`, `
+INSERT INTO {{.DB}}.finding_hours_state
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip`, `
+INSERT INTO {{.DB}}.finding_hour_changes
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM {{.DB}}.findings
+WHERE event_time >= now() - INTERVAL 2 DAY
+GROUP BY cluster, hour`}},
 }

@@ -150,7 +150,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	comps := []daemon.Component{w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), log, reg)}
+	comps := []daemon.Component{w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg)}
 	if cfg.Weekly.Enabled() {
 		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)
 		if err != nil {

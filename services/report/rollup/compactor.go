@@ -43,17 +43,26 @@ type Compactor struct {
 
 	built, prefixes, failed prometheus.Counter
 	last                    prometheus.Gauge
+
+	// drop drops a month of a table (store.Store.DropMonth); nil prunes nothing.
+	drop   func(ctx context.Context, table string, month uint32) error
+	pruned time.Time
 }
 
-// NewCompactor returns the compaction of the day tables beside findings (see TablesFor).
-func NewCompactor(cfg Config, db *sql.DB, findings string, log *slog.Logger, reg prometheus.Registerer) *Compactor {
-	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log,
+// pruneEvery is how often the compactor prunes the hour tables (see Prune).
+const pruneEvery = time.Hour
+
+// NewCompactor returns the compaction of the day tables beside findings (see TablesFor),
+// which prunes the hour tables through drop (store.Store.DropMonth; nil: never).
+func NewCompactor(cfg Config, db *sql.DB, findings string, drop func(ctx context.Context, table string, month uint32) error,
+	log *slog.Logger, reg prometheus.Registerer) *Compactor {
+	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log, drop: drop,
 		built: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_days_built_total",
 			Help: "Cluster days whose finding states were turned into plain per-day counts."}),
 		prefixes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_prefixes_built_total",
 			Help: "Builds of the first hours of a cluster's day under way into plain counts (one per cluster and hour at most, more when late findings change an hour built)."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_errors_total",
-			Help: "Compactions that failed (the days stay readable from their states)."}),
+			Help: "Compactions, and prunings of the hour tables, that failed (the days stay readable from their states)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
 			Help: "When a compaction last completed."}),
 	}
@@ -88,12 +97,32 @@ func (c *Compactor) Run(ctx context.Context) error {
 			if n.Days+n.Prefixes > 0 {
 				c.log.Info("compacted finding days", "days", n.Days, "prefixes", n.Prefixes, "took", time.Since(start).Round(time.Millisecond))
 			}
+			c.prune(ctx)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// prune runs Prune once every pruneEvery, for at most two minutes (on a cluster, dropping
+// waits for every server: a server down fails it, and the next hour tries again).
+func (c *Compactor) prune(ctx context.Context) {
+	if c.drop == nil || time.Since(c.pruned) < pruneEvery {
+		return
+	}
+	c.pruned = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	months, err := Prune(ctx, c.db, c.tables, c.drop)
+	switch {
+	case err != nil:
+		c.failed.Inc()
+		c.log.Warn("pruning the finding hours failed; the next hour tries again", "dropped", months, "err", err)
+	case len(months) > 0:
+		c.log.Info("pruned the finding hours", "months", months)
 	}
 }
 

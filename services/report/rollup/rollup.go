@@ -641,3 +641,49 @@ func scan(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster,
 	}
 	return rows.Err()
 }
+
+// Keep is how long the hour tables keep an hour after its day ended, at least: their months
+// that ended longer ago are dropped by Prune. A day under way is read by its hours; a day
+// that is over by its day build or day states, which are kept.
+const Keep = 48 * time.Hour
+
+// Prune drops, through drop (store.Store.DropMonth), the months of the hour tables that
+// ended more than Keep ago by the server's clock, and returns them. The prefix builds go
+// first, so that no reader takes a prefix whose rows or later hours are gone; the hours'
+// change times last, so that a month dropped in part is found again by the next Prune.
+func Prune(ctx context.Context, db *sql.DB, t Tables, drop func(ctx context.Context, table string, month uint32) error) ([]uint32, error) {
+	var now uint32
+	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("prune: read the server's clock: %w", err)
+	}
+	at := clock(time.Unix(int64(now), 0)).Add(-Keep).UTC()
+	keep := uint32(at.Year()*100 + int(at.Month()))
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT m FROM (
+  SELECT toUInt32(toYYYYMM(hour)) AS m FROM `+t.HourChanges+` WHERE toYYYYMM(hour) < ?
+  UNION ALL
+  SELECT toUInt32(toYYYYMM(day)) AS m FROM `+t.PrefixBuilds+` WHERE toYYYYMM(day) < ?)
+ORDER BY m`, keep, keep)
+	if err != nil {
+		return nil, fmt.Errorf("prune: read the months: %w", err)
+	}
+	var months []uint32
+	for rows.Next() {
+		var m uint32
+		if err := rows.Scan(&m); err != nil {
+			_ = rows.Close()
+			return nil, fmt.Errorf("prune: read the months: %w", err)
+		}
+		months = append(months, m)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("prune: read the months: %w", err)
+	}
+	for i, m := range months {
+		for _, table := range []string{t.PrefixBuilds, t.Prefixes, t.HourState, t.HourChanges} {
+			if err := drop(ctx, table, m); err != nil {
+				return months[:i], fmt.Errorf("prune: %w", err)
+			}
+		}
+	}
+	return months, nil
+}

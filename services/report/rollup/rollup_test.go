@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -329,6 +331,57 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	// A window of a day and its neighbours only.
 	mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
 	sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
+
+	// Pruning: a day 40 days ago, compacted while it was under way (a prefix), loses its hours
+	// with its month; it is read from its day states then, and today from its prefix still.
+	old := today.AddDate(0, 0, -40)
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	time.Sleep(1100 * time.Millisecond)
+	restore := rollup.SetNow(old.Add(13 * time.Hour))
+	n, err = rollup.Compact(ctx, db, tables)
+	restore()
+	if err != nil || n != (rollup.Built{Prefixes: 1}) {
+		t.Fatalf("compaction 40 days ago built %+v (%v), want that day's prefix", n, err)
+	}
+	replicated()
+	if c, err := rollup.PrefixedDays(ctx, db, tables, "prod", old, old.AddDate(0, 0, 1)); err != nil || len(c) != 1 {
+		t.Fatalf("the day 40 days ago is not read from its prefix: %v (%v)", c, err)
+	}
+	months, err := rollup.Prune(ctx, db, tables, st.DropMonth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	oldMonth := uint32(old.Year()*100 + int(old.Month()))
+	if !slices.Contains(months, oldMonth) {
+		t.Errorf("pruned months %v, want %d among them", months, oldMonth)
+	}
+	keep := today.Add(12*time.Hour - rollup.Keep)
+	for _, table := range []string{"finding_hours_state", "finding_hour_changes", "finding_day_prefixes", "finding_day_prefix_builds"} {
+		col := "hour"
+		if strings.HasPrefix(table, "finding_day_") {
+			col = "day"
+		}
+		var kept, dropped uint64
+		if err := db.QueryRowContext(ctx, `SELECT countIf(toYYYYMM(`+col+`) >= ?), countIf(toYYYYMM(`+col+`) < ?) FROM `+table,
+			keep.Year()*100+int(keep.Month()), keep.Year()*100+int(keep.Month())).Scan(&kept, &dropped); err != nil {
+			t.Fatal(err)
+		}
+		if dropped != 0 || kept == 0 {
+			t.Errorf("%s after pruning: %d rows of the months kept, %d of those dropped; want some and none", table, kept, dropped)
+		}
+	}
+	if c := prefixed(); !reflect.DeepEqual(c, todays) {
+		t.Errorf("days read from a prefix after pruning %v, want today's %v", c, todays)
+	}
+	sameRows(t, "after pruning", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	// The raw findings of 40 days ago may be gone already (a retention of 30 days).
+	if got := byUser(t, db, "prod", old, old.AddDate(0, 0, 1)); len(got) != 1 || got[0].Findings != 1 {
+		t.Errorf("the day 40 days ago after pruning: %v, want carol's one finding", got)
+	}
 }
 
 func TestSpanCoversWholeDays(t *testing.T) {

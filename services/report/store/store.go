@@ -121,6 +121,31 @@ func (s *Store) Database() string { return s.database }
 // Table qualifies name with the store's database.
 func (s *Store) Table(name string) string { return s.database + "." + name }
 
+// DropMonth drops the partition of month (YYYYMM) of table (as Table gives it, or unqualified), a table
+// partitioned by toYYYYMM: on a cluster from the local table of every shard and replica
+// (distributed DDL, which waits for every server). A month without rows drops nothing.
+func (s *Store) DropMonth(ctx context.Context, table string, month uint32) error {
+	if month < 197001 || month > 210612 || month%100 < 1 || month%100 > 12 {
+		return fmt.Errorf("drop month %d of %s: not a month", month, table)
+	}
+	name := table
+	if db, n, ok := strings.Cut(table, "."); ok {
+		if db != s.database {
+			name = "" // another database's
+		} else {
+			name = n
+		}
+	}
+	if ValidateIdent(name) != nil {
+		return fmt.Errorf("drop month %d of %s: not a table of database %s", month, table, s.database)
+	}
+	q := fmt.Sprintf("ALTER TABLE %s%s DROP PARTITION %d", s.Table(localName(name, s.cluster)), onCluster(s.cluster), month)
+	if _, err := s.db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("drop month %d of %s: %w", month, table, err)
+	}
+	return nil
+}
+
 // Insert writes rows into table (unqualified) in one block, naming the columns.
 func (s *Store) Insert(ctx context.Context, table string, columns []string, rows [][]any) error {
 	if len(rows) == 0 {

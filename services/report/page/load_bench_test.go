@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,19 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 	requests := hrefOf(b, callers, "requests-link")
 	_, list := fetch(b, http.MethodGet, srv.URL+requests)
 	request := hrefOf(b, list, "request-link")
+	// The first screen's links read the lookback window, which ends today.
+	_, index := fetch(b, http.MethodGet, srv.URL+"/")
+	lookback := hrefOf(b, index, "callers-link")
+	u, err := url.Parse(lookback)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	for _, k := range []string{"rule", "group", "version", "resource"} {
+		q.Del(k)
+	}
+	q.Set("by", "agent")
+	q.Set("q", "client-go")
 	pages := []struct{ name, path string }{
 		{"index", "/"},
 		{"report", "/report?" + scope},
@@ -67,6 +81,8 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		{"requests", requests},
 		{"request", request},
 		{"search", "/search?" + scope + "&by=agent&q=client-go"},
+		{"callers-lookback", lookback},
+		{"search-lookback", "/search?" + q.Encode()},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) { measure(b, srv.URL+p.path, st.DB()) })

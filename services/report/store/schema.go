@@ -126,6 +126,43 @@ func (m Migration) render(vars schemaVars) ([]string, error) {
 	return out, nil
 }
 
+// The columns of the finding days (package rollup) that migrations 6 and 7 repeat: the key of
+// a day's row, the states of its values (a materialized view's SELECT gives them from the
+// findings) or their counts, and the key in a sorting key and a GROUP BY.
+const (
+	dayKeyColumns = `    rule_id        {{.LC}},
+    removed_in_key UInt32,
+    api_group      {{.LC}},
+    api_version    {{.LC}},
+    resource       {{.LC}},
+    removed_in     {{.LC}},
+    replacement    {{.LC}},
+    username       String,
+    user_agent     String,
+    namespace      {{.LC}},
+    source_ip      String,
+`
+	dayStateColumns = `    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+`
+	dayCountColumns = `    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+`
+	dayKeyOrder    = `rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip`
+	dayStateSelect = `rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings`
+	dayKeyGroup = `rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip`
+)
+
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
 var Migrations = []Migration{
 	{Version: 1, Name: "findings", Retained: []string{"findings"}, SQL: []string{`
@@ -304,24 +341,9 @@ ORDER BY (cluster, minute)`,
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}} (
     cluster        {{.LC}},
     day            Date,
-    rule_id        {{.LC}},
-    removed_in_key UInt32,
-    api_group      {{.LC}},
-    api_version    {{.LC}},
-    resource       {{.LC}},
-    removed_in     {{.LC}},
-    replacement    {{.LC}},
-    username       String,
-    user_agent     String,
-    namespace      {{.LC}},
-    source_ip      String,
-    message        AggregateFunction(any, String),
-    findings       AggregateFunction(uniqExact, String),
-    first_seen     AggregateFunction(min, DateTime('UTC')),
-    last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = {{.Engine "finding_days_state" "AggregatingMergeTree()"}}
+` + dayKeyColumns + dayStateColumns + `) ENGINE = {{.Engine "finding_days_state" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+ORDER BY (cluster, day, ` + dayKeyOrder + `)`,
 		`{{.Distributed "finding_days_state" "cityHash64(cluster, day)"}}`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_changes"}}{{.On}} (
     cluster {{.LC}},
@@ -334,25 +356,9 @@ ORDER BY (cluster, day)`,
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days"}}{{.On}} (
     cluster        {{.LC}},
     day            Date,
-    rule_id        {{.LC}},
-    removed_in_key UInt32,
-    api_group      {{.LC}},
-    api_version    {{.LC}},
-    resource       {{.LC}},
-    removed_in     {{.LC}},
-    replacement    {{.LC}},
-    username       String,
-    user_agent     String,
-    namespace      {{.LC}},
-    source_ip      String,
-    message        String,
-    findings       UInt64,
-    first_seen     UInt32,
-    last_seen      UInt32,
-    build          UInt64
-) ENGINE = {{.Engine "finding_days" "MergeTree()"}}
+` + dayKeyColumns + dayCountColumns + `) ENGINE = {{.Engine "finding_days" "MergeTree()"}}
 PARTITION BY toYYYYMM(day)
-ORDER BY (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+ORDER BY (cluster, day, ` + dayKeyOrder + `)`,
 		`{{.Distributed "finding_days" "cityHash64(cluster, day)"}}`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_builds"}}{{.On}} (
     cluster {{.LC}},
@@ -381,25 +387,15 @@ SELECT cluster, rule_id, api_group, api_version, resource, cityHash64(username, 
        event_time, audit_id
 FROM {{.DB}}.findings`, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_days_state_mv{{.On}} TO {{.DB}}.finding_days_state AS
-SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-       username, user_agent, namespace, source_ip,
-       anyState(message) AS message, uniqExactState(audit_id) AS findings,
-       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
-GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip`, `
+SELECT cluster, toDate(event_time) AS day, ` + dayStateSelect + `
+GROUP BY cluster, day, ` + dayKeyGroup, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_day_changes_mv{{.On}} TO {{.DB}}.finding_day_changes AS
 SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
 FROM {{.DB}}.findings
 GROUP BY cluster, day`, `
 INSERT INTO {{.DB}}.finding_days_state
-SELECT cluster, toDate(event_time) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-       username, user_agent, namespace, source_ip,
-       anyState(message) AS message, uniqExactState(audit_id) AS findings,
-       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
-GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip
+SELECT cluster, toDate(event_time) AS day, ` + dayStateSelect + `
+GROUP BY cluster, day, ` + dayKeyGroup + `
 SETTINGS max_bytes_before_external_group_by = 2000000000`, `
 INSERT INTO {{.DB}}.finding_day_changes
 SELECT cluster, toDate(event_time) AS day, maxState(toUInt32(now())) AS changed
@@ -426,24 +422,9 @@ FROM {{.DB}}.findings`}},
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_hours_state"}}{{.On}} (
     cluster        {{.LC}},
     hour           DateTime('UTC'),
-    rule_id        {{.LC}},
-    removed_in_key UInt32,
-    api_group      {{.LC}},
-    api_version    {{.LC}},
-    resource       {{.LC}},
-    removed_in     {{.LC}},
-    replacement    {{.LC}},
-    username       String,
-    user_agent     String,
-    namespace      {{.LC}},
-    source_ip      String,
-    message        AggregateFunction(any, String),
-    findings       AggregateFunction(uniqExact, String),
-    first_seen     AggregateFunction(min, DateTime('UTC')),
-    last_seen      AggregateFunction(max, DateTime('UTC'))
-) ENGINE = {{.Engine "finding_hours_state" "AggregatingMergeTree()"}}
+` + dayKeyColumns + dayStateColumns + `) ENGINE = {{.Engine "finding_hours_state" "AggregatingMergeTree()"}}
 PARTITION BY toYYYYMM(hour)
-ORDER BY (cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip)`,
+ORDER BY (cluster, hour, ` + dayKeyOrder + `)`,
 		`{{.Distributed "finding_hours_state" "cityHash64(cluster, toDate(hour))"}}`, `
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_hour_changes"}}{{.On}} (
     cluster {{.LC}},
@@ -456,23 +437,7 @@ ORDER BY (cluster, hour)`,
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_day_prefixes"}}{{.On}} (
     cluster        {{.LC}},
     day            Date,
-    rule_id        {{.LC}},
-    removed_in_key UInt32,
-    api_group      {{.LC}},
-    api_version    {{.LC}},
-    resource       {{.LC}},
-    removed_in     {{.LC}},
-    replacement    {{.LC}},
-    username       String,
-    user_agent     String,
-    namespace      {{.LC}},
-    source_ip      String,
-    message        String,
-    findings       UInt64,
-    first_seen     UInt32,
-    last_seen      UInt32,
-    build          UInt64
-) ENGINE = {{.Engine "finding_day_prefixes" "MergeTree()"}}
+` + dayKeyColumns + dayCountColumns + `) ENGINE = {{.Engine "finding_day_prefixes" "MergeTree()"}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day, build)`,
 		`{{.Distributed "finding_day_prefixes" "cityHash64(cluster, day)"}}`, `
@@ -487,26 +452,16 @@ PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day)`,
 		`{{.Distributed "finding_day_prefix_builds" "cityHash64(cluster, day)"}}`, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hours_state_mv{{.On}} TO {{.DB}}.finding_hours_state AS
-SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-       username, user_agent, namespace, source_ip,
-       anyState(message) AS message, uniqExactState(audit_id) AS findings,
-       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
-GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip`, `
+SELECT cluster, toStartOfHour(event_time) AS hour, ` + dayStateSelect + `
+GROUP BY cluster, hour, ` + dayKeyGroup, `
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hour_changes_mv{{.On}} TO {{.DB}}.finding_hour_changes AS
 SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
 FROM {{.DB}}.findings
 GROUP BY cluster, hour`, `
 INSERT INTO {{.DB}}.finding_hours_state
-SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-       username, user_agent, namespace, source_ip,
-       anyState(message) AS message, uniqExactState(audit_id) AS findings,
-       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
-FROM {{.DB}}.findings
+SELECT cluster, toStartOfHour(event_time) AS hour, ` + dayStateSelect + `
 WHERE event_time >= now() - INTERVAL 2 DAY
-GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
-         username, user_agent, namespace, source_ip`, `
+GROUP BY cluster, hour, ` + dayKeyGroup, `
 INSERT INTO {{.DB}}.finding_hour_changes
 SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
 FROM {{.DB}}.findings

@@ -394,17 +394,14 @@ func readPrefixes(ctx context.Context, db *sql.DB, t Tables, cluster string, day
 	if cluster != "" {
 		cond, args = "cluster = ? AND ", []any{cluster}
 	}
+	// Sorted, the days begin with the earliest and end with the latest.
 	first, err := time.Parse(DayFormat, days[0][:len(DayFormat)])
 	if err != nil {
 		return nil, err
 	}
-	last := first
-	for _, cd := range days {
-		d, err := time.Parse(DayFormat, cd[:len(DayFormat)])
-		if err != nil {
-			return nil, err
-		}
-		first, last = minTime(first, d), maxTime(last, d)
+	last, err := time.Parse(DayFormat, days[len(days)-1][:len(DayFormat)])
+	if err != nil {
+		return nil, err
 	}
 	prefixes := map[string][]prefix{}
 	err = scan(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(until), built, build FROM `+t.PrefixBuilds+`
@@ -459,20 +456,6 @@ func (pr prefix) current(changed map[uint32]uint32) (tail []uint32, ok bool) {
 	}
 	sort.Slice(tail, func(i, j int) bool { return tail[i] < tail[j] })
 	return tail, true
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 func wrap(what string, err error) error {
@@ -563,12 +546,8 @@ WHERE day = toDate(?) AND until = toDateTime(?) GROUP BY cluster`, []any{Day(sta
 		if b, ok := builds[c]; ok && covers(b, ch) {
 			continue
 		}
-		err := record(ctx, db, `INSERT INTO `+t.Prefixes+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
-SELECT cluster, toDate(hour) AS day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
-  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
-FROM `+t.HourState+`
-WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-GROUP BY cluster, day, `+Key, []any{c, start.Unix(), until.Unix()},
+		err := record(ctx, db, t.Prefixes, t.HourState, "toDate(hour) AS day",
+			`cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{c, start.Unix(), until.Unix()},
 			`INSERT INTO `+t.PrefixBuilds+` (cluster, day, until, built, build) SELECT ?, toDate(?), toDateTime(?), toUInt32(?), toUInt64(?)`,
 			[]any{c, Day(start), until.Unix()})
 		if err != nil {
@@ -582,12 +561,7 @@ GROUP BY cluster, day, `+Key, []any{c, start.Unix(), until.Unix()},
 // build turns the states of one cluster's day into finding_days rows under a new build id,
 // then records the build: readers take the rows only once the record is there.
 func build(ctx context.Context, db *sql.DB, t Tables, cluster, day string) error {
-	err := record(ctx, db, `INSERT INTO `+t.Days+` (cluster, day, `+Key+`, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, `+Key+`, anyMerge(message), uniqExactMerge(findings),
-  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
-FROM `+t.State+`
-WHERE cluster = ? AND day = toDate(?)
-GROUP BY cluster, day, `+Key, []any{cluster, day},
+	err := record(ctx, db, t.Days, t.State, "day", `cluster = ? AND day = toDate(?)`, []any{cluster, day},
 		`INSERT INTO `+t.Builds+` (cluster, day, built, build) SELECT ?, toDate(?), toUInt32(?), toUInt64(?)`,
 		[]any{cluster, day})
 	if err != nil {
@@ -596,10 +570,12 @@ GROUP BY cluster, day, `+Key, []any{cluster, day},
 	return nil
 }
 
-// record runs rows (an INSERT ... SELECT whose arguments are a new build id, then rowArgs)
-// and then rec (an INSERT whose arguments are recArgs, the server time the build began and
-// its id): readers take the rows only once the record is there.
-func record(ctx context.Context, db *sql.DB, rows string, rowArgs []any, rec string, recArgs []any) error {
+// record writes into the table into (finding_days or finding_day_prefixes), under a new
+// build id, the states of from whose rows satisfy where (with whereArgs) merged by cluster,
+// day (day: the SELECT's day column) and key; then it runs rec, an INSERT whose arguments
+// are recArgs, the server time the build began and its id: readers take the rows only once
+// the record is there.
+func record(ctx context.Context, db *sql.DB, into, from, day, where string, whereArgs []any, rec string, recArgs []any) error {
 	var began uint32
 	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&began); err != nil {
 		return fmt.Errorf("read the server's clock: %w", err)
@@ -609,7 +585,13 @@ func record(ctx context.Context, db *sql.DB, rows string, rowArgs []any, rec str
 		return err
 	}
 	id := binary.BigEndian.Uint64(b[:]) | 1 // never 0
-	if _, err := db.ExecContext(ctx, rows, append([]any{id}, rowArgs...)...); err != nil {
+	rows := `INSERT INTO ` + into + ` (cluster, day, ` + Key + `, message, findings, first_seen, last_seen, build)
+SELECT cluster, ` + day + `, ` + Key + `, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
+FROM ` + from + `
+WHERE ` + where + `
+GROUP BY cluster, day, ` + Key
+	if _, err := db.ExecContext(ctx, rows, append([]any{id}, whereArgs...)...); err != nil {
 		return err
 	}
 	if _, err := db.ExecContext(ctx, rec, append(recArgs, began, id)...); err != nil {

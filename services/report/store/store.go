@@ -121,21 +121,16 @@ func (s *Store) Database() string { return s.database }
 // Table qualifies name with the store's database.
 func (s *Store) Table(name string) string { return s.database + "." + name }
 
-// DropMonth drops the partition of month (YYYYMM) of table (as Table gives it, or unqualified), a table
-// partitioned by toYYYYMM: on a cluster from the local table of every shard and replica
-// (distributed DDL, which waits for every server). A month without rows drops nothing.
+// DropMonth drops the partition of month (YYYYMM) of table (as Table gives it, or
+// unqualified), a table partitioned by toYYYYMM: on a cluster from the local table of every
+// shard and replica (distributed DDL, which waits for every server). A month without rows
+// drops nothing.
 func (s *Store) DropMonth(ctx context.Context, table string, month uint32) error {
 	if month < 197001 || month > 210612 || month%100 < 1 || month%100 > 12 {
 		return fmt.Errorf("drop month %d of %s: not a month", month, table)
 	}
-	name := table
-	if db, n, ok := strings.Cut(table, "."); ok {
-		if db != s.database {
-			name = "" // another database's
-		} else {
-			name = n
-		}
-	}
+	// Another database's table keeps its dot, which no identifier has.
+	name := strings.TrimPrefix(table, s.database+".")
 	if ValidateIdent(name) != nil {
 		return fmt.Errorf("drop month %d of %s: not a table of database %s", month, table, s.database)
 	}

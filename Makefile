@@ -4,6 +4,10 @@ MODULES := lib proto deploy deploy/images deploy/release deploy/kubetest deploy/
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_DIR := $(CURDIR)/.cache/chdb
+## CACHE_DIR: what every clone may share, beside Go's build cache: libchdb by version, the
+## Kubernetes binaries by version and go.mod (deploy/kubetest/kubeapiserver.CacheDir).
+CACHE_DIR := $(or $(AUDITLENS_CACHE_DIR),$(shell go env GOCACHE 2>/dev/null | xargs -r dirname)/auditlens)
+export AUDITLENS_CACHE_DIR := $(CACHE_DIR)
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/libchdb.so
 ## The one version source is deploy/VERSION; every binary built here is stamped with it, the
 ## commit and the commit's time (--version, auditlens_build_info), so the same commit gives the
@@ -38,15 +42,24 @@ RACE_services/report := . ./writer/... ./page/... ./weekly/schedule/... ./weekly
 RACE_services/auditlens :=
 
 ## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
-test: fmt-check mod-check vet lint proto-check catalogue-check
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(call gotest,$(RACE_$(m)))); done
+## Every module runs even when one fails (the failures are named at the end); each check's and
+## each module's seconds are written to $(TIMES) (.ci/run prints them as a table).
+CHECKS := fmt-check mod-check vet lint proto-check catalogue-check
+TIMES := $(BIN)/test-times.tsv
+test:
+	@mkdir -p $(BIN); : > $(TIMES); set -e; for c in $(CHECKS); do s=$$(date +%s); $(MAKE) --no-print-directory $$c; \
+	  printf 'make %s\t%d\n' $$c $$(( $$(date +%s) - s )) >> $(TIMES); done
+	@failed=; for m in $(MODULES); do echo "== go test $$m"; s=$$(date +%s); \
+	  if (cd $$m && $(call gotest,$(RACE_$(m)))); then r=ok; else r=FAIL; failed="$$failed $$m"; fi; \
+	  printf 'go test %s\t%d\t%s\n' $$m $$(( $$(date +%s) - s )) $$r >> $(TIMES); done; \
+	if [ -n "$$failed" ]; then echo "FAIL:$$failed"; exit 1; fi
 
 # gotest runs a module's packages once each: those named in $(1) with -race, the others without.
 define gotest
 all=$$(GOWORK=off go list ./...); race=$$( [ -z "$(strip $(1))" ] || GOWORK=off go list $(1)); \
 rest=$$(comm -23 <(echo "$$all" | sort) <(echo "$$race" | sort)); \
-if [ -n "$$race" ]; then GOWORK=off go test -race -count=1 -timeout 20m $$race; fi; \
-if [ -n "$$rest" ]; then GOWORK=off go test -count=1 -timeout 20m $$rest; fi
+ok=0; if [ -n "$$race" ]; then GOWORK=off go test -race -count=1 -timeout 20m $$race || ok=1; fi; \
+if [ -n "$$rest" ]; then GOWORK=off go test -count=1 -timeout 20m $$rest || ok=1; fi; exit $$ok
 endef
 
 ## mod-check: every go.mod is tidy on its own (no requirement only go.work provides).
@@ -99,7 +112,7 @@ release: chdb
 notice:
 	cd deploy/release && GOWORK=off go run . notice -repo ../.. -out ../../NOTICE
 
-## kube-apiserver: build the real kube-apiserver deploy/kubetest runs (cached in .cache/kube-apiserver;
+## kube-apiserver: build the real kube-apiserver deploy/kubetest runs (cached in $(CACHE_DIR)/kube-apiserver;
 ## the tests build it themselves when missing).
 kube-apiserver:
 	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-apiserver
@@ -121,15 +134,20 @@ $(BIN)/images/ingest.tar:
 	$(MAKE) images
 
 ## kube-node: build the node's Kubernetes binaries (deploy/node) in one go build, cached in
-## .cache/kubernetes (about 10 minutes on two cores after the apiserver's build, seconds after).
+## $(CACHE_DIR)/kubernetes (about 10 minutes on two cores after the apiserver's build, seconds after).
 kube-node:
 	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-node
 
-## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into .cache/chdb.
+## chdb: fetch libchdb.so (embedded ClickHouse) from the npm registry into the shared cache
+## ($(CACHE_DIR)/chdb/<version>, once for every clone) and link it into .cache/chdb.
 chdb: $(CHDB_DIR)/libchdb.so
 $(CHDB_DIR)/libchdb.so:
-	@mkdir -p $(CHDB_DIR)
-	cd $(CHDB_DIR) && npm pack --silent @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) >/dev/null && tar xzf chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz && mv package/libchdb.so . && rm -rf package *.tgz
+	@mkdir -p $(CHDB_DIR) $(CACHE_DIR)/chdb/$(CHDB_VERSION)
+	@set -e; c=$(CACHE_DIR)/chdb/$(CHDB_VERSION); if [ ! -f $$c/libchdb.so ]; then \
+	  t=$$(mktemp -d $$c/.fetch.XXXXXX); \
+	  (cd $$t && npm pack --silent @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) >/dev/null && tar xzf chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz); \
+	  mv $$t/package/libchdb.so $$c/libchdb.so; rm -rf $$t; fi; \
+	ln -f $$c/libchdb.so $@ 2>/dev/null || cp $$c/libchdb.so $@
 
 ## bench: the benchmarks of every module, except the 10-million-finding ones (bench-10m).
 bench:

@@ -27,18 +27,13 @@ var (
 // Version is the Kubernetes release built.
 const Version = "v1.37.2"
 
-// CacheDir is where the binary is kept between runs: $AUDITLENS_CACHE_DIR, else the repository's
-// .cache (found from the working directory), else the user cache directory.
+// CacheDir is where the built binaries are kept between runs and between clones (a build is
+// keyed by Version and the embedded go.mod, so any checkout may reuse it, as Go's build cache
+// is reused): $AUDITLENS_CACHE_DIR, else the user cache directory's auditlens (beside Go's
+// go-build), else the temporary directory's.
 func CacheDir() string {
 	if d := os.Getenv("AUDITLENS_CACHE_DIR"); d != "" {
 		return d
-	}
-	if dir, err := os.Getwd(); err == nil {
-		for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-				return filepath.Join(d, ".cache")
-			}
-		}
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {

@@ -2,6 +2,8 @@
 package testkit
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -34,4 +36,37 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(wait)
 		wait = min(wait*2, 200*time.Millisecond)
 	}
+}
+
+// NowEnv names the environment variable that sets the tests' "now" (RFC 3339), so a date
+// that breaks a test can be replayed on any day: AUDITLENS_TEST_NOW=2026-12-05T04:00:00Z.
+const NowEnv = "AUDITLENS_TEST_NOW"
+
+// Now is the tests' one source of "now": the time AUDITLENS_TEST_NOW names, advancing with the
+// real clock from the moment the test binary started (so a test that waits still sees time
+// pass), or the real clock when it is unset. Tests whose outcome depends on the date (week
+// ends, month ends, lookback windows, expiries, TTLs) take now from here and hand it to the
+// code's injected clocks; durations are still measured with time.Now. A malformed value
+// panics: a run asked to be at a date must not silently run at another.
+func Now() time.Time {
+	if fixed.IsZero() {
+		return time.Now()
+	}
+	return fixed.Add(time.Since(started))
+}
+
+var started = time.Now()
+
+var fixed = mustParseNow()
+
+func mustParseNow() time.Time {
+	v := os.Getenv(NowEnv)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		panic(fmt.Sprintf("testkit: %s=%q is not RFC 3339 (2026-12-05T04:00:00Z): %v", NowEnv, v, err))
+	}
+	return t
 }

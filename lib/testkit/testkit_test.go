@@ -52,3 +52,25 @@ func TestBoundIsGenerous(t *testing.T) {
 		t.Errorf("Bound(1s) = %s, Bound(2 x Generous) = %s", Bound(time.Second), Bound(2*Generous))
 	}
 }
+
+func TestNowFollowsTheEnvironment(t *testing.T) {
+	defer func(f time.Time) { fixed = f }(fixed)
+	fixed = time.Time{}
+	if d := time.Since(Now()); d < 0 || d > time.Minute {
+		t.Fatalf("unset: Now is %s from the clock", d)
+	}
+	t.Setenv(NowEnv, "2028-02-29T23:59:30Z")
+	fixed = mustParseNow()
+	n := Now()
+	want := time.Date(2028, 2, 29, 23, 59, 30, 0, time.UTC)
+	if n.Before(want) || n.Sub(want) > time.Since(started)+time.Second {
+		t.Fatalf("Now = %s, want %s plus the time since start", n, want)
+	}
+	t.Setenv(NowEnv, "Saturday")
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a malformed value did not panic")
+		}
+	}()
+	mustParseNow()
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/kubeclient"
@@ -58,7 +59,7 @@ func TestWeeklyMailPerTeam(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	week := weekly.LastWeekEnding(time.Now().UTC())
+	week := weekly.LastWeekEnding(testkit.Now().UTC())
 	start := week.AddDate(0, 0, -6)
 	var fs []*auditlensv1.Finding
 	add := func(id, user, ua, ns string, rule, resource, removed string) {

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
@@ -21,8 +22,23 @@ import (
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
-// consoleNow is a Wednesday: this week began Monday 2026-11-30, the last full week is empty.
-var consoleNow = time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+// consoleNow is a Wednesday, 15:00 UTC: the last one at or before the tests' now (testkit.Now),
+// so its findings are within the store's retention and the console's clock reads a day whose
+// week began the Monday before (day(-2)) and ends the Sunday after (day(4)), with the last full
+// week empty. Its month and year are those of now: AUDITLENS_TEST_NOW moves it across them.
+var consoleNow = lastWednesday(testkit.Now().UTC())
+
+func lastWednesday(now time.Time) time.Time {
+	d := time.Date(now.Year(), now.Month(), now.Day(), 15, 0, 0, 0, time.UTC)
+	d = d.AddDate(0, 0, -((int(d.Weekday()) - int(time.Wednesday) + 7) % 7))
+	if d.After(now) {
+		d = d.AddDate(0, 0, -7)
+	}
+	return d
+}
+
+// day is the date days after consoleNow's, as the console writes it.
+func day(days int) string { return consoleNow.AddDate(0, 0, days).Format(time.DateOnly) }
 
 // seedConsole writes this week's findings of cluster "prod": two callers of extensions/v1beta1
 // ingresses, one with a hostile user agent and namespace, 60 requests of one of them (more
@@ -100,10 +116,10 @@ func TestConsolePages(t *testing.T) {
 		// The first screen: prod's blockers for its target (no kubelet names its version: the
 		// catalogue's newest, 1.25) in the 30 days to now, with the busiest callers.
 		index := get("/", `<a class="report-link" href="/report?cluster=prod&amp;target-version=1.25">`,
-			`<span class="blocker-count">1</span> blocker for 1.25`, "Target 1.25: the catalogue&#39;s newest release. Window: 2026-11-03 to 2026-12-02 (UTC), the last 30 days.",
-			`<td class="n">61</td><td class="n"><a class="callers-link" href="/callers?cluster=prod&amp;days=30&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.25&amp;until=2026-12-02&amp;version=v1beta1&amp;week-ending=2026-12-06">2</a></td>`,
-			"Weekly report (week ending 2026-12-06): ",
-			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.25&amp;week-ending=2026-12-06">2026-12-02 15:00:00Z</a>`,
+			`<span class="blocker-count">1</span> blocker for 1.25`, "Target 1.25: the catalogue&#39;s newest release. Window: "+day(-29)+" to "+day(0)+" (UTC), the last 30 days.",
+			`<td class="n">61</td><td class="n"><a class="callers-link" href="/callers?cluster=prod&amp;days=30&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.25&amp;until=`+day(0)+`&amp;version=v1beta1&amp;week-ending=`+day(4)+`">2</a></td>`,
+			"Weekly report (week ending "+day(4)+"): ",
+			`<a class="blocker-week" href="/report?cluster=prod&amp;target-version=1.25&amp;week-ending=`+day(4)+`">`+day(0)+` 15:00:00Z</a>`,
 			`<option value="" selected>each cluster&#39;s next release</option>`, `<option value="1.16">`, `<option value="1.33">`)
 		if strings.Contains(index, `<option value="1.21"`) {
 			t.Error("the index offers a target version that no release names")
@@ -112,19 +128,19 @@ func TestConsolePages(t *testing.T) {
 			t.Errorf("the index links to %d callers' requests, want 2", n)
 		}
 		// From the first screen to the callers, in the same window, then to the requests.
-		callers := get(hrefOf(t, index, "callers-link"), "Showing the 30 days to 2026-12-02.", `<td class="n">60</td>`, `<td class="n">1</td>`)
+		callers := get(hrefOf(t, index, "callers-link"), "Showing the 30 days to "+day(0)+".", `<td class="n">60</td>`, `<td class="n">1</td>`)
 		if got, want := hrefOf(t, index, "requests-link"), hrefOf(t, callers, "requests-link"); got != want {
 			t.Errorf("the index's top caller links to %s, the callers page to %s", got, want)
 		}
 		// A week-ending that is not a Sunday means the week it falls in.
-		get("/report?cluster=prod&target-version=1.22&week-ending=2026-12-02", `<option value="2026-12-06" selected>`)
+		get("/report?cluster=prod&target-version=1.22&week-ending="+day(0), `<option value="`+day(4)+`" selected>`)
 		// The report without a week: the last full week is empty, so this week so far.
 		get("/report?cluster=prod&target-version=1.22", "Showing this week so far: the last full week has no findings.",
-			`<option value="2026-12-06" selected>2026-11-30 to 2026-12-06 (this week so far)</option>`,
-			`<a class="callers-link" href="/callers?cluster=prod&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.22&amp;version=v1beta1&amp;week-ending=2026-12-06">`,
-			`href="/report?cluster=prod&amp;format=csv&amp;target-version=1.22&amp;week-ending=2026-12-06"`, `form id="controls"`)
-		get("/report?cluster=prod&target-version=1.22&week-ending=2026-11-29", "Showing the last full week.", `id="no-blockers"`)
-		scope := "cluster=prod&target-version=1.22&week-ending=2026-12-06"
+			`<option value="`+day(4)+`" selected>`+day(-2)+` to `+day(4)+` (this week so far)</option>`,
+			`<a class="callers-link" href="/callers?cluster=prod&amp;group=extensions&amp;resource=ingresses&amp;rule=removed-api&amp;target-version=1.22&amp;version=v1beta1&amp;week-ending=`+day(4)+`">`,
+			`href="/report?cluster=prod&amp;format=csv&amp;target-version=1.22&amp;week-ending=`+day(4)+`"`, `form id="controls"`)
+		get("/report?cluster=prod&target-version=1.22&week-ending="+day(-3), "Showing the last full week.", `id="no-blockers"`)
+		scope := "cluster=prod&target-version=1.22&week-ending=" + day(4)
 		key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
 		get("/callers?"+scope+key, `<td class="n">60</td>`, `<td class="n">1</td>`, "system:serviceaccount:ci:"+escapedHostile)
 		requests := hrefOf(t, get("/callers?"+scope+key), "requests-link")
@@ -146,7 +162,7 @@ func TestConsolePages(t *testing.T) {
 func TestConsoleRejects(t *testing.T) {
 	_, st := chtest.ServerStore(t)
 	srv := consoleServer(t, st)
-	scope := "cluster=prod&target-version=1.22&week-ending=2026-12-06"
+	scope := "cluster=prod&target-version=1.22&week-ending=" + day(4)
 	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
 	for _, c := range []struct{ path, param string }{
 		{"/?target-version=one", "target-version"},
@@ -347,9 +363,9 @@ func TestConsoleNewestEvent(t *testing.T) {
 			return s
 		}
 		for cluster, want := range map[string][]string{
-			"prod":     {`Newest event <span class="newest-event">2026-12-02 15:00:00Z</span>, newest finding <span class="newest-finding">2026-12-02 15:00:00Z</span>.`},
-			"migrated": {`Newest event <span class="newest-event">2026-12-02 14:30:00Z</span>, newest finding <span class="newest-finding">-</span>.`, "the last 30 days."},
-			"stalled":  {`Newest event <span class="newest-event">2026-11-30 13:00:00Z</span>`, `id="silent-stalled"`, "No event from this cluster since 2026-11-30 13:00:00Z"},
+			"prod":     {`Newest event <span class="newest-event">` + day(0) + ` 15:00:00Z</span>, newest finding <span class="newest-finding">` + day(0) + ` 15:00:00Z</span>.`},
+			"migrated": {`Newest event <span class="newest-event">` + day(0) + ` 14:30:00Z</span>, newest finding <span class="newest-finding">-</span>.`, "the last 30 days."},
+			"stalled":  {`Newest event <span class="newest-event">` + day(-2) + ` 13:00:00Z</span>`, `id="silent-stalled"`, "No event from this cluster since " + day(-2) + " 13:00:00Z"},
 		} {
 			s := section(cluster)
 			for _, w := range want {

@@ -22,7 +22,7 @@ const hostile = `<script>alert(1)</script>"'`
 
 func TestReportPage(t *testing.T) {
 	_, st := chtest.ServerStore(t)
-	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	at := consoleNow.AddDate(0, 0, -7).Add(-5 * time.Hour) // the Wednesday before, 10:00
 	var fs []*auditlensv1.Finding
 	for i, agent := range []string{hostile, "kubectl/v1.21.0 (linux/amd64)", hostile} {
 		fs = append(fs, &auditlensv1.Finding{
@@ -38,7 +38,7 @@ func TestReportPage(t *testing.T) {
 		}
 	}
 	h := &Handler{DB: st.DB(), Cluster: "default", Log: slog.New(slog.DiscardHandler),
-		Now: func() time.Time { return time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC) }}
+		Now: func() time.Time { return consoleNow.AddDate(0, 0, -2).Add(-7 * time.Hour) }} // Monday 08:00
 	srv := httptest.NewServer(access.Loopback(h))
 	defer srv.Close()
 	get := func(q string) (*http.Response, string) {
@@ -65,14 +65,14 @@ func TestReportPage(t *testing.T) {
 		t.Fatal("charts not embedded")
 	}
 
-	resp, body = get("format=json&week-ending=2026-11-29&target-version=1.33")
+	resp, body = get("format=json&week-ending=" + day(-3) + "&target-version=1.33")
 	var rep struct {
 		Totals struct{ Findings, Blocking int }
 	}
 	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Findings != 3 || rep.Totals.Blocking != 3 {
 		t.Fatalf("json: %d %+v %.300s", resp.StatusCode, rep.Totals, body)
 	}
-	_, body = get("format=json&week-ending=2026-11-29&target-version=1.21")
+	_, body = get("format=json&week-ending=" + day(-3) + "&target-version=1.21")
 	if json.Unmarshal([]byte(body), &rep) != nil || rep.Totals.Blocking != 0 {
 		t.Fatalf("removed in 1.22 must not block 1.21: %+v", rep.Totals)
 	}

@@ -25,7 +25,7 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := acks.Parse("acks.yaml", []byte("schema_version: 1\nacknowledgements:\n  - api: extensions/v1beta1 ingresses\n    reason: migrating\n    accepted_by: web@example.com\n    expires: 2026-12-24\n"))
+	set, err := acks.Parse("acks.yaml", []byte("schema_version: 1\nacknowledgements:\n  - api: extensions/v1beta1 ingresses\n    reason: migrating\n    accepted_by: web@example.com\n    expires: "+day(22)+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 	h.Register(mux)
 	srv := httptest.NewServer(access.Loopback(mux))
 	defer srv.Close()
-	const week = "/report?cluster=prod&week-ending=2026-12-06&format=text"
+	week := "/report?cluster=prod&week-ending=" + day(4) + "&format=text"
 
 	_, all := fetch(t, http.MethodGet, srv.URL+week)
 	if !strings.Contains(all, "bob") || !strings.Contains(all, "system:serviceaccount:ci:") {
@@ -54,7 +54,7 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 		t.Errorf("team web: %d, want bob only:\n%s", resp.StatusCode, web)
 	}
 	// The HTML form offers the teams, the chosen one selected, and its format links keep it.
-	_, page := fetch(t, http.MethodGet, srv.URL+"/report?cluster=prod&week-ending=2026-12-06&team=web")
+	_, page := fetch(t, http.MethodGet, srv.URL+"/report?cluster=prod&week-ending="+day(4)+"&team=web")
 	if !strings.Contains(page, `<select name="team"><option value="">all callers</option><option value="web" selected>web</option></select>`) ||
 		!strings.Contains(page, "format=csv&amp;target-version=1.33&amp;team=web") {
 		t.Errorf("the form has no team selector with web selected, or the format links lose the team")
@@ -66,7 +66,7 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 
 	accept = true
 	_, body = fetch(t, http.MethodGet, srv.URL+week)
-	if !strings.Contains(body, "ACCEPTED RISKS (not blocking)") || !strings.Contains(body, "accepted until 2026-12-24 by web@example.com: migrating (acks.yaml:3)") ||
+	if !strings.Contains(body, "ACCEPTED RISKS (not blocking)") || !strings.Contains(body, "accepted until "+day(22)+" by web@example.com: migrating (acks.yaml:3)") ||
 		!strings.Contains(body, "none: nothing seen this week is removed") {
 		t.Errorf("accepted ingresses not listed apart:\n%s", body)
 	}

@@ -45,6 +45,8 @@ type Engine struct {
 	RegisterFlags func(fs *flag.FlagSet)
 	Validate      func() error
 	Open          func(ctx context.Context) (Store, error)
+	// Now is the end of the window; nil means time.Now (tests pass their clock).
+	Now func() time.Time
 }
 
 // CommandConfig holds the flags of `report readiness`.
@@ -125,7 +127,7 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 		return ExitError
 	}
 	defer st.Close()
-	r, err := Evaluate(ctx, st.DB(), Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc})
+	r, err := Evaluate(ctx, st.DB(), Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now})
 	if err != nil {
 		fmt.Fprintf(stderr, "report readiness: %v\n", err)
 		return ExitError

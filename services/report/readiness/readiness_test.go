@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/acks"
@@ -45,7 +46,7 @@ type seed struct {
 }
 
 func newSeed() seed {
-	w := weekly.LastWeekEnding(time.Now().UTC())
+	w := weekly.LastWeekEnding(testkit.Now().UTC())
 	end := w.AddDate(0, 0, 1)
 	return seed{week: w, start: end.AddDate(0, 0, -7), end: end}
 }
@@ -171,12 +172,12 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			if c.cluster == "clean" && time.Duration(g.Stream.LongestSilence) > 50*time.Minute {
 				t.Errorf("clean: longest silence %s, want at most 50m", time.Duration(g.Stream.LongestSilence))
 			}
-			// The command's exit code, on the same store; its window ends now, so the seed's
-			// week must be within it.
+			// The command's exit code, on the same store, with the window ending at the
+			// seed's end as above (on the wall clock the week's end was up to 7 days back).
 			var out, errb bytes.Buffer
 			code := readiness.Main([]string{"--cluster", c.cluster, "--target-version", "1.34", "--readiness-window", "336h",
 				"--readiness-max-silence", "240h", "--format", "json"}, &out, &errb,
-				readiness.Engine{Open: func(context.Context) (readiness.Store, error) { return openStore{st}, nil }}, nil, nil)
+				readiness.Engine{Open: func(context.Context) (readiness.Store, error) { return openStore{st}, nil }, Now: now}, nil, nil)
 			wantCode := c.code
 			if c.cluster == "quiet" || c.cluster == "stalled" {
 				wantCode = readiness.ExitReady // 240h of silence allowed: quiet's one finding is enough

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/rollup"
@@ -190,7 +191,7 @@ func TestDaysAgreeWithTheFindingsOnCluster(t *testing.T) {
 // replica.
 func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	defer rollup.SetMargin(0)()
-	today := time.Now().UTC().Truncate(24 * time.Hour)
+	today := testkit.Now().UTC().Truncate(24 * time.Hour)
 	noon := today.Add(12 * time.Hour)
 	defer rollup.SetNow(noon)()
 	ctx := context.Background()
@@ -410,7 +411,7 @@ func TestSpanCoversWholeDays(t *testing.T) {
 // index lists each finding.
 func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 	defer rollup.SetMargin(0)()
-	defer rollup.SetNow(time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour))()
+	defer rollup.SetNow(testkit.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour))()
 	all := store.Migrations
 	var before []store.Migration
 	for _, m := range all {
@@ -423,7 +424,7 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		db := st.DB()
-		today := time.Now().UTC().Truncate(24 * time.Hour)
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
 		if err := st.WriteFindings(ctx, seed(today)); err != nil {
 			t.Fatal(err)

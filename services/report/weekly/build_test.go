@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -31,7 +32,7 @@ type seed struct {
 
 func newSeed() seed {
 	// Relative to today so that the store's TTL retention (30 days in tests) keeps every row.
-	w := weekly.LastWeekEnding(time.Now().UTC())
+	w := weekly.LastWeekEnding(testkit.Now().UTC())
 	start := w.AddDate(0, 0, -6)
 	return seed{week: w, start: start, prev: start.AddDate(0, 0, -7)}
 }

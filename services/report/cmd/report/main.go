@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/services/report"
@@ -22,6 +23,10 @@ writes them to ClickHouse in batches, acknowledging each finding once its batch 
 with no --clickhouse-dsn it keeps them in embedded ClickHouse in --clickhouse-data-dir. With
 --weekly-schedule and --mail-to it also mails the weekly report. The schema is migrated at
 start; report migrate only migrates.`
+
+// now is the clock of the one-shot commands (report readiness, report weekly); tests set it
+// to testkit.Now so that their outcome does not depend on the day they run.
+var now = time.Now
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 

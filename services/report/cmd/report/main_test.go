@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/auditlens/auditlens/lib/testkit"
 )
+
+// The commands' clock is the tests' one "now" (AUDITLENS_TEST_NOW sets it).
+func init() { now = testkit.Now }
 
 func TestUsage(t *testing.T) {
 	for _, c := range []struct {

@@ -34,6 +34,7 @@ func readinessMain(args []string, stdout, stderr io.Writer) int {
 			}
 			return st, nil
 		},
+		Now: now,
 	}, func(fs *flag.FlagSet) {
 		ac.RegisterFlags(fs)
 	}, func(cl string) (weekly.Acceptor, error) {

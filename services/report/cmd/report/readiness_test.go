@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 )
@@ -21,7 +22,7 @@ import (
 // (1) named at its line and column.
 func TestReadinessMainOnServer(t *testing.T) {
 	srv, st := chtest.ServerStore(t)
-	now := time.Now().UTC()
+	now := testkit.Now().UTC()
 	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{{RuleId: "removed-api", Cluster: "prod", AuditId: "a1",
 		EventTime: timestamppb.New(now.Add(-time.Hour)), ApiGroup: "flowcontrol.apiserver.k8s.io", ApiVersion: "v1beta3",
 		Resource: "flowschemas", RemovedIn: "1.32", Username: "prometheus"}}); err != nil {

@@ -35,6 +35,7 @@ func weeklyMain(args []string, stdout, stderr io.Writer) int {
 			return ec.Validate()
 		},
 		Open: func(ctx context.Context) (command.Store, error) { return ec.Open(ctx) },
+		Now:  now,
 		Prepare: func(ctx context.Context, d *schedule.Delivery) error {
 			files, err := report.OpenFiles(fc, kc, slog.New(slog.DiscardHandler), nil)
 			if err != nil {

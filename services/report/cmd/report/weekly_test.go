@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -29,7 +30,8 @@ func TestWeeklyMainFlags(t *testing.T) {
 func TestWeeklyMainOnServer(t *testing.T) {
 	srv, st := chtest.ServerStore(t)
 	var out, errb bytes.Buffer
-	code := weeklyMain([]string{"--clickhouse-dsn", srv.DSN(st.Database()), "--format", "json", "--week-ending", "2026-11-22"}, &out, &errb)
+	week := weekly.LastWeekEnding(testkit.Now().UTC()).String()
+	code := weeklyMain([]string{"--clickhouse-dsn", srv.DSN(st.Database()), "--format", "json", "--week-ending", week}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -37,7 +39,7 @@ func TestWeeklyMainOnServer(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.WeekEnding.String() != "2026-11-22" || r.Cluster != "default" || len(r.Blockers) != 0 {
+	if r.WeekEnding.String() != week || r.Cluster != "default" || len(r.Blockers) != 0 {
 		t.Fatalf("report %+v", r)
 	}
 }

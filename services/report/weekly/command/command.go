@@ -42,6 +42,9 @@ type Engine struct {
 	// Prepare, when set, sets up the delivery (accepted risks, owners) after the flags are
 	// parsed: its Amend applies to the report written too.
 	Prepare func(ctx context.Context, d *schedule.Delivery) error
+	// Now is the clock that picks the default week and stamps the report; nil means time.Now
+	// (tests pass theirs).
+	Now func() time.Time
 }
 
 // Synopsis is the head of --help.
@@ -153,7 +156,10 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine) int {
 		fmt.Fprintf(stderr, "report weekly: unexpected argument %q (see --help)\n", fs.Arg(0))
 		return 2
 	}
-	week, err := c.Validate(time.Now())
+	if eng.Now == nil {
+		eng.Now = time.Now
+	}
+	week, err := c.Validate(eng.Now())
 	if err == nil && eng.Validate != nil {
 		err = eng.Validate()
 	}
@@ -178,7 +184,7 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 		return err
 	}
 	defer st.Close()
-	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker}
+	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker, Now: eng.Now}
 	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Recipients: c.Mail.To, Options: opts}
 	if eng.Prepare != nil {
 		if err := eng.Prepare(ctx, d); err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/auditlens/auditlens/lib/enginetest"
+	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -37,7 +38,7 @@ func serverEngine(t *testing.T) (Engine, *store.Store) {
 
 func TestWeeklyCommand(t *testing.T) {
 	eng, st := serverEngine(t)
-	week := weekly.LastWeekEnding(time.Now().UTC())
+	week := weekly.LastWeekEnding(testkit.Now().UTC())
 	start := week.AddDate(0, 0, -6)
 	var fs []*auditlensv1.Finding
 	for i, u := range []string{"alice", "<b>bob</b>"} {

@@ -83,7 +83,7 @@ func config(mp *mailpittest.Server, addr string) Config {
 func TestSendsOncePerWeekAcrossRestarts(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
 		mp := startMailpit(t)
-		week := weekly.LastWeekEnding(time.Now().UTC())
+		week := weekly.LastWeekEnding(testkit.Now().UTC())
 		seed(t, st, week)
 		monday9 := week.AddDate(0, 0, 1).Add(9 * time.Hour)
 		var logs logBuf
@@ -125,7 +125,7 @@ func TestDeliverOutcomes(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		mp := startMailpit(t)
-		week := weekly.LastWeekEnding(time.Now().UTC())
+		week := weekly.LastWeekEnding(testkit.Now().UTC())
 		seed(t, st, week)
 		v := weekly.Version{Major: 1, Minor: 25}
 		good, err := mail.New(config(mp, mp.SMTPAddr).Mail)
@@ -252,7 +252,7 @@ func TestConfig(t *testing.T) {
 func TestFiresOnSchedule(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
 		mp := startMailpit(t)
-		week := weekly.LastWeekEnding(time.Now().UTC())
+		week := weekly.LastWeekEnding(testkit.Now().UTC())
 		seed(t, st, week)
 		var logs logBuf
 		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

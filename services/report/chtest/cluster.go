@@ -165,7 +165,7 @@ func (c *Cluster) Store(t testing.TB, database string) *store.Store {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	began := time.Now()
-	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30}); err != nil {
+	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: Retention}); err != nil {
 		t.Fatalf("migrate cluster store: %v", err)
 	}
 	t.Logf("schema migrated on the cluster in %s", time.Since(began).Round(100*time.Millisecond))

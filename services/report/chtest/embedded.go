@@ -87,7 +87,7 @@ func EmbeddedStore(t testing.TB) *store.Store {
 		_, _ = st.DB().Exec("DROP DATABASE IF EXISTS " + db)
 		_ = st.Close()
 	})
-	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30}); err != nil {
+	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: Retention}); err != nil {
 		t.Fatalf("migrate chdb database %s: %v", db, err)
 	}
 	return st
@@ -100,6 +100,12 @@ const (
 	EngineServer   Engine = "clickhouse-server"
 	EngineEmbedded Engine = "chdb"
 )
+
+// Retention is the retention the test stores are migrated with: none. A retention is a TTL
+// judged by the server's clock, so a test's findings at dates of its own (fixed, or from
+// testkit.Now) would be dropped as soon as the wall clock passes them by its days, and the test
+// would fail on a later day. Tests of the retention itself migrate again with theirs.
+const Retention = 0
 
 // EachEngine runs f as a subtest on a fresh migrated store of each engine: a
 // clickhouse-server started for the subtest, and embedded chDB.

@@ -367,7 +367,7 @@ func OpenMigrated(t testing.TB, dsn string) *store.Store {
 		t.Fatalf("open %s: %v", dsn, err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 30}); err != nil {
+	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: Retention}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	return st

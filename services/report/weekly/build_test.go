@@ -31,7 +31,7 @@ type seed struct {
 }
 
 func newSeed() seed {
-	// Relative to today so that the store's TTL retention (30 days in tests) keeps every row.
+	// The last full week before the tests' now.
 	w := weekly.LastWeekEnding(testkit.Now().UTC())
 	start := w.AddDate(0, 0, -6)
 	return seed{week: w, start: start, prev: start.AddDate(0, 0, -7)}

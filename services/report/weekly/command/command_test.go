@@ -33,6 +33,7 @@ func serverEngine(t *testing.T) (Engine, *store.Store) {
 	return Engine{
 		RegisterFlags: func(fs *flag.FlagSet) { fs.String("clickhouse-dsn", "", "") },
 		Open:          func(context.Context) (Store, error) { return shared{st}, nil },
+		Now:           testkit.Now,
 	}, st
 }
 

@@ -41,32 +41,44 @@ RACE_services/classify := . ./scan/... ./dedup/...
 RACE_services/report := . ./writer/... ./page/... ./weekly/schedule/... ./weekly/mail/...
 RACE_services/auditlens :=
 
-## test: every module's tests on its own (GOWORK=off), vet, gofmt, buf lint and the proto regeneration check.
-## The modules run TEST_LANES at a time (most tests wait on servers, processes and the network
-## more than they compute), the longest first; each module's output is printed whole when it
-## ends. Every module runs even when one fails (the failures are named at the end); each
-## check's and each module's seconds are written to $(TIMES) (.ci/run prints them as a table).
+## test: every module's tests on its own (GOWORK=off), vet, gofmt, lint, the generated-file
+## checks and the date check. Its jobs run TEST_LANES at a time (most tests wait on servers,
+## processes and the network more than they compute), the longest first; each job's output is
+## printed whole when it ends. Every job runs even when one fails (the failures are named at
+## the end); each job's seconds (and each check's) are written to $(TIMES), which .ci/run prints.
 CHECKS := fmt-check mod-check vet lint proto-check catalogue-check
 TIMES := $(BIN)/test-times.tsv
 TEST_LANES ?= 2
-## the modules by their test time, longest first (measured in .ci/run's table)
-MODULES_BY_TIME := services/report services/auditlens date-check deploy/nodetest services/ingest deploy/kubetest deploy/images deploy/release services/classify lib deploy deploy/node proto
+## the jobs, longest first as measured in .ci/run's table, those that need PREBUILT last
+JOBS := services/report date-check checks services/ingest services/classify lib deploy deploy/images deploy/release proto services/auditlens deploy/nodetest deploy/kubetest deploy/node
+## PREBUILT: the jobs whose tests run the Kubernetes binaries or the images. When PREBUILD_RC
+## names a file, they first wait for it to hold the exit code of that build: .ci/run builds them
+## beside the first jobs.
+PREBUILT := services/auditlens deploy/nodetest deploy/kubetest deploy/node
 test:
-	@mkdir -p $(BIN)/test-logs; : > $(TIMES); set -e; for c in $(CHECKS); do s=$$(date +%s); $(MAKE) --no-print-directory $$c; \
-	  printf 'make %s\t%d\n' $$c $$(( $$(date +%s) - s )) >> $(TIMES); done
-	@test "$$(echo $(MODULES_BY_TIME) | tr ' ' '\n' | sort)" = "$$(echo $(MODULES) date-check | tr ' ' '\n' | sort)" || { echo "MODULES_BY_TIME must list every module of MODULES and date-check"; exit 1; }
-	@printf '%s\n' $(MODULES_BY_TIME) | xargs -P $(TEST_LANES) -I{} $(MAKE) --no-print-directory test-module M={} || true
-	@failed=$$(awk -F'\t' '$$3 == "FAIL" { printf " %s", substr($$1, 9) }' $(TIMES)); \
-	  if [ -n "$$failed" ]; then echo "FAIL:$$failed"; exit 1; fi; echo "every module passed"
+	@mkdir -p $(BIN)/test-logs; : > $(TIMES)
+	@test "$$(echo $(JOBS) | tr ' ' '\n' | sort)" = "$$(echo $(MODULES) checks date-check | tr ' ' '\n' | sort)" || { echo "JOBS must list every module of MODULES, checks and date-check"; exit 1; }
+	@printf '%s\n' $(JOBS) | xargs -P $(TEST_LANES) -I{} $(MAKE) --no-print-directory test-job J={} || true
+	@failed=$$(awk -F'\t' '$$3 == "FAIL" { printf " %s", $$1 }' $(TIMES)); \
+	  if [ -n "$$failed" ]; then echo "FAIL:$$failed"; exit 1; fi; echo "every job of make test passed"
 
-## test-module M=<module>: one module's tests (or date-check), its output kept in .bin/test-logs
-## and printed when done.
-.PHONY: test-module
-test-module:
-	@log=$(BIN)/test-logs/$(subst /,_,$(M)).log; s=$$(date +%s); echo "== go test $(M) (started $$(date -u +%T))"; \
-	if $(if $(filter date-check,$(M)),$(MAKE) --no-print-directory date-check,(cd $(M) && $(call gotest,$(RACE_$(M))))) > $$log 2>&1; then r=ok; else r=FAIL; fi; \
-	printf 'go test %s\t%d\t%s\n' $(M) $$(( $$(date +%s) - s )) $$r >> $(TIMES); \
-	flock $(BIN)/test-logs/.print sh -c "echo '== go test $(M): $$r in $$(( $$(date +%s) - s ))s'; cat $$log"
+## checks: gofmt, tidy go.mod files, vet, lint, the generated files (one of make test's jobs).
+.PHONY: checks test-job
+checks:
+	@mkdir -p $(BIN); set -e; for c in $(CHECKS); do s=$$(date +%s); $(MAKE) --no-print-directory $$c; \
+	  printf '  make %s\t%d\n' $$c $$(( $$(date +%s) - s )) >> $(TIMES); done
+
+## test-job J=<job>: one job of make test (a module's tests, checks or date-check), its output
+## kept in .bin/test-logs and printed when it ends.
+test-job:
+	@log=$(BIN)/test-logs/$(subst /,_,$(J)).log; \
+	if [ -n "$(PREBUILD_RC)" ] && [ -n "$(filter $(J),$(PREBUILT))" ]; then echo "== $(J) waits for the prebuild"; \
+	  while [ ! -s "$(PREBUILD_RC)" ]; do sleep 5; done; fi; \
+	s=$$(date +%s); echo "== $(J) (started $$(date -u +%T))"; \
+	if [ -n "$(PREBUILD_RC)" ] && [ -n "$(filter $(J),$(PREBUILT))" ] && [ "$$(cat $(PREBUILD_RC))" != 0 ]; then echo "the prebuild failed (.bin/prebuild.log)" > $$log; r=FAIL; \
+	elif $(if $(filter checks date-check,$(J)),$(MAKE) --no-print-directory $(J),(cd $(J) && $(call gotest,$(RACE_$(J))))) > $$log 2>&1; then r=ok; else r=FAIL; fi; \
+	printf '%s\t%d\t%s\n' $(J) $$(( $$(date +%s) - s )) $$r >> $(TIMES); \
+	flock $(BIN)/test-logs/.print sh -c "echo '== $(J): $$r in $$(( $$(date +%s) - s ))s'; cat $$log"
 
 ## date-check: the date-sensitive tests again at each "now" of .ci/test-dates (AUDITLENS_TEST_NOW,
 ## read by lib/testkit.Now): every day of next week, a Sunday's last second, a Monday's first

@@ -3,6 +3,8 @@ package kubetest
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,11 +62,26 @@ func TestUpgradeReadinessObjects(t *testing.T) {
 	admin := dynamic.NewForConfigOrDie(s.Config(w)).Resource(status.Resource)
 	target := weekly.Version{Major: 1, Minor: 34}
 	name, err := status.Name("Prod EU/1", target)
-	if err != nil || name != "prod-eu-1-1-34" {
-		t.Fatalf("Name = %q, %v; want prod-eu-1-1-34", name, err)
+	if err != nil || !regexp.MustCompile(`^prod-eu-1-[0-9a-f]{8}-1-34$`).MatchString(name) {
+		t.Fatalf("Name = %q, %v; want prod-eu-1-<8 hex>-1-34", name, err)
 	}
 	if _, err := status.Name("///", target); err == nil {
 		t.Error("a cluster of only punctuation makes a name")
+	}
+	// Clusters that read alike have objects of their own; a name already a name is kept.
+	names := map[string]string{}
+	for _, c := range []string{"prod-eu", "prod_eu", "Prod.EU", "PROD-EU"} {
+		n, err := status.Name(c, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, dup := names[n]; dup {
+			t.Errorf("clusters %q and %q share the object %s", o, c, n)
+		}
+		names[n] = c
+	}
+	if n, _ := status.Name("prod-eu", target); n != "prod-eu-1-34" {
+		t.Errorf("Name(prod-eu) = %q, want prod-eu-1-34", n)
 	}
 
 	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
@@ -135,20 +152,46 @@ func TestUpgradeReadinessObjects(t *testing.T) {
 	}
 	firstTransition := transition(t, obj)
 
-	// Blocked again: a no-op on the server.
-	rv := func() string {
+	// Blocked again, a second later: judgedAt is renewed (a live gate), the transition kept.
+	judged := func() string {
 		u, err := admin.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return u.GetResourceVersion()
+		j, _, _ := unstructured.NestedString(u.Object, "status", "judgedAt")
+		if _, err := time.Parse(time.RFC3339, j); err != nil {
+			t.Fatalf("status.judgedAt %q: %v", j, err)
+		}
+		if tt := transition(t, u.Object); tt != firstTransition {
+			t.Errorf("the same judgement moved lastTransitionTime %s -> %s", firstTransition, tt)
+		}
+		return j
 	}
-	before := rv()
+	before := judged()
+	time.Sleep(1100 * time.Millisecond) // the times have whole seconds
 	if err := pub.Publish(ctx, result(readiness.Blocked)); err != nil {
 		t.Fatal(err)
 	}
-	if after := rv(); after != before {
-		t.Errorf("the same judgement again changed the object: resourceVersion %s -> %s", before, after)
+	if after := judged(); after == before {
+		t.Errorf("the same judgement a second later left judgedAt at %s: a stopped gate would look alive", before)
+	}
+
+	// An object of the name that is another cluster's is left alone.
+	squatter := result(readiness.Ready)
+	squatter.Cluster = "prod-eu-squat"
+	sq, _ := status.Name(squatter.Cluster, target)
+	if _, err := admin.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "auditlens.io/v1alpha1", "kind": "UpgradeReadiness", "metadata": map[string]any{"name": sq},
+		"spec": map[string]any{"cluster": "someone-else", "targetVersion": "1.34"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, squatter); err == nil || !strings.Contains(err.Error(), `is cluster "someone-else"'s`) {
+		t.Errorf("publishing over another cluster's object: %v, want an error naming it", err)
+	}
+	if u, err := admin.Get(ctx, sq, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if c, _, _ := unstructured.NestedString(u.Object, "spec", "cluster"); c != "someone-else" {
+		t.Errorf("the other cluster's object now says spec.cluster %q", c)
 	}
 
 	time.Sleep(1100 * time.Millisecond) // lastTransitionTime has whole seconds

@@ -124,6 +124,8 @@ type Gate struct {
 	log      *slog.Logger
 	now      func() time.Time
 	met      *metrics
+	// known are the clusters of the last RunOnce that could list them.
+	known []string
 	// busy bounds the judgements requested through the API at once.
 	busy chan struct{}
 }
@@ -202,12 +204,17 @@ func (g *Gate) Clusters(ctx context.Context) ([]string, error) {
 // RunOnce judges every cluster and target, updates the metrics and publishes each result.
 // It goes on after an error and returns the first.
 func (g *Gate) RunOnce(ctx context.Context) ([]*Result, error) {
+	var first error
 	clusters, err := g.Clusters(ctx)
 	if err != nil {
 		g.met.errors.Inc()
-		return nil, err
+		first = err
+		// The store fails: every cluster judged before is not judged now (below), so that no
+		// published verdict outlives the store's failure.
+		clusters = g.known
+	} else {
+		g.known = clusters
 	}
-	var first error
 	var out []*Result
 	for _, c := range clusters {
 		for _, t := range g.targets {
@@ -215,6 +222,14 @@ func (g *Gate) RunOnce(ctx context.Context) ([]*Result, error) {
 			if err != nil {
 				g.met.errors.Inc()
 				first = cmp(first, fmt.Errorf("judge %s for %s: %w", c, t, err))
+				if g.pub != nil && ctx.Err() == nil {
+					// A verdict that cannot be renewed must not stay in force: Unknown, saying why.
+					nj := &Result{Cluster: c, Target: t, State: Unknown, Reason: ReasonNotJudged,
+						Message: fmt.Sprintf("%s: not judged for %s: %v", c, t, err)}
+					if err := g.pub.Publish(ctx, nj); err != nil {
+						first = cmp(first, fmt.Errorf("publish %s for %s: %w", c, t, err))
+					}
+				}
 				continue
 			}
 			g.met.set(r)

@@ -32,6 +32,9 @@ const (
 	ReasonNoBlockers   = "NoBlockers"
 	ReasonBlockers     = "BlockersInUse"
 	ReasonStreamSilent = "AuditStreamSilent"
+	// ReasonNotJudged: the judgement failed (the store unreachable, a query refused); the
+	// last verdict no longer holds.
+	ReasonNotJudged = "NotJudged"
 )
 
 // Options say what to judge.

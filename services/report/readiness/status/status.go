@@ -4,6 +4,8 @@ package status
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"regexp"
@@ -61,10 +63,18 @@ func New(rc *rest.Config) (*Publisher, error) {
 
 var notName = regexp.MustCompile(`[^a-z0-9]+`)
 
-// Name is the object of cluster and target: "<cluster>-<major>-<minor>", the cluster
-// lower-cased with every run of other characters than a-z and 0-9 as one "-".
+// Name is the object of cluster and target: "<cluster>-<major>-<minor>" when the cluster is
+// already a name (lower-case letters, digits and single inner "-": prod-eu-1-34), else the
+// cluster lower-cased with every run of other characters as one "-" and the first 8 hex digits
+// of the cluster's SHA-256 after it ("Prod EU/1" gives prod-eu-1-<hash>-1-34), so clusters
+// that read alike (prod-eu, prod_eu, Prod.EU) never share an object. Publish also refuses an
+// object whose spec.cluster is another cluster.
 func Name(cluster string, target weekly.Version) (string, error) {
 	c := strings.Trim(notName.ReplaceAllString(strings.ToLower(cluster), "-"), "-")
+	if c != cluster && c != "" {
+		sum := sha256.Sum256([]byte(cluster))
+		c += "-" + hex.EncodeToString(sum[:4])
+	}
 	n := fmt.Sprintf("%s-%d-%d", c, target.Major, target.Minor)
 	if c == "" || len(n) > 253 {
 		return "", fmt.Errorf("cluster %q makes no object name", cluster)
@@ -73,12 +83,21 @@ func Name(cluster string, target weekly.Version) (string, error) {
 }
 
 // Publish applies r: the object (spec: cluster and target) and its status with the
-// condition Ready (True ready, False blocked, Unknown unknown). A condition's
-// lastTransitionTime changes only when its status does.
+// condition Ready (True ready, False blocked, Unknown unknown) and judgedAt, the time of the
+// judgement, renewed by every publish so a reader tells a live gate from a stopped one. A
+// condition's lastTransitionTime changes only when its status does. An object of the name
+// that names another cluster in its spec is left alone, with an error.
 func (p *Publisher) Publish(ctx context.Context, r *readiness.Result) error {
 	name, err := Name(r.Cluster, r.Target)
 	if err != nil {
 		return err
+	}
+	if cur, err := p.res.Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if other, _, _ := unstructured.NestedString(cur.Object, "spec", "cluster"); other != r.Cluster {
+			return fmt.Errorf("upgradereadiness %s is cluster %q's, not %q: left alone", name, other, r.Cluster)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get upgradereadiness %s: %w", name, err)
 	}
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 	obj := &unstructured.Unstructured{Object: map[string]any{
@@ -90,9 +109,10 @@ func (p *Publisher) Publish(ctx context.Context, r *readiness.Result) error {
 	if err != nil {
 		return fmt.Errorf("apply upgradereadiness %s: %w", name, err)
 	}
+	now := p.now().UTC().Format(time.RFC3339)
 	cond := condition(r)
 	cond["observedGeneration"] = cur.GetGeneration()
-	cond["lastTransitionTime"] = p.now().UTC().Format(time.RFC3339)
+	cond["lastTransitionTime"] = now
 	if old, ok := readyCondition(cur); ok && old["status"] == cond["status"] {
 		if t, ok := old["lastTransitionTime"].(string); ok && t != "" {
 			cond["lastTransitionTime"] = t
@@ -101,7 +121,7 @@ func (p *Publisher) Publish(ctx context.Context, r *readiness.Result) error {
 	st := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion, "kind": kind,
 		"metadata": map[string]any{"name": name},
-		"status":   statusOf(r, cond),
+		"status":   statusOf(r, cond, now),
 	}}
 	if _, err := p.res.ApplyStatus(ctx, name, st, opts); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -133,7 +153,7 @@ func readyCondition(u *unstructured.Unstructured) (map[string]any, bool) {
 	return nil, false
 }
 
-func statusOf(r *readiness.Result, cond map[string]any) map[string]any {
+func statusOf(r *readiness.Result, cond map[string]any, judgedAt string) map[string]any {
 	bl := []any{}
 	for _, b := range r.Blockers[:min(len(r.Blockers), maxListed)] {
 		m := map[string]any{"rule": b.RuleID, "api": b.API(), "removedIn": b.RemovedIn, "findings": int64(b.Findings),
@@ -153,7 +173,7 @@ func statusOf(r *readiness.Result, cond map[string]any) map[string]any {
 			"by": a.Acceptance.By, "reason": a.Acceptance.Reason})
 	}
 	return map[string]any{
-		"state": r.State, "message": clip(r.Message, 4096),
+		"state": r.State, "message": clip(r.Message, 4096), "judgedAt": judgedAt,
 		"blockers": int64(len(r.Blockers)), "acceptedBlockers": int64(len(r.Accepted)),
 		"windowSeconds": int64(r.WindowEnd.Sub(r.WindowStart) / time.Second), "streamAlive": r.Stream.Alive,
 		"blockerList": bl, "accepted": acc,

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
+	"github.com/auditlens/auditlens/services/report/readiness/status"
+	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
 var update = flag.Bool("update", false, "rewrite the chart README's values table")
@@ -149,16 +151,22 @@ func TestChartReadinessRequiresTargetVersions(t *testing.T) {
 }
 
 // With the gate, NOTES.txt names the object of the last target version to wait on, as report
-// names it (<cluster>-<major>-<minor>, lower-cased, other characters as "-").
+// names it (status.Name: the cluster when it is a name, else with a hash of it).
 func TestChartReadinessNotes(t *testing.T) {
-	vals := presetValues(t, "self-managed")
-	vals["cluster"] = map[string]any{"name": "-Prod__EU.1"}
-	_, notes, err := renderChart(t, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "kubectl wait --for=condition=Ready upgradereadiness/prod-eu-1-1-35 --timeout=24h"; !strings.Contains(notes, want) {
-		t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+	for _, cluster := range []string{"-Prod__EU.1", "prod-eu-1"} {
+		vals := presetValues(t, "self-managed")
+		vals["cluster"] = map[string]any{"name": cluster}
+		_, notes, err := renderChart(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, err := status.Name(cluster, weekly.Version{Major: 1, Minor: 35})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "kubectl wait --for=condition=Ready upgradereadiness/" + name + " --timeout=24h"; !strings.Contains(notes, want) {
+			t.Errorf("cluster %q: NOTES.txt does not say %q:\n%s", cluster, want, notes)
+		}
 	}
 }
 

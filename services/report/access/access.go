@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 )
 
 // Authorizer says whether the request's user may read the console of cluster.
@@ -48,7 +49,9 @@ func Allowed(ctx context.Context, cluster string) (bool, error) {
 
 // Loopback serves next to requests from a loopback address only (with Everyone as their
 // authorizer); any other gets 403 and no console content, whatever address the listener
-// was given.
+// was given. The request must also name a loopback host (IsLoopbackHost): a web page the user
+// opens could otherwise point a name of its own at 127.0.0.1 (DNS rebinding) and read the
+// console through the user's browser; such a request gets 421 and no content.
 func Loopback(next http.Handler) http.Handler {
 	anyone := Anyone(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,8 +60,28 @@ func Loopback(next http.Handler) http.Handler {
 				"shared access goes through the authenticated listener (--report-console-auth-addr)", http.StatusForbidden)
 			return
 		}
+		if !IsLoopbackHost(r.Host) {
+			http.Error(w, "this listener answers requests for localhost, 127.0.0.1 or [::1] only (not a name that points here: "+
+				"DNS rebinding); open the console as http://localhost:<port>/", http.StatusMisdirectedRequest)
+			return
+		}
 		anyone.ServeHTTP(w, r)
 	})
+}
+
+// IsLoopbackHost reports whether host (a request's Host: name or address, with or without a
+// port) names this machine's loopback: localhost, a name under .localhost (RFC 6761), or a
+// loopback address.
+func IsLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Anyone serves next to every request, unauthenticated (with Everyone as their authorizer):

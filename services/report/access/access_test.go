@@ -36,14 +36,29 @@ func TestLoopbackGate(t *testing.T) {
 			t.Error("a loopback request is not allowed the cluster")
 		}
 	}))
-	for remote, want := range map[string]int{"192.0.2.7:4000": http.StatusForbidden, "127.0.0.1:4000": http.StatusOK} {
+	for _, c := range []struct {
+		remote, host string
+		want         int
+	}{
+		{"192.0.2.7:4000", "localhost:9101", http.StatusForbidden},
+		{"127.0.0.1:4000", "localhost:9101", http.StatusOK},
+		{"127.0.0.1:4000", "LOCALHOST.", http.StatusOK},
+		{"127.0.0.1:4000", "console.localhost:9101", http.StatusOK},
+		{"127.0.0.1:4000", "127.0.0.1:9101", http.StatusOK},
+		{"[::1]:4000", "[::1]:9101", http.StatusOK},
+		// DNS rebinding: the attacker's name resolves to 127.0.0.1, the browser sends it.
+		{"127.0.0.1:4000", "rebind.attacker.example", http.StatusMisdirectedRequest},
+		{"127.0.0.1:4000", "localhost.attacker.example:9101", http.StatusMisdirectedRequest},
+		{"127.0.0.1:4000", "127.0.0.1.nip.io:9101", http.StatusMisdirectedRequest},
+		{"127.0.0.1:4000", "", http.StatusMisdirectedRequest},
+	} {
 		ran = false
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = remote
+		r.RemoteAddr, r.Host = c.remote, c.host
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if w.Code != want || ran != (want == http.StatusOK) {
-			t.Errorf("from %s: %d (handler ran: %v), want %d", remote, w.Code, ran, want)
+		if w.Code != c.want || ran != (c.want == http.StatusOK) {
+			t.Errorf("from %s for Host %q: %d (handler ran: %v), want %d", c.remote, c.host, w.Code, ran, c.want)
 		}
 	}
 }

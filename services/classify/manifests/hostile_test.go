@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/rules"
@@ -135,5 +137,31 @@ func BenchmarkHostileYAML(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A FIFO (or a socket, or a device) named *.yaml in a directory is skipped with an error
+// naming it; the manifests beside it are checked, and the command ends.
+func TestDirectoryWithAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata: {name: web}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "b.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	var out, errb strings.Builder
+	go func() { done <- Main([]string{"--format", "table", dir}, strings.NewReader(""), &out, &errb) }()
+	select {
+	case code := <-done:
+		if !strings.Contains(errb.String(), "b.yaml: not a regular file") {
+			t.Errorf("stderr does not name the FIFO: %s", errb.String())
+		}
+		if !strings.Contains(out.String(), "extensions/v1beta1") {
+			t.Errorf("the Ingress beside the FIFO was not checked (exit %d): %s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("classify manifests still blocks on the FIFO after 30 s")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/flagenv"
@@ -354,9 +355,9 @@ func walk(path string, stdin io.Reader, max int, fn func(name string, data []byt
 		if d.IsDir() || !isManifest(p) {
 			return nil
 		}
-		f, err := os.Open(p)
+		f, err := openRegular(p)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("read manifests: %w", err))
+			errs = append(errs, err)
 			return nil
 		}
 		defer f.Close()
@@ -369,6 +370,26 @@ func walk(path string, stdin io.Reader, max int, fn func(name string, data []byt
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// openRegular opens p, found in a directory, when it is a regular file (or a link to one).
+// It opens without blocking and then checks what it opened: a FIFO named *.yaml would block
+// an open for reading until a writer came, and a device or socket is no manifest. (A pipe
+// named on the command line, such as <(helm template ...), is read: it was asked for.)
+func openRegular(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read manifests: %w", err)
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s: not a regular file (%s): skipped", p, st.Mode().Type())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func isManifest(p string) bool {

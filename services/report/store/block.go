@@ -24,6 +24,11 @@ import (
 // nothing to trace in it: that is what lets one report process decode and hand over more
 // than 100k findings/s.
 type Block struct {
+	// NotAfter is the last event time (Unix seconds) AppendWire takes; 0 means MaxEventTime.
+	// The writer sets it to its clock plus a margin, so a finding dated far ahead (a wrong
+	// clock, a forged event) is dead-lettered rather than the cluster's newest event for good.
+	NotAfter int64
+
 	n   int
 	str [numStrCols]strCol
 	sev []int32
@@ -208,6 +213,15 @@ func (b *Block) finish(sev, conf, code int32, secs int64, nanos int32, removed s
 // ErrNoIdentity is returned by AppendWire for a finding without cluster, audit_id or rule_id.
 var ErrNoIdentity = errors.New("finding without cluster, audit_id or rule_id")
 
+// ErrEventTime is returned by AppendWire for a finding whose event time the store cannot
+// keep as it is (before 1970, past DateTime's 2106) or that lies after the block's NotAfter:
+// stored, it would make a chDB INSERT fail for the whole batch, be wrapped on old servers, or
+// stand as the cluster's newest event for good.
+var ErrEventTime = errors.New("event time out of range")
+
+// MaxEventTime is the last second a DateTime column holds (2106-02-07T06:28:15Z).
+const MaxEventTime = math.MaxUint32
+
 // AppendWire decodes one auditlens.v1.Finding in protobuf wire format and adds it. A finding
 // without a cluster takes cluster. It accepts and rejects what proto.Unmarshal does (unknown
 // fields skipped, strings must be UTF-8, a singular field given twice keeps the last value,
@@ -223,6 +237,10 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 	if err == nil && (len(w.str[colCluster]) == 0 || len(w.str[colAudit]) == 0 || len(w.str[colRule]) == 0) {
 		err = ErrNoIdentity
 	}
+	if err == nil && (w.seconds != 0 || w.nanos != 0) && (w.seconds < 0 || w.seconds > b.notAfter()) {
+		err = fmt.Errorf("%w: %s (kept: 1970-01-01 to %s)", ErrEventTime,
+			time.Unix(w.seconds, int64(w.nanos)).UTC().Format(time.RFC3339), time.Unix(b.notAfter(), 0).UTC().Format(time.RFC3339))
+	}
 	if err != nil {
 		b.evPath.truncate(evStart)
 		b.evValue.truncate(evStart)
@@ -237,6 +255,14 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 	}
 	b.finish(w.sev, w.conf, w.code, w.seconds, w.nanos, removed)
 	return nil
+}
+
+// notAfter is the last event time AppendWire takes, in Unix seconds.
+func (b *Block) notAfter() int64 {
+	if b.NotAfter != 0 {
+		return min(b.NotAfter, MaxEventTime)
+	}
+	return MaxEventTime
 }
 
 // wireFinding is one decoded finding before it is added to the columns; its strings are

@@ -25,11 +25,18 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	data := d.Data
+	notAfter := time.Now().Add(MaxAhead)
+	b.blk.NotAfter = notAfter.Unix()
 	if d.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
-		ms, err := heartbeat(data, d.Cluster)
+		ms, skipped, err := heartbeat(data, d.Cluster, notAfter)
 		if err != nil {
 			w.invalid(ctx, d, err)
 			return
+		}
+		if skipped > 0 {
+			w.m.minutesSkipped.Add(float64(skipped))
+			w.log.Warn("heartbeat minutes out of range skipped (before 1970 or more than a day past this clock)",
+				"cluster", d.Cluster, "skipped", skipped, "kept", len(ms), "position", d.Position)
 		}
 		b.beats = append(b.beats, ms...)
 		b.ds = append(b.ds, d)
@@ -74,7 +81,7 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 
 // findingCause says why a finding was not usable: it has no identity, or it is undecodable.
 func findingCause(err error) error {
-	if errors.Is(err, store.ErrNoIdentity) {
+	if errors.Is(err, store.ErrNoIdentity) || errors.Is(err, store.ErrEventTime) {
 		return err
 	}
 	return fmt.Errorf("undecodable finding: %w", err)
@@ -146,25 +153,35 @@ func (w *Writer) deadLetter(ctx context.Context, cluster, id, source string, dat
 // errBadHeartbeat marks a Heartbeat message that cannot be stored.
 var errBadHeartbeat = errors.New("undecodable heartbeat")
 
+// MaxAhead is how far past the writer's clock a finding's event time or a heartbeat's minute
+// may lie: past it, the finding is dead-lettered and the minute skipped, so that a wrong clock
+// or a forged event cannot stand as a cluster's newest event for good.
+const MaxAhead = 24 * time.Hour
+
 // heartbeat decodes a Heartbeat message published on the subject of cluster into its rows.
-// A heartbeat naming no cluster is the subject's.
-func heartbeat(data []byte, cluster string) ([]store.EventMinute, error) {
+// A heartbeat naming no cluster is the subject's. Minutes before 1970 or after notAfter are
+// skipped (counted in skipped), the others kept.
+func heartbeat(data []byte, cluster string, notAfter time.Time) (ms []store.EventMinute, skipped int, err error) {
 	var hb auditlensv1.Heartbeat
 	if err := proto.Unmarshal(data, &hb); err != nil {
-		return nil, fmt.Errorf("%w: %w", errBadHeartbeat, err)
+		return nil, 0, fmt.Errorf("%w: %w", errBadHeartbeat, err)
 	}
 	if hb.Cluster != "" {
 		cluster = hb.Cluster
 	}
 	if cluster == "" {
-		return nil, fmt.Errorf("%w: no cluster", errBadHeartbeat)
+		return nil, 0, fmt.Errorf("%w: no cluster", errBadHeartbeat)
 	}
 	out := make([]store.EventMinute, 0, len(hb.Minutes))
 	for i, m := range hb.Minutes {
-		if m.GetMinute() == nil || m.Minute.CheckValid() != nil || m.Minute.Seconds <= 0 {
-			return nil, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
+		if m.GetMinute() == nil || m.Minute.CheckValid() != nil {
+			return nil, 0, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
+		}
+		if m.Minute.Seconds <= 0 || m.Minute.Seconds > min(notAfter.Unix(), store.MaxEventTime) {
+			skipped++
+			continue
 		}
 		out = append(out, store.EventMinute{Cluster: cluster, Minute: m.Minute.AsTime(), Events: m.Events})
 	}
-	return out, nil
+	return out, skipped, nil
 }

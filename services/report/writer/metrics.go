@@ -9,6 +9,8 @@ type metrics struct {
 	pending                                                           prometheus.Gauge
 	// eventMinutes counts the minutes of classify's heartbeats written.
 	eventMinutes prometheus.Counter
+	// minutesSkipped counts the heartbeat minutes out of range (before 1970, past MaxAhead).
+	minutesSkipped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -16,7 +18,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_written_total",
 			Help: "Findings written to ClickHouse (redeliveries included; they count once in queries)."}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_invalid_total",
-			Help: "Messages, or findings in a batch message, that were not a usable finding (undecodable, too large, without identity)."}),
+			Help: "Messages, or findings in a batch message, that were not a usable finding (undecodable, too large, without identity, event time out of range)."}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_findings_dead_lettered_total",
 			Help: "Invalid messages and findings copied to the dead-letter stream."}),
 		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_write_errors_total",
@@ -35,9 +37,11 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Findings received and not yet written."}),
 		eventMinutes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_event_minutes_written_total",
 			Help: "Minutes of classify's heartbeats (a cluster's minute that carried events) written to ClickHouse, repeats included."}),
+		minutesSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_event_minutes_skipped_total",
+			Help: "Minutes of classify's heartbeats skipped for a time out of range (before 1970, or more than a day past report's clock)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped)
 	}
 	return m
 }

@@ -37,7 +37,27 @@ type Server struct {
 	Cluster *Member
 	mu      sync.Mutex
 	cmd     *exec.Cmd
-	out     bytes.Buffer
+	// out is the output of the process of the last Start: a new buffer each time, as the
+	// killed process's copying may still write to the one before.
+	out *syncBuffer
+}
+
+// syncBuffer is a buffer that a process's output goroutine writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // ServerBinary finds clickhouse-server: $CLICKHOUSE_SERVER, PATH, /usr/sbin, /usr/bin.
@@ -95,11 +115,11 @@ func (s *Server) Start() error {
 	if s.cmd != nil {
 		return nil
 	}
-	s.out.Reset()
+	s.out = &syncBuffer{}
 	cmd := exec.Command(s.bin, "--config-file="+filepath.Join(s.Dir, "config.xml"))
 	cmd.Dir = s.Dir
-	cmd.Stdout = &s.out
-	cmd.Stderr = &s.out
+	cmd.Stdout = s.out
+	cmd.Stderr = s.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
@@ -247,8 +267,10 @@ func appendString(b []byte, s string) []byte {
 
 func (s *Server) logs() string {
 	var parts []string
-	if s.out.Len() > 0 {
-		parts = append(parts, s.out.String())
+	if s.out != nil {
+		if o := s.out.String(); o != "" {
+			parts = append(parts, o)
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(s.Dir, "server.err.log")); err == nil {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")

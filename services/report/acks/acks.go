@@ -84,6 +84,12 @@ func Parse(name string, data []byte) (*Set, error) {
 		a := Ack{Cluster: Pattern(e.Cluster), Rule: Pattern(e.Rule), API: Pattern(e.API), Username: Pattern(e.Username),
 			UserAgent: Pattern(e.UserAgent), Namespace: Pattern(e.Namespace),
 			Acceptance: weekly.Acceptance{By: e.By, Reason: e.Reason, Source: d.Line(p)}}
+		if e.UserAgent != "" && strings.Trim(e.Username, "*") == "" {
+			// The client chooses its user agent: alone it would accept anyone who sends it.
+			return nil, d.At(p+".user_agent", "user_agent %q without a username: any client can send that agent, so it would accept "+
+				"whoever does; name the callers by username (the authenticated identity, e.g. \"system:serviceaccount:vendor:*\"), "+
+				"the user agent may narrow that", e.UserAgent)
+		}
 		if e.Rule != "" && !a.Rule.MatchesAny(RuleIDs) {
 			return nil, d.At(p+".rule", "rule %q matches no rule id (%s)", e.Rule, strings.Join(RuleIDs, ", "))
 		}

@@ -24,6 +24,11 @@ func TestParseRefusesBadFilesAtLineAndColumn(t *testing.T) {
 			"acks.yaml:3:11: acknowledgement 1 names neither rule nor api"},
 		"no reason": {"schema_version: 1\nacknowledgements:\n  - rule: psp\n    accepted_by: me\n",
 			"acks.yaml:3:9: acknowledgement 1 has no reason"},
+		// The client chooses its user agent: alone, it would accept anyone who sends it.
+		"user agent alone": {"schema_version: 1\nacknowledgements:\n  - rule: psp\n    user_agent: vendor-agent/*\n    reason: r\n    accepted_by: me\n",
+			`acks.yaml:4:17: user_agent "vendor-agent/*" without a username`},
+		"user agent with any user": {"schema_version: 1\nacknowledgements:\n  - rule: psp\n    username: '**'\n    user_agent: vendor-agent/*\n    reason: r\n    accepted_by: me\n",
+			`acks.yaml:5:17: user_agent "vendor-agent/*" without a username`},
 		"schema":     {"schema_version: 2\n", "acks.yaml:1:17: schema_version 2"},
 		"syntax":     {"schema_version: 1\nacknowledgements:\n  - rule: [psp\n", "acks.yaml:3:"},
 		"wrong type": {"schema_version: 1\nacknowledgements:\n  rule: psp\n", "acks.yaml:3:"},

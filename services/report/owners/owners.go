@@ -153,18 +153,19 @@ func anyMatch(ps []yamlfile.Pattern, s string) bool {
 }
 
 // Owner is the team that owns a caller, "" when none does. The caller's identity decides
-// first (the first team whose usernames match), then its user agent, then the namespace
-// of the request (its name, then its labels): a team's service account acting in another
-// team's namespace stays its own.
+// first (the first team whose usernames match), then the namespace of the request (its name,
+// then its labels), and only then its user agent: a team's service account acting in another
+// team's namespace stays its own, and a user agent, which the client chooses, never takes a
+// caller from the team its identity or namespace gives it.
 func (o *Owners) Owner(username, userAgent, namespace string) string {
 	if o == nil {
 		return ""
 	}
 	for _, by := range []func(Team) bool{
 		func(t Team) bool { return anyMatch(t.Usernames, username) },
-		func(t Team) bool { return anyMatch(t.UserAgents, userAgent) },
 		func(t Team) bool { return namespace != "" && anyMatch(t.Namespaces, namespace) },
 		func(t Team) bool { return o.labelsMatch(t, namespace) },
+		func(t Team) bool { return anyMatch(t.UserAgents, userAgent) },
 	} {
 		for _, t := range o.Teams {
 			if by(t) {

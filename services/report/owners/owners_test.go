@@ -51,6 +51,9 @@ func TestOwner(t *testing.T) {
 		{"alice", "kubectl/v1.20", "default", ""},
 		{"alice", "kubectl/v1.20", "", ""},
 		{"system:serviceaccount:webby:x", "curl", "webby", ""},
+		// A client chooses its agent: it decides only when neither identity nor namespace does.
+		{"mallory", "spark-operator/3.1", "web", "web"},
+		{"system:serviceaccount:web:ci", "prometheus/2.45", "default", "web"},
 	} {
 		if got := o.Owner(c.user, c.ua, c.ns); got != c.want {
 			t.Errorf("Owner(%q, %q, %q) = %q, want %q", c.user, c.ua, c.ns, got, c.want)

@@ -207,6 +207,11 @@ func (o *Owners) Filter(r *weekly.Report, team string, perBlocker int) *weekly.R
 		if len(cs) == 0 {
 			return b, false
 		}
+		if len(cs) < b.CallerCount {
+			// The blocker's message is one finding's, naming its caller, who may be another
+			// team's: the team reads one of its own.
+			b.Message = teamMessage(b)
+		}
 		b.CallerCount, b.Findings = len(cs), n
 		b.Callers = cs[:min(len(cs), perBlocker)]
 		return b, true
@@ -240,6 +245,23 @@ func (o *Owners) Filter(r *weekly.Report, team string, perBlocker int) *weekly.R
 		c.Totals.BlockerCallers += b.CallerCount
 	}
 	return &c
+}
+
+// teamMessage says what b is without naming a caller: a team's cut of a blocker that other
+// teams' callers use too.
+func teamMessage(b weekly.Blocker) string {
+	what := b.API()
+	if what == "" {
+		what = b.RuleID
+	}
+	s := what + " (" + b.RuleID + ")"
+	if b.RemovedIn != "" {
+		s += ": removed in " + b.RemovedIn
+	}
+	if b.Replacement != "" {
+		s += "; use " + b.Replacement
+	}
+	return s + ". The callers listed are this team's."
 }
 
 // Split is the weekly delivery of r to the platform (everything, the unowned included) and to

@@ -81,7 +81,7 @@ func TestFilter(t *testing.T) {
 	ing := weekly.Key{RuleID: "removed-api", APIGroup: "extensions", APIVersion: "v1beta1", Resource: "ingresses", RemovedIn: "1.22"}
 	psp := weekly.Key{RuleID: "psp", APIGroup: "policy", APIVersion: "v1beta1", Resource: "podsecuritypolicies", RemovedIn: "1.25"}
 	r := &weekly.Report{Cluster: "prod", Blockers: []weekly.Blocker{
-		{Key: ing, Findings: 9, CallerCount: 3, Callers: []weekly.Caller{
+		{Key: ing, Findings: 9, CallerCount: 3, Message: "alice (etl/2.3) called extensions/v1beta1 ingresses", Callers: []weekly.Caller{
 			{Username: "system:serviceaccount:web:deployer", Namespace: "web", Count: 5},
 			{Username: "alice", Namespace: "kafka", Count: 3},
 			{Username: "bob", Namespace: "default", Count: 1}}},
@@ -90,6 +90,10 @@ func TestFilter(t *testing.T) {
 	web := o.Filter(r, "web", 25)
 	if len(web.Blockers) != 1 || web.Blockers[0].Findings != 5 || web.Blockers[0].CallerCount != 1 || len(web.New) != 0 {
 		t.Errorf("web: %+v", web)
+	}
+	// The blocker's message names another team's caller: the team's cut does not carry it.
+	if m := web.Blockers[0].Message; strings.Contains(m, "alice") || strings.Contains(m, "etl/2.3") || !strings.Contains(m, "extensions/v1beta1 ingresses") {
+		t.Errorf("web's cut of the ingresses reads %q: it names another team's caller, or not the API", m)
 	}
 	data := o.Filter(r, "data", 25)
 	if len(data.Blockers) != 2 || data.Blockers[0].Callers[0].Username != "alice" || data.Blockers[1].Findings != 2 || data.NewCount != 1 {

@@ -3,6 +3,7 @@ module github.com/auditlens/auditlens/lib
 go 1.26.8
 
 require (
+	github.com/goccy/go-yaml v1.19.2
 	github.com/klauspost/compress v1.20.3
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

@@ -133,7 +133,7 @@ func TestHelmReleaseBounds(t *testing.T) {
 		t.Fatalf("the compressed release is %d bytes", len(toJSON(t, bomb)))
 	}
 	_, errOut, code := run(t, toJSON(t, bomb), "--max-document-size", strconv.Itoa(1<<20), "-")
-	if code != 1 || !strings.Contains(errOut, "helm release: too large once decoded: decompresses to more than 1048576 bytes") {
+	if code != 1 || !strings.Contains(errOut, "helm release: too large: decompresses to more than 1048576 bytes") {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
 	broken := storage(t, "Secret", "x", "shop", 1, "deployed", "")
@@ -153,4 +153,19 @@ func sorted(s []string) []string {
 		}
 	}
 	return out
+}
+
+// A Helm release of a few KB that gunzips to a 50 MiB flat flow list (under
+// --max-document-size: review 3 E1) is refused by its tokens with a clear error, before the
+// parser holds them (each costs hundreds of bytes: past 7 GB before the bound).
+func TestHelmReleaseOfMillionsOfTokens(t *testing.T) {
+	list := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: {x: [" + strings.Repeat("1,", 25<<20) + "1]}\n"
+	bomb := storage(t, "Secret", "big", "shop", 1, "deployed", list)
+	if n := len(toJSON(t, bomb)); n > 1<<20 {
+		t.Fatalf("the compressed release is %d bytes", n)
+	}
+	_, errOut, code := run(t, toJSON(t, bomb), "--max-document-size", strconv.Itoa(64<<20), "-")
+	if code != 1 || !strings.Contains(errOut, "too large: more than 1048576 tokens") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/auditlens/auditlens/lib/yamlsafe"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // PosError is an error at a line and column of a file (line 0: the file as a whole).
@@ -41,7 +41,9 @@ type Doc struct {
 // type or a syntax error is a *PosError. An empty file decodes to the zero v.
 func Decode(name string, data []byte, v any) (*Doc, error) {
 	d := &Doc{name: name}
-	f, err := parser.ParseBytes(data, 0)
+	// Within yamlsafe.Config: a file of a few hundred kilobytes of brackets, or a flat list
+	// of millions of items, is refused before the parser holds it (review 3 E2).
+	f, err := yamlsafe.Parse(data, yamlsafe.Config)
 	if err != nil {
 		return nil, d.yamlError(err)
 	}

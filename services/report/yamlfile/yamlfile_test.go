@@ -73,3 +73,22 @@ func TestFileKeepsTheLastGoodVersion(t *testing.T) {
 		t.Errorf("removed file: %v, %+v", err, f.Current())
 	}
 }
+
+// The owners and acknowledgements files are bounded as manifests are (review 3 E2): a file of
+// brackets or a flat list of millions of items is refused, naming the file, before the parser
+// holds it.
+func TestDecodeRefusesWhatWouldCostGigabytes(t *testing.T) {
+	for name, c := range map[string]struct {
+		data string
+		want string
+	}{
+		"200 KB of [":       {strings.Repeat("[", 200<<10), "acks.yaml: nested too deeply"},
+		"a 3 MiB flat list": {"teams:\n" + strings.Repeat("- a\n", 3<<18), "acks.yaml: too large: more than 1048576 tokens"},
+		"16 MiB":            {"teams:\n" + strings.Repeat("- a\n", 4<<20), "acks.yaml: too large: 16777223 bytes"},
+	} {
+		var v any
+		if _, err := yamlfile.Decode("acks.yaml", []byte(c.data), &v); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}

@@ -3,6 +3,9 @@ SHELL := /bin/bash
 MODULES := lib proto deploy deploy/images deploy/release deploy/kubetest deploy/node deploy/nodetest services/ingest services/classify services/report services/auditlens
 BIN := $(CURDIR)/.bin
 CHDB_VERSION := 26.7.3-stable.1
+## the npm tarball's SHA-512 in hex (the registry's integrity sha512-XP97mMqn...pw== is the same
+## digest in base64), checked on every fetch: a changed or substituted package is refused
+CHDB_SHA512 := 5cff7b98caa7739b59a4a432c11f0dedc2d3b073624e61ebdf4a42e66ce8de35a6ba48ca9f62016bad1cd81fe059435cb858ce3235a8a2b408082a81563e70a7
 CHDB_DIR := $(CURDIR)/.cache/chdb
 ## CACHE_DIR: what every clone may share, beside Go's build cache: libchdb by version, the
 ## Kubernetes binaries by version and go.mod (deploy/kubetest/kubeapiserver.CacheDir).
@@ -189,7 +192,10 @@ $(CHDB_DIR)/libchdb.so:
 	@mkdir -p $(CHDB_DIR) $(CACHE_DIR)/chdb/$(CHDB_VERSION)
 	@set -e; c=$(CACHE_DIR)/chdb/$(CHDB_VERSION); if [ ! -f $$c/libchdb.so ]; then \
 	  t=$$(mktemp -d $$c/.fetch.XXXXXX); \
-	  (cd $$t && npm pack --silent @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) >/dev/null && tar xzf chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz); \
+	  (cd $$t && npm pack --silent @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) >/dev/null && \
+	   got=$$(sha512sum chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz | cut -d" " -f1) && \
+	   { [ "$$got" = "$(CHDB_SHA512)" ] || { echo "libchdb $(CHDB_VERSION): sha512 $$got, want $(CHDB_SHA512): refused"; exit 1; }; } && \
+	   tar xzf chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz) || { rm -rf $$t; exit 1; }; \
 	  mv $$t/package/libchdb.so $$c/libchdb.so; rm -rf $$t; fi; \
 	ln -f $$c/libchdb.so $@ 2>/dev/null || cp $$c/libchdb.so $@
 

@@ -32,12 +32,7 @@ func TestGatePublishesNotJudgedWhenTheStoreFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := newSeed()
-	if err := st.WriteFindings(ctx, s.findings()); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.WriteEventMinutes(ctx, s.eventMinutes()); err != nil {
-		t.Fatal(err)
-	}
+	s.write(ctx, t, st)
 	cfg := readiness.DefaultConfig()
 	cfg.Targets = readiness.Versions{{Major: 1, Minor: 34}}
 	pub := &published{last: map[string]*readiness.Result{}}

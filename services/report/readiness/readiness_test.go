@@ -89,6 +89,17 @@ func (s seed) eventMinutes() []store.EventMinute {
 	return out
 }
 
+// write stores the seed's findings and heartbeat minutes in st.
+func (s seed) write(ctx context.Context, t *testing.T, st *store.Store) {
+	t.Helper()
+	if err := st.WriteFindings(ctx, s.findings()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteEventMinutes(ctx, s.eventMinutes()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openStore wraps a store for readiness.Main without closing it.
 type openStore struct{ *store.Store }
 
@@ -99,12 +110,7 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		s := newSeed()
-		if err := st.WriteFindings(ctx, s.findings()); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.WriteEventMinutes(ctx, s.eventMinutes()); err != nil {
-			t.Fatal(err)
-		}
+		s.write(ctx, t, st)
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		for _, target := range []weekly.Version{{Major: 1, Minor: 22}, {Major: 1, Minor: 25}, {Major: 1, Minor: 32}} {
 			rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: target, WeekEnding: s.week, Now: now})

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -223,7 +224,7 @@ func (k *Kube) Authorize(ctx context.Context, u *User, cluster string) (bool, er
 	if u == nil {
 		return false, nil
 	}
-	key := decisionKey{user: u.UID + "\x00" + u.Username + "\x00" + strings.Join(u.Groups, "\x00"), cluster: cluster}
+	key := decisionKey{user: userKey(u), cluster: cluster}
 	now := time.Now()
 	k.mu.Lock()
 	c, ok := k.decisions[key]
@@ -289,4 +290,32 @@ func (k *Kube) post(ctx context.Context, path string, in, out any) error {
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	return nil
+}
+
+// userKey is everything of u a SubjectAccessReview is asked with: uid, name, groups and extra
+// (an OpenShift token's scopes are extra: a scoped token must not reuse the decision of the
+// full one, nor the other way), each field length-prefixed so that no two users share a key.
+func userKey(u *User) string {
+	var b strings.Builder
+	field := func(s string) { fmt.Fprintf(&b, "%d:%s", len(s), s) }
+	field(u.UID)
+	field(u.Username)
+	fmt.Fprintf(&b, "g%d", len(u.Groups))
+	for _, g := range u.Groups {
+		field(g)
+	}
+	keys := make([]string, 0, len(u.Extra))
+	for k := range u.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(&b, "e%d", len(keys))
+	for _, k := range keys {
+		field(k)
+		fmt.Fprintf(&b, "v%d", len(u.Extra[k]))
+		for _, v := range u.Extra[k] {
+			field(v)
+		}
+	}
+	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/bustest"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus/natscluster"
+	"github.com/auditlens/auditlens/lib/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -165,7 +166,7 @@ func TestAuthentication(t *testing.T) {
 			}
 			srv.Start()
 			defer srv.Shutdown()
-			if !srv.ReadyForConnections(10 * time.Second) {
+			if !srv.ReadyForConnections(testkit.Bound(10 * time.Second)) {
 				t.Fatal("server not ready")
 			}
 			bad := c.bad

@@ -42,12 +42,16 @@ func StartServer(dir, listen string) (*server.Server, error) {
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(startTimeout) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("start embedded nats in %s: not ready after 10s (is the store locked by another process?)", dir)
+		return nil, fmt.Errorf("start embedded nats in %s: not ready after %s (is the store locked by another process?)", dir, startTimeout)
 	}
 	return srv, nil
 }
+
+// startTimeout bounds the embedded server's start: recovering its store takes seconds, more on
+// a machine loaded to several times its cores (seen: over 10 s in CI beside other test jobs).
+const startTimeout = 30 * time.Second
 
 func (b *Bus) shutdownServer() {
 	if b.srv != nil {

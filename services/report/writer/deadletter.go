@@ -25,7 +25,7 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	data := d.Data
-	notAfter := time.Now().Add(MaxAhead)
+	notAfter := w.now().Add(MaxAhead)
 	b.blk.NotAfter = notAfter.Unix()
 	if d.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
 		ms, skipped, err := heartbeat(data, d.Cluster, notAfter)

@@ -17,7 +17,7 @@ import (
 )
 
 // Event times the store cannot keep (before 1970, past 2106) or far past the writer's clock
-// (a wrong clock, a forged event) are dead-lettered one by one; the findings beside them and
+// (a wrong clock, a forged event; the writer's clock is the tests' now) are dead-lettered one by one; the findings beside them and
 // the heartbeat minutes in range are written, and the writer stays ready (review 3 E5, E10).
 func TestEventTimesOutOfRange(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
@@ -34,9 +34,9 @@ func TestEventTimesOutOfRange(t *testing.T) {
 			"year-1900":   time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC),
 			"year-9999":   time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC),
 			"year-2100":   time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC),
-			"next-week":   time.Now().Add(7 * 24 * time.Hour),
+			"next-week":   testkit.Now().Add(7 * 24 * time.Hour),
 		}
-		fs := []*auditlensv1.Finding{at("ok-1", t0), at("ok-now", time.Now())}
+		fs := []*auditlensv1.Finding{at("ok-1", t0), at("ok-now", testkit.Now())}
 		for _, id := range []string{"before-1970", "year-1900", "year-9999", "year-2100", "next-week"} {
 			fs = append(fs, at(id, bad[id]))
 		}

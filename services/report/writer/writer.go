@@ -125,6 +125,8 @@ type Writer struct {
 	m   metrics
 
 	ready atomic.Pointer[error]
+	// now is the clock event times are judged by (MaxAhead); tests set theirs.
+	now func() time.Time
 }
 
 // New makes the writer of findings from b into st, which it does not close.
@@ -138,7 +140,7 @@ func New(cfg Config, st *store.Store, b bus.Bus, log *slog.Logger, reg prometheu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &Writer{cfg: cfg, st: st, bus: b, log: log, m: newMetrics(reg)}
+	w := &Writer{cfg: cfg, st: st, bus: b, log: log, m: newMetrics(reg), now: time.Now}
 	notYet := errors.New("report: schema not migrated yet")
 	w.ready.Store(&notYet)
 	return w, nil

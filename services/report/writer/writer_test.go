@@ -115,6 +115,7 @@ func startWriter(t *testing.T, c Config, st *store.Store, b bus.Bus) (w *Writer,
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.now = testkit.Now
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

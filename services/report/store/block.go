@@ -258,9 +258,14 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 }
 
 // notAfter is the last event time AppendWire takes, in Unix seconds.
-func (b *Block) notAfter() int64 {
-	if b.NotAfter != 0 {
-		return min(b.NotAfter, MaxEventTime)
+func (b *Block) notAfter() int64 { return LastKept(b.NotAfter) }
+
+// LastKept is the last event time (Unix seconds) the store keeps when nothing after notAfter
+// is wanted (0: no such bound): notAfter, never past MaxEventTime. The writer bounds the
+// minutes of heartbeats with it too.
+func LastKept(notAfter int64) int64 {
+	if notAfter != 0 {
+		return min(notAfter, MaxEventTime)
 	}
 	return MaxEventTime
 }

@@ -177,7 +177,7 @@ func heartbeat(data []byte, cluster string, notAfter time.Time) (ms []store.Even
 		if m.GetMinute() == nil || m.Minute.CheckValid() != nil {
 			return nil, 0, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
 		}
-		if m.Minute.Seconds <= 0 || m.Minute.Seconds > min(notAfter.Unix(), store.MaxEventTime) {
+		if m.Minute.Seconds <= 0 || m.Minute.Seconds > store.LastKept(notAfter.Unix()) {
 			skipped++
 			continue
 		}

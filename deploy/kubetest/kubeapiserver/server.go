@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -164,10 +163,9 @@ func tail(b []byte, n int) string {
 }
 
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := enginetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }

@@ -2,7 +2,6 @@ package natsbus_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus/bustest"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus/natscluster"
+	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
 )
 
@@ -42,14 +42,7 @@ func TestConformance(t *testing.T) {
 	bustest.Run(t, openEmbedded)
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort(t *testing.T) string { return enginetest.FreeAddr(t) }
 
 // A nats-server restarted on the same file store mid-stream loses nothing: publishes during
 // the outage fail (the caller retries the same ids), and the consumer resumes after it.

@@ -84,19 +84,28 @@ func StartServer(t testing.TB) *Server {
 	if err != nil {
 		enginetest.Unavailable(t, "clickhouse-server", err)
 	}
-	port, err := freePort()
-	if err != nil {
-		enginetest.Unavailable(t, "clickhouse-server", err)
-	}
-	s := &Server{Dir: t.TempDir(), Port: port, bin: bin}
-	if err := s.writeConfig(); err != nil {
-		t.Fatal(err)
-	}
+	s := &Server{Dir: t.TempDir(), bin: bin}
 	t.Cleanup(func() { s.Stop() })
-	if err := s.Start(); err != nil {
-		enginetest.Unavailable(t, "clickhouse-server", err)
+	// Another test process may bind the port between the probe and the server's bind, rare
+	// below the ephemeral range (enginetest.FreePorts): the server then starts on another.
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			enginetest.Unavailable(t, "clickhouse-server", err)
+		}
+		s.Port = port
+		if err := s.writeConfig(); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Start()
+		if err == nil {
+			return s
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			enginetest.Unavailable(t, "clickhouse-server", err)
+		}
+		t.Logf("clickhouse-server port %d taken, another: %v", port, err)
 	}
-	return s
 }
 
 // Addr is host:port of the native protocol.
@@ -282,14 +291,7 @@ func (s *Server) logs() string {
 	return strings.Join(parts, "\n")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return enginetest.FreePort() }
 
 var configXML = template.Must(template.New("config").Parse(`<?xml version="1.0"?>
 <yandex>

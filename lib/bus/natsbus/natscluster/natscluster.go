@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -365,17 +364,5 @@ func (s *Server) monitor(path string, v any) error {
 	return nil
 }
 
-// freePorts reserves n distinct loopback ports by listening on them all at once, then frees
-// them for the servers.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve a loopback port: %w", err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
+// freePorts is n distinct free loopback ports below the ephemeral range (enginetest).
+func freePorts(n int) ([]int, error) { return enginetest.FreePorts(n) }

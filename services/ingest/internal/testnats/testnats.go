@@ -36,14 +36,7 @@ type Server struct {
 }
 
 // FreeAddr is a local TCP address nothing listens on.
-func FreeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func FreeAddr(t testing.TB) string { return enginetest.FreeAddr(t) }
 
 // Start starts the embedded server (lib/bus/natsbus) on a free port, stopped at the end of t.
 func Start(t testing.TB) *Server {

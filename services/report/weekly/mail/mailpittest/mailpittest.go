@@ -23,6 +23,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/enginetest"
 )
 
 // Options choose how the server is started.
@@ -228,14 +230,7 @@ func (s *Server) raw(ctx context.Context, method, path string) ([]byte, error) {
 	return b, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return enginetest.FreePort() }
 
 // selfSigned writes a self-signed certificate for localhost and 127.0.0.1 and its key.
 func selfSigned(dir string) (certFile, keyFile string, err error) {

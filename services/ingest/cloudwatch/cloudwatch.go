@@ -18,9 +18,12 @@
 // are published again and dropped by the bus.
 //
 // The cost of this choice: every poll reads the last Overlap again (API calls, not bus
-// writes), and the position file holds one id per event of that window (about 80 bytes each,
-// at most MaxSeen): a cluster logging 100 events/s keeps about 1 MB there with the default
-// overlap of 2 minutes, and a backlog read in one scan does not grow it with its length.
+// writes), and the position holds one id per event of that window (about 80 bytes each, at
+// most MaxSeen): a cluster logging 100 events/s keeps about 1 MB there with the default
+// overlap of 2 minutes, and a backlog read in one scan does not grow it with its length. A
+// save appends the ids stored since the last one to a journal beside the snapshot, which is
+// rewritten only once the journal has outgrown it (position.go): the disk sees about twice
+// what was stored, not the whole window at every poll.
 //
 // Protocol: the CloudWatch Logs JSON 1.1 API (POST, X-Amz-Target:
 // Logs_20140328.FilterLogEvents), through the AWS SDK for Go v2 with its default credential
@@ -145,7 +148,8 @@ type Source struct {
 	dec     *envelope.Decoder
 	wrapped []byte
 
-	saved      time.Time // when the position was last saved
+	saved      time.Time        // when the position was last saved
+	added      map[string]int64 // the ids stored since then
 	warnedSeen bool
 }
 
@@ -202,7 +206,7 @@ func NewWithAPI(cfg Config, api API, env *input.Env) (*Source, error) {
 		cluster = c
 	}
 	return &Source{cfg: cfg, env: env, em: env.Emitter(Input), api: api, store: st, pos: pos, cluster: cluster,
-		header: env.Header(), dec: envelope.NewDecoder(0)}, nil
+		header: env.Header(), dec: envelope.NewDecoder(0), added: map[string]int64{}}, nil
 }
 
 // Position is the current position (what a restart would resume from).
@@ -272,6 +276,7 @@ func (s *Source) scan(ctx context.Context) error {
 			for _, e := range fresh {
 				ts := aws.ToInt64(e.Timestamp)
 				s.pos.Seen[aws.ToString(e.EventId)] = ts
+				s.added[aws.ToString(e.EventId)] = ts
 				newest = max(newest, ts)
 			}
 			s.advance(newest)
@@ -319,10 +324,14 @@ func (s *Source) advance(newest int64) bool {
 	return moved
 }
 
-// save saves the position.
+// save saves the position: what changed since the last save.
 func (s *Source) save() error {
 	s.saved = time.Now()
-	return s.store.save(&s.pos)
+	if err := s.store.save(&s.pos, s.added); err != nil {
+		return err
+	}
+	clear(s.added)
+	return nil
 }
 
 // publish publishes the events, retrying with back-off until the bus took them or ctx is

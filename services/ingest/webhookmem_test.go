@@ -130,16 +130,21 @@ func webhookPeak(b *testing.B, n *testnats.Server, inflight, memLimit string, bo
 		})
 	}
 	wg.Wait()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	return peakRSS(b, cmd.Process.Pid), tooMany
+}
+
+// peakRSS is the peak resident memory (VmHWM) of process pid, in bytes.
+func peakRSS(tb testing.TB, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		b.Skip("no /proc: cannot read the peak RSS")
+		tb.Skip("no /proc: cannot read the peak RSS")
 	}
 	for _, l := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, tooMany
+			return kb << 10
 		}
 	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0, 0
+	tb.Fatal("no VmHWM in /proc status")
+	return 0
 }

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/envelope"
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/services/ingest/input"
@@ -165,14 +166,6 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-type request struct {
-	RequestID string `json:"requestId"`
-	Timestamp int64  `json:"timestamp"`
-	Records   []struct {
-		Data []byte `json:"data"` // base64 in JSON
-	} `json:"records"`
-}
-
 // answer writes the documented response.
 func (s *Server) answer(w http.ResponseWriter, id string, code int, errMsg string) {
 	s.em.Answer(code)
@@ -215,6 +208,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.env.Budget.Give(size)
+	if err := s.env.Bus.Ready(); err != nil {
+		s.em.Retry()
+		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
+		return
+	}
 	var body io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	if gz {
 		zr, err := gzip.NewReader(body)
@@ -223,44 +221,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer zr.Close()
-		body = io.LimitReader(zr, s.cfg.MaxBody+1)
+		body = &maxReader{r: zr, n: s.cfg.MaxBody}
 	}
-	raw, err := io.ReadAll(body)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) || int64(len(raw)) > s.cfg.MaxBody {
-		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", s.cfg.MaxBody))
-		return
-	}
-	if err != nil {
-		s.answer(w, id, http.StatusBadRequest, "read body: "+err.Error())
-		return
-	}
-	var req request
-	if err := json.Unmarshal(raw, &req); err != nil {
-		s.answer(w, id, http.StatusBadRequest, "not a Firehose request body: "+err.Error())
-		return
-	}
-	if id == "" {
-		id = req.RequestID
-	}
-	if err := s.env.Bus.Ready(); err != nil {
-		s.em.Retry()
-		s.answer(w, id, http.StatusServiceUnavailable, "bus unavailable, retry later")
-		return
-	}
+	// The body is decoded record by record as it is read: neither the body nor its records are
+	// held, only the events they decode to (packed into batches as they come), within lim.
 	lim := s.env.Limit()
 	defer lim.Release()
-	msgs, counts, err := s.messages(id, &req, lim)
+	dec := s.newDecoding(lim)
+	defer dec.close()
+	reqID, err := readRequest(body, dec.record)
+	var mbe *http.MaxBytesError
 	switch {
+	case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
+		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", s.cfg.MaxBody))
+		return
 	case errors.Is(err, envelope.ErrBusy):
 		s.busy(w, id)
 		return
 	case errors.Is(err, envelope.ErrLimit):
-		s.em.Logger().Warn("Firehose request decodes to more than --managed-max-decoded-bytes; refused (Firehose backs it up to S3 when configured)", "request", bus.Short(id, 100), "records", len(req.Records), "limit", s.env.Limits.MaxDecoded)
+		s.em.Logger().Warn("Firehose request decodes to more than --managed-max-decoded-bytes; refused (Firehose backs it up to S3 when configured)", "request", bus.Short(id, 100), "records", dec.records, "limit", s.env.Limits.MaxDecoded)
 		s.answer(w, id, http.StatusRequestEntityTooLarge, fmt.Sprintf("the records decode to more than --managed-max-decoded-bytes (%d bytes): lower the stream's buffer size", s.env.Limits.MaxDecoded))
 		return
+	case err != nil:
+		s.answer(w, id, http.StatusBadRequest, "not a Firehose request body: "+err.Error())
+		return
 	}
-	msgs = s.em.Pack(msgs)
+	if id == "" {
+		id = reqID
+	}
+	msgs, counts := dec.messages(id)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PublishTimeout)
 	defer cancel()
 	// A message the bus refuses for good (its size, a cluster name it cannot carry) is
@@ -286,48 +275,163 @@ func (s *Server) busy(w http.ResponseWriter, id string) {
 	s.answer(w, id, http.StatusServiceUnavailable, fmt.Sprintf("the managed sources hold --managed-max-inflight-bytes (%d) of data; retry later", s.env.Limits.MaxInflight))
 }
 
-// messages turns the records into event messages (named cluster/auditID/stage, so that a
-// retried request stores nothing twice) and dead letters (named by request and record),
-// decoding within lim: an error wrapping envelope.ErrBusy or ErrLimit stops it.
-func (s *Server) messages(id string, req *request, lim *envelope.Limit) (msgs []bus.Message, c input.Counts, err error) {
+// decoding turns the records of one request into event messages (named
+// cluster/auditID/stage, so that a retried request stores nothing twice), packed as they come,
+// and dead letters (named by request and record), decoding within lim.
+type decoding struct {
+	s       *Server
+	d       *envelope.Decoder
+	header  map[string]string
+	events  *eventbatch.Stream
+	dead    []deadRecord
+	counts  input.Counts
+	records int
+}
+
+// deadRecord is a record or event that did not decode; its dead letter is named once the
+// request id is known (it may follow the records in the body).
+type deadRecord struct {
+	rec  int
+	data []byte
+	err  error
+}
+
+func (s *Server) newDecoding(lim *envelope.Limit) *decoding {
 	d := s.decoders.Get().(*envelope.Decoder)
-	defer func() {
-		d.SetLimit(nil)
-		d.Trim(keepBuffer)
-		s.decoders.Put(d)
-	}()
 	d.SetLimit(lim)
-	header := s.env.Header()
-	dead := func(rec int, data []byte, err error) {
-		c.AddBad(reason.Of(err), 1)
-		msgs = append(msgs, s.env.DeadLetter(s.env.Cluster, Input, fmt.Sprintf("%s/%d/%d", id, rec, len(msgs)), "firehose:"+id, err, data))
+	return &decoding{s: s, d: d, header: s.env.Header(), events: s.em.Stream(64)}
+}
+
+// close gives the decoder back.
+func (dc *decoding) close() {
+	dc.d.SetLimit(nil)
+	dc.d.Trim(keepBuffer)
+	dc.s.decoders.Put(dc.d)
+}
+
+// record decodes record i; an error wrapping envelope.ErrBusy or ErrLimit stops the request.
+func (dc *decoding) record(i int, data []byte) error {
+	dc.records++
+	if len(data) == 0 {
+		return nil
 	}
-	for i, rec := range req.Records {
-		if len(rec.Data) == 0 {
+	items, st, err := dc.d.Split(data, dc.s.env.MaxEventSize)
+	if errors.Is(err, envelope.ErrBusy) || errors.Is(err, envelope.ErrLimit) {
+		return err
+	}
+	if err != nil {
+		dc.dead = append(dc.dead, deadRecord{i, data, err})
+		return nil
+	}
+	if st.Skipped > 0 {
+		dc.s.em.Logger().Debug("Firehose records without audit events skipped", "records", st.Skipped, "reasons", st.Reasons)
+	}
+	for _, it := range items {
+		if it.Err != nil {
+			dc.dead = append(dc.dead, deadRecord{i, it.Raw, it.Err})
 			continue
 		}
-		items, st, err := d.Split(rec.Data, s.env.MaxEventSize)
-		if errors.Is(err, envelope.ErrBusy) || errors.Is(err, envelope.ErrLimit) {
-			return nil, input.Counts{}, err
-		}
+		cluster := it.Origin.ClusterOr(dc.s.env.Cluster)
+		dc.counts.Events++
+		dc.events.Add(bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: dc.header, Data: it.Raw})
+	}
+	return nil
+}
+
+// messages are the request's packed events, then its dead letters.
+func (dc *decoding) messages(id string) ([]bus.Message, input.Counts) {
+	msgs := dc.events.Messages()
+	for n, r := range dc.dead {
+		dc.counts.AddBad(reason.Of(r.err), 1)
+		msgs = append(msgs, dc.s.env.DeadLetter(dc.s.env.Cluster, Input, fmt.Sprintf("%s/%d/%d", id, r.rec, n), "firehose:"+id, r.err, r.data))
+	}
+	return msgs, dc.counts
+}
+
+// errTooLarge: a gzip body decompresses to more than MaxBody.
+var errTooLarge = errors.New("body too large")
+
+// maxReader reads at most n bytes from r, then fails with errTooLarge.
+type maxReader struct {
+	r io.Reader
+	n int64
+}
+
+func (m *maxReader) Read(p []byte) (int, error) {
+	if m.n <= 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > m.n {
+		p = p[:m.n+1] // one more, to tell "exactly n" from "more"
+	}
+	k, err := m.r.Read(p)
+	if int64(k) > m.n {
+		return int(m.n), errTooLarge
+	}
+	m.n -= int64(k)
+	return k, err
+}
+
+// readRequest reads a Firehose request body ({"requestId", "timestamp", "records": [{"data":
+// base64}, ...]}, members in any order) and calls record for each record's decoded data as
+// it is read; it returns the requestId.
+func readRequest(body io.Reader, record func(i int, data []byte) error) (string, error) {
+	dec := json.NewDecoder(body)
+	if err := delim(dec, '{'); err != nil {
+		return "", err
+	}
+	var id string
+	for dec.More() {
+		tok, err := dec.Token()
 		if err != nil {
-			dead(i, rec.Data, err)
-			continue
+			return "", err
 		}
-		if st.Skipped > 0 {
-			s.em.Logger().Debug("Firehose records without audit events skipped", "request", id, "records", st.Skipped, "reasons", st.Reasons)
-		}
-		for _, it := range items {
-			if it.Err != nil {
-				dead(i, it.Raw, it.Err)
-				continue
+		switch tok {
+		case "requestId":
+			if err := dec.Decode(&id); err != nil {
+				return "", fmt.Errorf("requestId: %w", err)
 			}
-			cluster := it.Origin.ClusterOr(s.env.Cluster)
-			c.Events++
-			msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: cluster, ID: bus.EventID(cluster, it.Key()), Header: header, Data: it.Raw})
+		case "records":
+			if err := delim(dec, '['); err != nil {
+				return "", fmt.Errorf("records: %w", err)
+			}
+			for i := 0; dec.More(); i++ {
+				var rec struct {
+					Data []byte `json:"data"` // base64 in JSON
+				}
+				if err := dec.Decode(&rec); err != nil {
+					return "", fmt.Errorf("record %d: %w", i, err)
+				}
+				if err := record(i, rec.Data); err != nil {
+					return "", err
+				}
+			}
+			if err := delim(dec, ']'); err != nil {
+				return "", fmt.Errorf("records: %w", err)
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
 		}
 	}
-	return msgs, c, nil
+	if err := delim(dec, '}'); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// delim reads the next token, which must be d.
+func delim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("want %q, got %v", d, tok)
+	}
+	return nil
 }
 
 // keepBuffer is the largest decoder buffer kept for the next request.

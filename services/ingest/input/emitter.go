@@ -68,6 +68,12 @@ func (em *Emitter) Logger() *slog.Logger { return em.log }
 // Pack packs the event messages of msgs into EventBatch messages (eventbatch.Pack).
 func (em *Emitter) Pack(msgs []bus.Message) []bus.Message { return eventbatch.Pack(em.env.Batch, msgs) }
 
+// Stream packs event messages as they are added (eventbatch.Stream): a source decoding a large
+// request holds the batches, not every event twice.
+func (em *Emitter) Stream(capacity int) *eventbatch.Stream {
+	return eventbatch.NewStream(em.env.Batch, capacity)
+}
+
 // Send publishes msgs once. A message the bus refuses for good (its size, a cluster name it
 // cannot carry) is replaced by its dead letter, named by srcs[i] when srcs are given (one per
 // message), else its HeaderSource, else source; its events move from c.Events to c.Bad. The

@@ -727,6 +727,10 @@ func checkFiles(t *testing.T, r *rendered) {
 // as these do).
 var readinessOverlays = map[string]bool{"overlays/self-managed": true, "overlays/cluster": true}
 
+// consoleOverlays list components/console: the authenticated listener, whose token reviews
+// need the report's route to the apiserver.
+var consoleOverlays = map[string]bool{"overlays/console": true}
+
 // The readiness overlays keep UpgradeReadiness objects for the overlay's target versions, with
 // report's own token, and give report and the weekly CronJob the owners and acknowledgements
 // files; the others do none of it.
@@ -750,12 +754,24 @@ func checkReadiness(t *testing.T, r *rendered) {
 		if w.name == "report" {
 			wantEnv["AUDITLENS_READINESS_OBJECTS"] = "true"
 			wantEnv["AUDITLENS_READINESS_TARGET_VERSIONS"] = "1.34,1.35"
-			wantEnv["AUDITLENS_REPORT_KUBE_URL"] = "https://kubernetes.default.svc"
-			wantEnv["AUDITLENS_REPORT_KUBE_TOKEN_FILE"] = "/var/run/secrets/auditlens/kube/token"
 		}
 		for k, v := range wantEnv {
 			if got, ok := env[k]; want && got != v || !want && ok {
 				t.Errorf("%s: %s %s: %s=%q (set %v), want %q", r.dir, w.kind, w.name, k, got, ok, v)
+			}
+		}
+		// The objects and the console's token reviews reach the apiserver one way: report's own
+		// token from components/kube-api.
+		if w.name == "report" {
+			wantKube := want || consoleOverlays[r.dir]
+			for k, v := range map[string]string{
+				"AUDITLENS_REPORT_KUBE_URL":        "https://kubernetes.default.svc",
+				"AUDITLENS_REPORT_KUBE_TOKEN_FILE": "/var/run/secrets/auditlens/kube/token",
+				"AUDITLENS_REPORT_KUBE_CA_FILE":    "/var/run/secrets/auditlens/kube/ca.crt",
+			} {
+				if got, ok := env[k]; wantKube && got != v || !wantKube && ok {
+					t.Errorf("%s: %s %s: %s=%q (set %v), want %q", r.dir, w.kind, w.name, k, got, ok, v)
+				}
 			}
 		}
 		if want && r.configs["auditlens/auditlens-owners"] == nil || want && r.configs["auditlens/auditlens-acknowledgements"] == nil {

@@ -6,16 +6,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
 	"github.com/auditlens/auditlens/services/report/access"
@@ -61,23 +63,23 @@ func TestConsoleAccessThroughTheAPIServer(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "auditlens-console-prod"},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "team-a", Namespace: ns}},
 	}, metav1.CreateOptions{}))
-	token := func(sa string) string {
-		tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	token := func(sa string, audiences ...string) string {
+		tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tr.Status.Token
 	}
-	teamA, teamB := token("team-a"), token("team-b")
+	// Console tokens are minted for the console's audience (kubectl create token team-a
+	// --audience auditlens-console); a token for the apiserver is not one.
+	teamA, teamB := token("team-a", access.DefaultAudience), token("team-b", access.DefaultAudience)
+	teamAForTheAPIServer := token("team-a")
 
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(reviewerToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The report's one client configuration (--report-kube-*): its own identity.
+	rc := &rest.Config{Host: s.URL, BearerToken: reviewerToken, TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(s.Dir, "certs", "apiserver.crt")}}
 	cfg := access.DefaultKubeConfig()
-	cfg.URL, cfg.TokenFile, cfg.CAFile = s.URL, tokenFile, filepath.Join(s.Dir, "certs", "apiserver.crt")
-	k, err := access.NewKube(cfg, nil)
+	cfg.ReviewsPerSecond = 5
+	k, err := access.NewKube(rc, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,11 @@ func TestConsoleAccessThroughTheAPIServer(t *testing.T) {
 		{"service account without the rule", teamB, "prod", http.StatusForbidden},
 		{"no token", "", "prod", http.StatusUnauthorized},
 		{"forged token", teamA[:len(teamA)-4] + "AAAA", "prod", http.StatusUnauthorized},
-		{"static admin token", kubeapiserver.AdminToken, "prod", http.StatusOK}, // system:masters may do anything
+		// review 3 E13: the audience is checked, so an apiserver credential is no console one.
+		{"allowed service account's token for the apiserver", teamAForTheAPIServer, "prod", http.StatusUnauthorized},
+		{"static admin token (the apiserver's audience only)", kubeapiserver.AdminToken, "prod", http.StatusUnauthorized},
+		// review 3 E8: a token longer than any real one is refused without a review.
+		{"a 256 KiB token", strings.Repeat("A", 256<<10), "prod", http.StatusUnauthorized},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/report?cluster="+c.cluster, nil)
@@ -131,5 +137,49 @@ func TestConsoleAccessThroughTheAPIServer(t *testing.T) {
 				t.Fatal("401 without WWW-Authenticate")
 			}
 		})
+	}
+
+	// review 3 E8: a client sending new tokens as fast as it can gets 429s past
+	// ReviewsPerSecond (5/s, a burst of 10), and the apiserver sees at most that many
+	// reviews; a reader whose token was reviewed is served from the cache meanwhile.
+	get := func(tok string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/report?cluster=prod", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sentBefore, _ := k.Reviews()
+	began := time.Now()
+	codes := map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for c := range 8 { // eight connections at once, 25 new tokens each
+		wg.Go(func() {
+			for i := range 25 {
+				code := get(fmt.Sprintf("random-token-%d-%d-%s", c, i, strings.Repeat("x", 900)))
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	sent, refused := k.Reviews()
+	sent -= sentBefore
+	t.Logf("200 new tokens in %s: answers %v, %d reviews sent, %d refused", elapsed.Round(time.Millisecond), codes, sent, refused)
+	if limit := 10 + uint64(5*elapsed.Seconds()) + 1; sent > limit {
+		t.Errorf("%d TokenReviews for 200 new tokens in %s: want at most %d", sent, elapsed, limit)
+	}
+	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusOK] != 0 {
+		t.Errorf("answers %v: want 429s past the bound, 401s within it, no 200", codes)
+	}
+	if code := get(teamA); code != http.StatusOK {
+		t.Errorf("a reviewed reader during the flood: %d, want 200 (from the cache)", code)
 	}
 }

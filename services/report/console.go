@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/access"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 	"github.com/auditlens/auditlens/services/report/page"
 )
 
@@ -90,7 +91,7 @@ type consoleServer struct {
 
 // newConsoleServer listens now (a bad or busy address fails at start): the loopback
 // listener and, when configured, the authenticated one.
-func newConsoleServer(c ConsoleConfig, h http.Handler, log *slog.Logger) (*consoleServer, error) {
+func newConsoleServer(c ConsoleConfig, kube kubeclient.Config, h http.Handler, log *slog.Logger) (*consoleServer, error) {
 	s := &consoleServer{log: log}
 	add := func(flagName, addr, who string, handler http.Handler, cfg *tls.Config) error {
 		ln, err := net.Listen("tcp", addr)
@@ -119,7 +120,12 @@ func newConsoleServer(c ConsoleConfig, h http.Handler, log *slog.Logger) (*conso
 		}
 	}
 	if c.AuthAddr != "" {
-		k, err := access.NewKube(c.Kube, log)
+		rc, err := kube.REST()
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("--report-console-auth-addr reviews tokens through the apiserver: %w", err)
+		}
+		k, err := access.NewKube(rc, c.Kube, log)
 		if err != nil {
 			s.close()
 			return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/testkit"
+	"github.com/auditlens/auditlens/services/report/kubeclient"
 )
 
 // nonLoopbackIP is an address of this machine that is not loopback, or "" when it has none.
@@ -37,7 +38,7 @@ const consoleContent = "console content"
 func startConsole(t *testing.T, cfg ConsoleConfig) func(from, path string) (int, string) {
 	t.Helper()
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, consoleContent) })
-	srv, err := newConsoleServer(cfg, h, slog.New(slog.DiscardHandler))
+	srv, err := newConsoleServer(cfg, kubeclient.Config{}, h, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

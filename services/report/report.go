@@ -188,7 +188,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		mux := http.NewServeMux()
 		h.Register(mux)
 		mux.Handle(readiness.APIPath, gate.Handler())
-		srv, err := newConsoleServer(cfg.Console, mux, log)
+		srv, err := newConsoleServer(cfg.Console, cfg.Kube, mux, log)
 		if err != nil {
 			_ = st.Close()
 			return nil, err

@@ -62,25 +62,3 @@ func TestLoopbackGate(t *testing.T) {
 		}
 	}
 }
-
-// A decision is cached per user as the review asked it: an OpenShift token's scopes (extra)
-// and groups set users apart (review 3 E12), and no arrangement of fields makes two users one.
-func TestUserKeyTellsUsersApart(t *testing.T) {
-	full := &User{UID: "u1", Username: "alice", Groups: []string{"dev"}}
-	scoped := &User{UID: "u1", Username: "alice", Groups: []string{"dev"}, Extra: map[string][]string{"scopes.authorization.openshift.io": {"user:info"}}}
-	other := &User{UID: "u1", Username: "alice", Groups: []string{"dev"}, Extra: map[string][]string{"scopes.authorization.openshift.io": {"user:full"}}}
-	joined := &User{UID: "u1", Username: "alice", Groups: []string{"dev\x00ops"}}
-	split := &User{UID: "u1", Username: "alice", Groups: []string{"dev", "ops"}}
-	keys := map[string]string{}
-	for name, u := range map[string]*User{"full": full, "scoped": scoped, "other scope": other, "joined": joined, "split": split} {
-		k := userKey(u)
-		if o, dup := keys[k]; dup {
-			t.Errorf("%s and %s share a decision", o, name)
-		}
-		keys[k] = name
-	}
-	same := &User{UID: "u1", Username: "alice", Groups: []string{"dev"}, Extra: map[string][]string{"scopes.authorization.openshift.io": {"user:info"}}}
-	if userKey(same) != userKey(scoped) {
-		t.Error("the same user twice has two keys: the cache never hits")
-	}
-}

@@ -23,7 +23,7 @@ type Config struct {
 
 // RegisterFlags registers --report-kube-url, --report-kube-token-file and --report-kube-ca-file.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.URL, "report-kube-url", c.URL, "`URL` of the apiserver for --readiness-objects and --owners-namespace-labels (empty: in-cluster, the pod's service account)")
+	fs.StringVar(&c.URL, "report-kube-url", c.URL, "`URL` of the apiserver for --readiness-objects, --owners-namespace-labels and the authenticated console's token and access reviews (empty: in-cluster, the pod's service account)")
 	fs.StringVar(&c.TokenFile, "report-kube-token-file", c.TokenFile, "`file` holding the bearer token for --report-kube-url (read again when it changes)")
 	fs.StringVar(&c.CAFile, "report-kube-ca-file", c.CAFile, "CA bundle `file` for --report-kube-url (empty: the system's)")
 }

@@ -34,6 +34,7 @@ type rendered struct {
 	namespaces map[string]*corev1.Namespace
 	accounts   map[string]*corev1.ServiceAccount // namespace/name
 	configs    map[string]*corev1.ConfigMap      // namespace/name
+	secrets    map[string]*corev1.Secret         // namespace/name
 	services   map[string]*corev1.Service        // namespace/name
 	pdbs       []*policyv1.PodDisruptionBudget
 	policies   []*networkingv1.NetworkPolicy
@@ -65,7 +66,7 @@ func build(t *testing.T, dir string) *rendered {
 		t.Fatal(err)
 	}
 	r := &rendered{dir: dir, namespaces: map[string]*corev1.Namespace{}, accounts: map[string]*corev1.ServiceAccount{},
-		configs: map[string]*corev1.ConfigMap{}, services: map[string]*corev1.Service{}, kinds: map[string]int{}}
+		configs: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}, services: map[string]*corev1.Service{}, kinds: map[string]int{}}
 	for _, u := range objs {
 		doc, err := yaml.Marshal(u.Object)
 		if err != nil {
@@ -92,6 +93,10 @@ func build(t *testing.T, dir string) *rendered {
 			o := &corev1.ConfigMap{}
 			strict(o)
 			r.configs[key] = o
+		case "Secret":
+			o := &corev1.Secret{}
+			strict(o)
+			r.secrets[key] = o
 		case "Service":
 			o := &corev1.Service{}
 			strict(o)
@@ -624,7 +629,7 @@ func checkConfig(t *testing.T, r *rendered) {
 			}
 		}
 		if r.dir == "overlays/quickstart" {
-			for _, target := range []string{strings.TrimPrefix(nats, "nats://"), strings.TrimSuffix(strings.TrimPrefix(cm.Data["AUDITLENS_CLICKHOUSE_DSN"], "clickhouse://"), "/auditlens")} {
+			for _, target := range []string{strings.TrimPrefix(nats, "nats://"), strings.TrimSuffix(strings.TrimPrefix(r.clickhouseDSN(t), "clickhouse://"), "/auditlens")} {
 				host, port, _ := strings.Cut(target, ":")
 				name, svcNS, _ := strings.Cut(host, ".")
 				svc := r.services[svcNS+"/"+name]
@@ -839,5 +844,49 @@ configMapGenerator:
 	}
 	if got != 2 {
 		t.Errorf("%d of the two ConfigMaps rendered", got)
+	}
+}
+
+// clickhouseDSN is the DSN of the Secret auditlens/auditlens-clickhouse.
+func (r *rendered) clickhouseDSN(t *testing.T) string {
+	t.Helper()
+	s := r.secrets["auditlens/auditlens-clickhouse"]
+	if s == nil {
+		t.Errorf("%s: no Secret auditlens/auditlens-clickhouse", r.dir)
+		return ""
+	}
+	return s.StringData["AUDITLENS_CLICKHOUSE_DSN"] + string(s.Data["AUDITLENS_CLICKHOUSE_DSN"])
+}
+
+// The ClickHouse DSN carries the password when ClickHouse has one (review 3 E17): it is in the
+// Secret auditlens-clickhouse, never in a ConfigMap, and only the workloads that write or read
+// ClickHouse (report, the weekly CronJob) are given it.
+func TestClickHouseDSNIsASecret(t *testing.T) {
+	for _, dir := range kustomizations(t) {
+		t.Run(dir, func(t *testing.T) {
+			r := build(t, dir)
+			for key, cm := range r.configs {
+				for k, v := range cm.Data {
+					if k == "AUDITLENS_CLICKHOUSE_DSN" || strings.Contains(v, "clickhouse://") {
+						t.Errorf("%s: ConfigMap %s holds the ClickHouse DSN in %s", dir, key, k)
+					}
+				}
+			}
+			if !strings.HasPrefix(r.clickhouseDSN(t), "clickhouse://") {
+				t.Errorf("%s: Secret auditlens-clickhouse holds no DSN", dir)
+			}
+			for _, w := range r.workloads {
+				refs := false
+				for _, c := range append(slices.Clone(w.spec.InitContainers), w.spec.Containers...) {
+					for _, e := range c.EnvFrom {
+						refs = refs || e.SecretRef != nil && e.SecretRef.Name == "auditlens-clickhouse"
+					}
+				}
+				wants := w.namespace == "auditlens" && (w.name == "report" || w.name == "report-weekly")
+				if refs != wants {
+					t.Errorf("%s: %s %s/%s reads the Secret auditlens-clickhouse: %v, want %v", dir, w.kind, w.namespace, w.name, refs, wants)
+				}
+			}
+		})
 	}
 }

@@ -81,7 +81,7 @@ func checkScaleOut(t *testing.T, r *rendered) {
 			t.Errorf("ConfigMap %s/auditlens: %d stream replicas but %d NATS servers in the URL list", ns, streamReplicas, natsServers)
 		}
 		chCluster := cm.Data["AUDITLENS_CLICKHOUSE_CLUSTER"]
-		chServers := len(hosts(cm.Data["AUDITLENS_CLICKHOUSE_DSN"]))
+		chServers := len(hosts(r.clickhouseDSN(t)))
 		if chCluster != "" && chServers < 2 {
 			t.Errorf("ConfigMap %s/auditlens: ClickHouse cluster %q with %d server in the DSN", ns, chCluster, chServers)
 		}

@@ -208,6 +208,92 @@ func TestChartFilesFromAnExistingConfigMap(t *testing.T) {
 	}
 }
 
+// The ClickHouse DSN (with its password) is kept in a Secret, the chart's or the user's own
+// (config.clickhouse.existingSecret), and no ConfigMap carries it (review 3 E17).
+func TestChartClickHouseDSNInASecret(t *testing.T) {
+	const dsn = "clickhouse://auditlens:s3cret-pw@clickhouse.clickhouse:9000/auditlens"
+	for _, existing := range []string{"", "team-clickhouse"} {
+		vals := presetValues(t, "self-managed")
+		vals["config"] = map[string]any{"clickhouse": map[string]any{"dsn": dsn, "existingSecret": existing}}
+		objs, _, err := renderChart(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSecret := existing
+		if existing == "" {
+			wantSecret = "auditlens-clickhouse"
+		}
+		secrets, readers := 0, 0
+		for _, o := range objs {
+			doc, err := json.Marshal(o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch o.GetKind() {
+			case "Secret":
+				if o.GetName() == "auditlens-clickhouse" {
+					secrets++
+					if got, _, _ := unstructured.NestedString(o.Object, "stringData", "AUDITLENS_CLICKHOUSE_DSN"); got != dsn {
+						t.Errorf("existingSecret %q: Secret auditlens-clickhouse holds %q, want %q", existing, got, dsn)
+					}
+				}
+				continue
+			case "ConfigMap":
+				if strings.Contains(string(doc), "s3cret-pw") {
+					t.Errorf("existingSecret %q: ConfigMap %s carries the ClickHouse password", existing, o.GetName())
+				}
+			}
+			if strings.Contains(string(doc), `"secretRef":{"name":"`+wantSecret+`"}`) {
+				readers++
+			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[existing == ""]; secrets != want {
+			t.Errorf("existingSecret %q: %d Secrets auditlens-clickhouse rendered, want %d", existing, secrets, want)
+		}
+		if readers != 2 {
+			t.Errorf("existingSecret %q: %d workloads read the Secret %s, want report and report-weekly", existing, readers, wantSecret)
+		}
+	}
+}
+
+// report's egress to the apiserver is to the addresses of networkPolicy.apiServer.cidrs only;
+// without them it is to any address on 443/6443 and NOTES says so (review 3 E17).
+func TestChartAPIServerEgress(t *testing.T) {
+	for _, cidrs := range [][]any{nil, {"10.0.0.1/32", "fd00::1/128"}} {
+		vals := presetValues(t, "self-managed")
+		vals["networkPolicy"] = map[string]any{"apiServer": map[string]any{"cidrs": cidrs}}
+		objs, notes, err := renderChart(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, o := range objs {
+			if o.GetKind() != "NetworkPolicy" || o.GetName() != "allow-apiserver" {
+				continue
+			}
+			found = true
+			egress, _, _ := unstructured.NestedSlice(o.Object, "spec", "egress")
+			if len(egress) != 1 {
+				t.Fatalf("allow-apiserver: %d egress rules, want 1", len(egress))
+			}
+			var got []any
+			to, _, _ := unstructured.NestedSlice(egress[0].(map[string]any), "to")
+			for _, peer := range to {
+				got = append(got, peer.(map[string]any)["ipBlock"].(map[string]any)["cidr"])
+			}
+			if !slices.Equal(got, cidrs) {
+				t.Errorf("cidrs %v: allow-apiserver goes to %v", cidrs, got)
+			}
+		}
+		if !found {
+			t.Errorf("cidrs %v: no NetworkPolicy allow-apiserver with readiness on", cidrs)
+		}
+		if warned := strings.Contains(notes, "report may reach any address on ports 443 and 6443"); warned != (cidrs == nil) {
+			t.Errorf("cidrs %v: NOTES warn of open egress %v\n%s", cidrs, warned, notes)
+		}
+	}
+}
+
 // values.schema.json refuses unknown keys and wrong types, with the key in the message.
 func TestChartSchemaRefusesBadValues(t *testing.T) {
 	for _, c := range []struct {
@@ -341,6 +427,8 @@ func comparable(t *testing.T, objs []*unstructured.Unstructured) map[string]any 
 			part = map[string]any{"schedule": rest, "pod": tmpl["spec"], "podLabels": podLabels(tmpl)}
 		case "ConfigMap":
 			part = o.Object["data"]
+		case "Secret":
+			part = map[string]any{"type": o.Object["type"], "data": o.Object["data"], "stringData": o.Object["stringData"]}
 		case "ClusterRole":
 			part = o.Object["rules"]
 		case "ClusterRoleBinding":

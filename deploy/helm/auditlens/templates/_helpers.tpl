@@ -93,7 +93,14 @@ metadata:
 automountServiceAccountToken: false
 {{- end }}
 
-{{/* The shared settings, as the ConfigMap "auditlens" holds them. */}}
+{{/* The Secret that holds AUDITLENS_CLICKHOUSE_DSN (it may carry the password): the user's own,
+or the chart's auditlens-clickhouse made from config.clickhouse.dsn. */}}
+{{- define "auditlens.clickhouseSecret" -}}
+{{- .Values.config.clickhouse.existingSecret | default "auditlens-clickhouse" }}
+{{- end }}
+
+{{/* The shared settings, as the ConfigMap "auditlens" holds them (not the ClickHouse DSN: a
+Secret, auditlens.clickhouseSecret). */}}
 {{- define "auditlens.config" -}}
 AUDITLENS_CLUSTER: {{ include "auditlens.cluster" . | quote }}
 {{- if .Values.config.kafka.brokers }}
@@ -104,7 +111,6 @@ AUDITLENS_NATS_URL: {{ .Values.config.nats.url | quote }}
 AUDITLENS_NATS_REPLICAS: {{ .Values.config.nats.replicas | toString | quote }}
 {{- end }}
 {{- end }}
-AUDITLENS_CLICKHOUSE_DSN: {{ .Values.config.clickhouse.dsn | quote }}
 {{- with .Values.config.clickhouse.cluster }}
 AUDITLENS_CLICKHOUSE_CLUSTER: {{ . | quote }}
 {{- end }}

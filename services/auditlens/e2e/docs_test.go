@@ -21,7 +21,7 @@ func TestConfigurationReferenceIsCurrent(t *testing.T) {
 		"(`--nats-url` is `AUDITLENS_NATS_URL`); a flag on the command line wins.\n")
 	for _, c := range [][]string{
 		{"ingest"}, {"classify"}, {"classify", "scan"}, {"classify", "manifests"}, {"classify", "catalogue"},
-		{"report"}, {"report", "migrate"}, {"report", "weekly"}, {"auditlens"},
+		{"report"}, {"report", "migrate"}, {"report", "weekly"}, {"report", "readiness"}, {"auditlens"},
 	} {
 		cmd := exec.Command(filepath.Join(bin, c[0]), append(c[1:], "--help")...)
 		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"} // defaults, not this machine's env

@@ -59,9 +59,6 @@ func (e *Env) Emitter(input string) *Emitter {
 		published: e.Metrics.Published.WithLabelValues(input), retries: e.Metrics.Retries.WithLabelValues(input)}
 }
 
-// Name is the input's label.
-func (em *Emitter) Name() string { return em.input }
-
 // Logger is the env's logger with the input's label.
 func (em *Emitter) Logger() *slog.Logger { return em.log }
 
@@ -184,7 +181,7 @@ func (em *Emitter) Store(ctx context.Context, msgs []bus.Message, c *Counts, wha
 
 // PublishUntilStored is Store, then Count. The caller acknowledges its own source only when
 // it returns nil.
-func (em *Emitter) PublishUntilStored(ctx context.Context, msgs []bus.Message, c Counts, source, what string) error {
+func (em *Emitter) PublishUntilStored(ctx context.Context, msgs []bus.Message, c Counts, what, source string) error {
 	if err := em.Store(ctx, msgs, &c, what, source); err != nil {
 		return err
 	}
@@ -219,7 +216,7 @@ func (em *Emitter) PublishRecords(ctx context.Context, source, what string, perR
 		if !perRecord {
 			msgs = em.Pack(msgs)
 		}
-		err := em.PublishUntilStored(ctx, msgs, run, source, what)
+		err := em.PublishUntilStored(ctx, msgs, run, what, source)
 		msgs, run = nil, Counts{}
 		lim.Release()
 		return err

@@ -60,7 +60,7 @@ func TestStuckWhileRetrying(t *testing.T) {
 	msgs := []bus.Message{{Stream: bus.Events, Cluster: "c", ID: "c/a/x", Data: []byte("{}")}}
 	done := make(chan error, 1)
 	go func() {
-		done <- em.PublishUntilStored(context.Background(), msgs, input.Counts{Events: 1}, "src", "the offsets")
+		done <- em.PublishUntilStored(context.Background(), msgs, input.Counts{Events: 1}, "the offsets", "src")
 	}()
 	testkit.Eventually(t, time.Minute, "a failed publish", func() bool { return p.tries.Load() >= 1 })
 	testkit.Eventually(t, time.Minute, "the input stuck", func() bool { return m.Stuck("kafka") != nil })
@@ -95,7 +95,7 @@ func TestRefusedAloneNotRetried(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := em.PublishUntilStored(ctx, msgs, input.Counts{Events: 3}, "src", "the offsets"); err != nil {
+	if err := em.PublishUntilStored(ctx, msgs, input.Counts{Events: 3}, "the offsets", "src"); err != nil {
 		t.Fatal(err)
 	}
 	var events, dead int

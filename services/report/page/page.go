@@ -1,5 +1,6 @@
-// Package page is the web console of a running auditlens, on the address that serves
-// /metrics: the clusters seen at /, the weekly report with its controls at /report (also as
+// Package page is the web console of a running auditlens, on its own listeners (loopback:
+// --report-console-addr; authenticated: --report-console-auth-addr), not the metrics address:
+// the clusters seen at /, the weekly report with its controls at /report (also as
 // text, JSON and CSV), and the drill-down from a blocker to its callers (/callers), from a
 // caller to its requests (/requests), one request (/request), and a search (/search). Plain
 // HTML and forms, no script; html/template escapes every value taken from audit events,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,9 +31,11 @@ const CommandSynopsis = `report readiness --cluster NAME --target-version X.Y [f
 
 Judges whether cluster NAME is ready for the upgrade to X.Y: blocked when something removed at
 or before X.Y was used in the window (--readiness-window) and is not accepted in
---acknowledgements-file; unknown when nothing blocks but the cluster sent no findings for longer
-than --readiness-max-silence within the window; else ready. Writes the judgement (text or
-json) and exits 0 ready, 3 blocked, 4 unknown, 1 error, 2 bad usage.`
+--acknowledgements-file; unknown when nothing blocks but the cluster sent no events for longer
+than --readiness-max-silence within the window (counted from its first event ever, when that
+is inside the window: a cluster installed an hour ago is judged on that hour); else ready. A
+cluster with no event ever stored is an error naming the clusters that have some. Writes the
+judgement (text or json) and exits 0 ready, 3 blocked, 4 unknown, 1 error, 2 bad usage.`
 
 // Store is an open auditlens database.
 type Store interface {
@@ -130,6 +133,20 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	r, err := Evaluate(ctx, st.DB(), Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now})
 	if err != nil {
 		fmt.Fprintf(stderr, "report readiness: %v\n", err)
+		return ExitError
+	}
+	if r.Stream.FirstEvent.IsZero() && len(r.Blockers) == 0 {
+		// A name the store has never seen is a mistake to name, not a stream to wait for.
+		known, err := KnownClusters(ctx, st.DB())
+		if err != nil {
+			fmt.Fprintf(stderr, "report readiness: %v\n", err)
+			return ExitError
+		}
+		list := "none yet"
+		if len(known) > 0 {
+			list = strings.Join(known, ", ")
+		}
+		fmt.Fprintf(stderr, "report readiness: no event from cluster %q has ever been stored; the clusters with events: %s\n", c.Cluster, list)
 		return ExitError
 	}
 	if err := Write(stdout, c.Format, r); err != nil {

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -98,6 +99,10 @@ type Stream struct {
 	Alive bool `json:"alive"`
 	// LastEvent is the start of the last minute with an event in the window (zero: none).
 	LastEvent time.Time `json:"last_event,omitzero"`
+	// FirstEvent is the start of the first minute with an event ever stored for the cluster
+	// (zero: none ever): silence is counted from it when it is inside the window, so a cluster
+	// installed an hour ago is judged on that hour, not on the week before it existed.
+	FirstEvent time.Time `json:"first_event,omitzero"`
 	// LongestSilence is the longest stretch without events, SilentFrom to SilentUntil.
 	LongestSilence Duration  `json:"longest_silence"`
 	SilentFrom     time.Time `json:"silent_from"`
@@ -166,6 +171,9 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 			more = fmt.Sprintf(" and %d more", len(r.Blockers)-3)
 		}
 		r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s%s", len(r.Blockers), o.Target, strings.Join(names, ", "), more)
+	case st.FirstEvent.IsZero():
+		r.State, r.Reason = Unknown, ReasonStreamSilent
+		r.Message = fmt.Sprintf("no event from cluster %s has ever been stored: its audit stream is not set up, or --cluster names another cluster", o.Cluster)
 	case !st.Alive:
 		r.State, r.Reason = Unknown, ReasonStreamSilent
 		r.Message = fmt.Sprintf("no events from cluster %s for %s (%s to %s, longer than %s): its audit stream may be down",
@@ -189,7 +197,8 @@ func name(k weekly.Key) string {
 }
 
 // stream reads the minutes of the window with events and finds the longest silence,
-// counting from the window's start and up to its end. A minute has events when a heartbeat
+// counting from the window's start (or the cluster's first event, when later) and up to its
+// end. A minute has events when a heartbeat
 // says so (event_minutes) or when it has a finding (stream_minutes): the latter keeps the gate
 // right for a classify that sends no heartbeats (older, or --classify-heartbeat-interval 0).
 func stream(ctx context.Context, db *sql.DB, o Options, start, end time.Time) (Stream, error) {
@@ -206,7 +215,13 @@ GROUP BY m ORDER BY m`, o.Cluster, start.Unix(), end.Unix(), o.Cluster, start.Un
 	}
 	defer rows.Close()
 	var s Stream
-	prev := start // the end of the last minute with events
+	if s.FirstEvent, err = FirstEvent(ctx, db, o.Cluster, o.MinutesTable, o.EventMinutesTable); err != nil {
+		return Stream{}, err
+	}
+	prev := start // the end of the last minute with events, or where silence starts to count
+	if s.FirstEvent.After(start) {
+		prev = s.FirstEvent
+	}
 	gap := func(from, until time.Time) {
 		if d := until.Sub(from); d > time.Duration(s.LongestSilence) {
 			s.LongestSilence, s.SilentFrom, s.SilentUntil = Duration(d), from, until
@@ -229,6 +244,48 @@ GROUP BY m ORDER BY m`, o.Cluster, start.Unix(), end.Unix(), o.Cluster, start.Un
 	gap(prev, end)
 	s.Alive = time.Duration(s.LongestSilence) <= o.MaxSilence
 	return s, nil
+}
+
+// FirstEvent is the first minute with events ever stored for cluster, in the findings'
+// minutes or classify's heartbeats (zero: none).
+func FirstEvent(ctx context.Context, db *sql.DB, cluster, minutesTable, eventMinutesTable string) (time.Time, error) {
+	// min() of no rows is 0 in ClickHouse: such a table is left out, not taken for 1970.
+	var m uint32
+	err := db.QueryRowContext(ctx, `SELECT min(m) FROM (
+  SELECT toUInt32(min(minute)) AS m FROM `+minutesTable+` WHERE cluster = ?
+  UNION ALL
+  SELECT toUInt32(min(minute)) AS m FROM `+eventMinutesTable+` WHERE cluster = ?
+) WHERE m > 0`, cluster, cluster).Scan(&m)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("query the first event of cluster %s: %w", cluster, err)
+	}
+	if m == 0 {
+		return time.Time{}, nil
+	}
+	return time.Unix(int64(m), 0).UTC(), nil
+}
+
+// KnownClusters are the clusters with events ever stored, in name order.
+func KnownClusters(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT c FROM (
+  SELECT toString(cluster) AS c FROM stream_minutes
+  UNION ALL
+  SELECT toString(cluster) AS c FROM event_minutes
+)`)
+	if err != nil {
+		return nil, fmt.Errorf("query clusters: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("read clusters: %w", err)
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out) // ClickHouse 18.16 does not keep ORDER BY 1 after DISTINCT
+	return out, rows.Err()
 }
 
 // Sort orders results by cluster, then target.

@@ -77,13 +77,17 @@ func (s seed) findings() []*auditlensv1.Finding {
 }
 
 // eventMinutes are classify's heartbeats: migrated (all clients migrated: events every 30
-// minutes through the week, never a finding) and stalled (events on the first day only).
+// minutes through the week, never a finding), stalled (events on the first day only) and
+// fresh (installed 3 hours before the week's end: events every 30 minutes since).
 func (s seed) eventMinutes() []store.EventMinute {
 	var out []store.EventMinute
 	for at := s.start; at.Before(s.end); at = at.Add(30 * time.Minute) {
 		out = append(out, store.EventMinute{Cluster: "migrated", Minute: at, Events: 40})
 		if at.Before(s.start.Add(24 * time.Hour)) {
 			out = append(out, store.EventMinute{Cluster: "stalled", Minute: at, Events: 3})
+		}
+		if !at.Before(s.end.Add(-3 * time.Hour)) {
+			out = append(out, store.EventMinute{Cluster: "fresh", Minute: at, Events: 7})
 		}
 	}
 	return out
@@ -157,7 +161,11 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			{"quiet", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
 			{"migrated", readiness.Ready, readiness.ReasonNoBlockers, readiness.ExitReady},
 			{"stalled", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
-			{"never-seen", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitUnknown},
+			// Judged from its first event, 3 hours back, not from the week before it existed.
+			{"fresh", readiness.Ready, readiness.ReasonNoBlockers, readiness.ExitReady},
+			// A name never seen: unknown for the gate, an error naming the known clusters for
+			// the command.
+			{"never-seen", readiness.Unknown, readiness.ReasonStreamSilent, readiness.ExitError},
 		} {
 			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: c.cluster, Target: weekly.Version{Major: 1, Minor: 34}, Now: now})
 			if err != nil {
@@ -175,6 +183,12 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			if c.cluster == "stalled" && !strings.Contains(g.Message, "no events from cluster stalled") {
 				t.Errorf("stalled: message %q", g.Message)
 			}
+			if c.cluster == "fresh" && (!g.Stream.FirstEvent.Equal(s.end.Add(-3*time.Hour)) || time.Duration(g.Stream.LongestSilence) != 29*time.Minute) {
+				t.Errorf("fresh: %+v, want the first event 3h before the end and silences of 29m", g.Stream)
+			}
+			if c.cluster == "never-seen" && (!g.Stream.FirstEvent.IsZero() || !strings.Contains(g.Message, "has ever been stored")) {
+				t.Errorf("never-seen: %+v, message %q", g.Stream, g.Message)
+			}
 			if c.cluster == "clean" && time.Duration(g.Stream.LongestSilence) > 50*time.Minute {
 				t.Errorf("clean: longest silence %s, want at most 50m", time.Duration(g.Stream.LongestSilence))
 			}
@@ -190,6 +204,9 @@ func TestGateAgreesWithWeeklyOnBothEngines(t *testing.T) {
 			}
 			if code != wantCode {
 				t.Errorf("report readiness --cluster %s: exit %d, want %d; stderr %s", c.cluster, code, wantCode, errb.String())
+			}
+			if c.cluster == "never-seen" && !strings.Contains(errb.String(), "the clusters with events: clean, fresh, migrated, prod, quiet, stalled") {
+				t.Errorf("report readiness --cluster never-seen: stderr %q, want the known clusters named", errb.String())
 			}
 			if code != readiness.ExitError {
 				var r readiness.Result
@@ -272,13 +289,13 @@ acknowledgements:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rs) != 6 {
-			t.Errorf("judged %d cluster(s), want never-seen, clean, migrated (events only), prod, quiet, stalled", len(rs))
+		if len(rs) != 7 {
+			t.Errorf("judged %d cluster(s), want never-seen, clean, fresh, migrated (events only), prod, quiet, stalled", len(rs))
 		}
 		if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_blockers", "prod", "1.25", "")); got != 2 {
 			t.Errorf("auditlens_upgrade_blockers{prod,1.25} = %v, want 2", got)
 		}
-		for cl, state := range map[string]string{"prod": "blocked", "clean": "ready", "quiet": "unknown", "never-seen": "unknown", "migrated": "ready", "stalled": "unknown"} {
+		for cl, state := range map[string]string{"prod": "blocked", "clean": "ready", "quiet": "unknown", "never-seen": "unknown", "migrated": "ready", "stalled": "unknown", "fresh": "ready"} {
 			if got := testutil.ToFloat64(readinessMetric(reg, "auditlens_upgrade_readiness", cl, "1.25", state)); got != 1 {
 				t.Errorf("auditlens_upgrade_readiness{%s,1.25,%s} = %v, want 1", cl, state, got)
 			}

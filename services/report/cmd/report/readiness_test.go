@@ -17,7 +17,8 @@ import (
 )
 
 // TestReadinessMainOnServer runs `report readiness` as a pipeline would, on the server the
-// service writes: unknown (4) for a silent cluster, blocked (3) by a blocker, ready (0) once
+// service writes: unknown (4) for a silent cluster, an error (1) naming the known clusters for
+// a cluster never seen, blocked (3) by a blocker, ready (0) once
 // --acknowledgements-file accepts it (the stream allowed to be quiet), and a refused file
 // (1) named at its line and column.
 func TestReadinessMainOnServer(t *testing.T) {
@@ -25,7 +26,8 @@ func TestReadinessMainOnServer(t *testing.T) {
 	now := testkit.Now().UTC()
 	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{{RuleId: "removed-api", Cluster: "prod", AuditId: "a1",
 		EventTime: timestamppb.New(now.Add(-time.Hour)), ApiGroup: "flowcontrol.apiserver.k8s.io", ApiVersion: "v1beta3",
-		Resource: "flowschemas", RemovedIn: "1.32", Username: "prometheus"}}); err != nil {
+		Resource: "flowschemas", RemovedIn: "1.32", Username: "prometheus"}, {RuleId: "deprecated-api", Cluster: "staging", AuditId: "s1",
+		EventTime: timestamppb.New(now.Add(-100 * time.Hour)), ApiVersion: "v1", Resource: "componentstatuses", Username: "prober"}}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -44,6 +46,7 @@ func TestReadinessMainOnServer(t *testing.T) {
 		out  string
 	}{
 		{[]string{"--cluster", "staging"}, 4, "staging: unknown for 1.34"},
+		{[]string{"--cluster", "nosuch"}, 1, `no event from cluster "nosuch" has ever been stored; the clusters with events: prod, staging`},
 		{[]string{"--cluster", "prod"}, 3, "blocker: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"},
 		{[]string{"--cluster", "prod", "--acknowledgements-file", acks, "--readiness-max-silence", "168h"}, 0, "accepted until 2105-01-01: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"},
 		{[]string{"--cluster", "prod", "--acknowledgements-file", bad}, 1, bad + `:6:14: expires "tomorrow"`},

@@ -150,7 +150,8 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	comps := []daemon.Component{w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg)}
+	// What reads the store starts once the writer has applied the schema.
+	comps := []daemon.Component{w, afterSchema(w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg))}
 	if cfg.Weekly.Enabled() {
 		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)
 		if err != nil {
@@ -176,7 +177,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	comps = append(comps, gate)
+	comps = append(comps, afterSchema(w, gate))
 	if wt := files.Watcher(cfg.Files.Reload); wt != nil {
 		comps = append(comps, wt)
 	}
@@ -200,4 +201,21 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	log.Info("report configured", "engine", cfg.Engine.Describe(), "batch_size", cfg.Writer.BatchSize,
 		"batch_max_wait", cfg.Writer.MaxWait, "weekly_schedule", cfg.Weekly.Enabled())
 	return comps, nil
+}
+
+// afterSchema runs c once w has applied the schema (or not at all when ctx ends first): the
+// compaction and the readiness judgement of a first start would otherwise query tables that do
+// not exist yet and log ClickHouse's "unknown table" before the migration.
+func afterSchema(w *writer.Writer, c daemon.Component) daemon.Component {
+	return daemon.ComponentFuncs{
+		RunFunc: func(ctx context.Context) error {
+			select {
+			case <-w.Migrated():
+				return c.Run(ctx)
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		ReadyFunc: c.Ready,
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 func TestMain(m *testing.M) { chtest.Main(m) }
 
 // TestNewEmbeddedService wires the service as the report binary does, with no
-// --clickhouse-dsn (embedded chDB), runs its stages and stops them upstream first.
+// --clickhouse-dsn (embedded chDB), runs its stages and stops them upstream first. A first
+// start logs no warning: the compaction and the readiness gate wait for the schema.
 func TestNewEmbeddedService(t *testing.T) {
 	dir := chtest.EmbeddedDir(t)
 	c := DefaultConfig(t.TempDir())
@@ -36,7 +38,8 @@ func TestNewEmbeddedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := openBus(t)
-	comps, err := New(c, daemon.Deps{Bus: b, Cluster: "prod", Logger: slog.New(slog.DiscardHandler)})
+	warns := &warnings{}
+	comps, err := New(c, daemon.Deps{Bus: b, Cluster: "prod", Logger: slog.New(warns)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +59,11 @@ func TestNewEmbeddedService(t *testing.T) {
 	defer st.Close()
 	testkit.Eventually(t, time.Minute, "50 findings in embedded ClickHouse", func() bool { return distinct(t, st) == 50 })
 	testkit.Eventually(t, time.Minute, "ready", func() bool { return comps[0].Ready() == nil })
+	// The gate and the compaction run their first round as soon as the schema is there.
+	time.Sleep(2 * time.Second)
+	if w := warns.String(); w != "" {
+		t.Errorf("a first start logged warnings:\n%s", w)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -164,4 +172,28 @@ func distinct(t testing.TB, st *store.Store) uint64 {
 		return 0
 	}
 	return n
+}
+
+// warnings is a slog handler that keeps the records at WARN and above.
+type warnings struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	w.mu.Lock()
+	w.recs = append(w.recs, line)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warnings) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.recs, "\n")
 }

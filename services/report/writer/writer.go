@@ -124,7 +124,9 @@ type Writer struct {
 	log *slog.Logger
 	m   metrics
 
-	ready atomic.Pointer[error]
+	ready        atomic.Pointer[error]
+	migrated     chan struct{} // closed once the schema is applied
+	migratedOnce sync.Once
 	// now is the clock event times are judged by (MaxAhead); tests set theirs.
 	now func() time.Time
 }
@@ -140,7 +142,7 @@ func New(cfg Config, st *store.Store, b bus.Bus, log *slog.Logger, reg prometheu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &Writer{cfg: cfg, st: st, bus: b, log: log, m: newMetrics(reg), now: time.Now}
+	w := &Writer{cfg: cfg, st: st, bus: b, log: log, m: newMetrics(reg), now: time.Now, migrated: make(chan struct{})}
 	notYet := errors.New("report: schema not migrated yet")
 	w.ready.Store(&notYet)
 	return w, nil
@@ -151,6 +153,10 @@ func New(cfg Config, st *store.Store, b bus.Bus, log *slog.Logger, reg prometheu
 func (w *Writer) Ready() error { return *w.ready.Load() }
 
 func (w *Writer) setReady(err error) { w.ready.Store(&err) }
+
+// Migrated is closed once Run has applied the schema: what reads the store waits for it, so a
+// first start logs no "unknown table".
+func (w *Writer) Migrated() <-chan struct{} { return w.migrated }
 
 // batch is what one write stores: the findings of whole bus messages, as a block, the
 // minutes of classify's heartbeats, and the deliveries to acknowledge once both are committed.
@@ -327,6 +333,7 @@ func (w *Writer) migrate(ctx context.Context) bool {
 				w.log.Info("schema migrated", "applied", did)
 			}
 			w.setReady(nil)
+			w.migratedOnce.Do(func() { close(w.migrated) })
 			return true
 		}
 		w.setReady(err)

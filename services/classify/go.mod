@@ -7,6 +7,7 @@ require (
 	github.com/auditlens/auditlens/proto v0.0.0
 	github.com/goccy/go-yaml v1.19.2
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260515175617-8268a5d078c0
 	github.com/valyala/fastjson v1.6.10
 	github.com/yuin/goldmark v1.8.7

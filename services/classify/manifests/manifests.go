@@ -48,7 +48,11 @@ a List, only the latest deployed revision of each release (--helm-all-revisions:
   classify manifests --helm-live --kubeconfig ~/.kube/config --target-version 1.37
 
 Findings are the JSON lines of classify scan, with the audit fields empty and "source" naming
-the file and document (--format table for a table, markdown for a pull request). A template
+the file and document (--format table for a table, markdown for a pull request). For CI,
+--format sarif writes a SARIF 2.1.0 log (one result per finding, located at the file and the
+line its object's document starts on; an error when it blocks --target-version, else a
+warning) and --format junit a JUnit XML report (one test case per rule, API and object: failed
+when it blocks, else skipped); the summary stays on stderr, so stdout holds only the report. A template
 (a file with {{ }} actions that is not YAML) is skipped with a note: render it first. Exit
 status: 0 no findings, 2 only deprecations and hygiene, 3 something removed at or before
 --target-version (even when some input could not be read), 1 an error (a file that cannot be
@@ -77,7 +81,9 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it (empty: any removal)")
 	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): exit 3 when a manifest uses a version of their CRDs removed at or before it (no release given: any removal)")
-	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns) or markdown")
+	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns), markdown, "+
+		"sarif (SARIF 2.1.0, one result per finding at its file and line: error when it blocks --target-version, else warning) or "+
+		"junit (JUnit XML, one test case per rule, API and object: failed when it blocks, else skipped)")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.IntVar(&c.MaxFileSize, "max-file-size", 64<<20, "largest manifest file read, in bytes; larger files are reported and skipped")
 	fs.IntVar(&c.MaxDocumentSize, "max-document-size", 64<<20, "largest YAML or JSON document once decoded, aliases expanded, and largest Helm release once decompressed, in bytes (estimated before decoding); larger ones are reported and skipped")
@@ -94,9 +100,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.37", c.TargetVersion)
 	}
 	switch c.Format {
-	case "json", "table", "markdown":
+	case "json", "table", "markdown", "sarif", "junit":
 	default:
-		return fmt.Errorf("--format %q: want json, table or markdown", c.Format)
+		return fmt.Errorf("--format %q: want json, table, markdown, sarif or junit", c.Format)
 	}
 	if c.MaxFileSize < 1024 {
 		return fmt.Errorf("--max-file-size %d: want at least 1024 bytes", c.MaxFileSize)
@@ -144,7 +150,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	width := scan.OutputWidth(stdout)
 	w := bufio.NewWriter(stdout)
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
-	out := &output{cfg: cfg, target: target, w: w}
+	out := &output{cfg: cfg, target: target, w: w, cat: cat}
 	report := func(name string, err error) {
 		// one line each, naming the input: errors.Join puts several on lines of their own
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -158,8 +164,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err := walk(path, stdin, cfg.MaxFileSize, func(name string, data []byte) {
 			out.files++
 			var found []pending
-			docs, err := c.Check(name, data, func(source string, f *auditlensv1.Finding) {
-				found = append(found, pending{source, f})
+			docs, err := c.CheckAt(name, data, func(at Location, f *auditlensv1.Finding) {
+				if path == "-" {
+					at.File = "" // stdin is no file
+				}
+				found = append(found, pending{at, f})
 			})
 			if err != nil && isTemplate(data) {
 				out.templates++
@@ -169,7 +178,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			out.docs += docs
 			for _, p := range found {
-				out.emit(p.source, p.f)
+				out.emit(p.at, p.f)
 			}
 			if err != nil {
 				out.failed++
@@ -185,11 +194,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		live := LiveConfig{Kubeconfig: cfg.Kubeconfig, Context: cfg.KubeContext, Namespace: cfg.HelmNamespace, AllRevisions: cfg.HelmAllRevisions}
 		var found []pending
 		releases, docs, errs := c.CheckLive(context.Background(), live, func(source string, f *auditlensv1.Finding) {
-			found = append(found, pending{source, f})
+			found = append(found, pending{Location{Source: source}, f}) // in the cluster: no file
 		})
 		out.releases, out.docs = releases, out.docs+docs
 		for _, p := range found {
-			out.emit(p.source, p.f)
+			out.emit(p.at, p.f)
 		}
 		if len(errs) > 0 {
 			out.failed++
@@ -218,8 +227,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 type pending struct {
-	source string
-	f      *auditlensv1.Finding
+	at Location
+	f  *auditlensv1.Finding
 }
 
 // isTemplate reports whether data looks like a template (Helm's, or any Go template) rather
@@ -240,11 +249,15 @@ type output struct {
 	findings, blocking             int
 	olderRevisions                 int // Helm revisions left out
 	releases                       int // Helm releases read from the cluster
+	cat                            *rules.Catalogue
+	ci                             []scan.CIResult // --format sarif and junit: written by flush
 }
 
-func (o *output) emit(source string, f *auditlensv1.Finding) {
+func (o *output) emit(at Location, f *auditlensv1.Finding) {
+	source := at.Source
 	o.findings++
-	if scan.BlocksFor(f.RemovedIn, o.target, o.cfg.TargetVersions) {
+	blocking := scan.BlocksFor(f.RemovedIn, o.target, o.cfg.TargetVersions)
+	if blocking {
 		o.blocking++
 	}
 	obj := f.Name
@@ -253,6 +266,8 @@ func (o *output) emit(source string, f *auditlensv1.Finding) {
 	}
 	api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
 	switch o.cfg.Format {
+	case "sarif", "junit":
+		o.ci = append(o.ci, ciResult(at, f, blocking, api, obj))
 	case "table":
 		if o.grid == nil {
 			o.grid = &scan.Grid{Columns: []scan.Column{{Name: "SOURCE", Min: 8}, {Name: "SEVERITY", Min: 8}, {Name: "RULE", Min: 8},
@@ -290,8 +305,46 @@ func (o *output) flush(width int) error {
 		}
 		_, err := fmt.Fprintf(o.w, "\n## Summary\n\n%s.\n", o.summary())
 		return err
+	case "sarif":
+		return scan.WriteSARIF(o.w, o.cat, o.ci)
+	case "junit":
+		blocks := "blocks an upgrade to " + o.target.String()
+		if o.target.IsZero() {
+			blocks = "removed in some release (no --target-version: any removal blocks)"
+		}
+		return scan.WriteJUnit(o.w, scan.JUnit{Suite: "classify manifests", Blocks: blocks, InputErrors: o.failed}, o.ci)
 	}
 	return nil
+}
+
+// ciResult is one finding as a SARIF result and JUnit test case: at the file and line of
+// its object's document, about the object (its name, and its source in fullyQualifiedName).
+func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj string) scan.CIResult {
+	msg := f.Message
+	if f.Replacement != "" && !strings.Contains(strings.ToLower(msg), strings.ToLower(f.Replacement)) {
+		msg += " Use instead: " + f.Replacement + "."
+	}
+	name := obj
+	if name == "" {
+		name = "(unnamed)"
+	}
+	if api == "" {
+		api = "(no API)"
+	}
+	props := map[string]any{"source": at.Source, "api": api, "severity": scan.SeverityName(f.Severity)}
+	for k, v := range map[string]string{"name": f.Name, "namespace": f.Namespace, "removedIn": f.RemovedIn,
+		"deprecatedIn": f.DeprecatedIn, "replacement": f.Replacement} {
+		if v != "" {
+			props[k] = v
+		}
+	}
+	return scan.CIResult{
+		RuleID: f.RuleId, Severity: scan.SeverityName(f.Severity), Blocking: blocking, Message: msg,
+		File: at.File, Line: at.Line,
+		Logical:    &scan.SARIFLogicalLocation{Name: name, FullyQualifiedName: at.Source, Kind: "resource"},
+		Case:       api + " " + name + " (" + at.Source + ")",
+		Properties: props,
+	}
 }
 
 // summary counts what was read and found, and what could not be read.
@@ -417,11 +470,34 @@ type Checker struct {
 // returns how many documents it read. A document that is not a Kubernetes object is an error
 // naming it; the other documents are still checked.
 func (c *Checker) Check(name string, data []byte, emit func(source string, f *auditlensv1.Finding)) (int, error) {
-	return c.check(name, data, emit, true)
+	return c.CheckAt(name, data, func(at Location, f *auditlensv1.Finding) { emit(at.Source, f) })
 }
 
-// check is Check; helm says whether Helm release storage is opened (not inside a release).
-func (c *Checker) check(name string, data []byte, emit func(source string, f *auditlensv1.Finding), helm bool) (int, error) {
+// Location is where the object of a finding is.
+type Location struct {
+	// Source is what the finding's source says: the file and document (name#N), an item of a
+	// List (name#N.items[I]), a document of a Helm release stored in one (then followed by the
+	// release and its own document).
+	Source string
+	// File is the file the object is in, as named to CheckAt ("" for a release read from a
+	// cluster), and Line the line its document starts on there: the first line of the
+	// document that is neither blank nor a comment, counted from 1. The items of a List and
+	// the documents of a Helm release stored in a file are at the line of the document that
+	// holds them. 0: unknown.
+	File string
+	Line int
+}
+
+// CheckAt is Check, with each finding's Location: the file name and the line its document
+// starts on, as well as its source.
+func (c *Checker) CheckAt(name string, data []byte, emit func(at Location, f *auditlensv1.Finding)) (int, error) {
+	return c.check(name, data, emit, true, nil)
+}
+
+// check is CheckAt; helm says whether Helm release storage is opened (not inside a release),
+// and outer, for the manifest of a release, is where the release is stored (nil: data is the
+// file name).
+func (c *Checker) check(name string, data []byte, emit func(Location, *auditlensv1.Finding), helm bool, outer *Location) (int, error) {
 	if c.dec == nil {
 		c.dec = auditevent.NewDecoder(0)
 	}
@@ -443,6 +519,10 @@ func (c *Checker) check(name string, data []byte, emit func(source string, f *au
 			continue
 		}
 		source := name + "#" + strconv.Itoa(n)
+		at := Location{File: name, Line: chunk.line}
+		if outer != nil {
+			at = Location{File: outer.File, Line: outer.Line}
+		}
 		if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
 			items, _ := obj["items"].([]any)
 			latest := c.latestRevisions(items)
@@ -456,7 +536,8 @@ func (c *Checker) check(name string, data []byte, emit func(source string, f *au
 					c.OlderRevisions++
 					continue
 				}
-				k, err := c.objectOrRelease(m, source+".items["+strconv.Itoa(i)+"]", emit, helm)
+				at.Source = source + ".items[" + strconv.Itoa(i) + "]"
+				k, err := c.objectOrRelease(m, at, emit, helm)
 				docs += k
 				if err != nil {
 					errs = append(errs, fmt.Errorf("document %d: items[%d]: %w", n, i, err))
@@ -464,7 +545,8 @@ func (c *Checker) check(name string, data []byte, emit func(source string, f *au
 			}
 			continue
 		}
-		k, err := c.objectOrRelease(obj, source, emit, helm)
+		at.Source = source
+		k, err := c.objectOrRelease(obj, at, emit, helm)
 		docs += k
 		if err != nil {
 			errs = append(errs, fmt.Errorf("document %d: %w", n, err))
@@ -482,8 +564,8 @@ func (c *Checker) maxSize() int {
 
 // objectOrRelease checks obj and, when it is Helm release storage, the manifest of its
 // release, each document named after the release. It returns the documents checked.
-func (c *Checker) objectOrRelease(obj map[string]any, source string, emit func(string, *auditlensv1.Finding), helm bool) (int, error) {
-	if err := c.object(obj, source, emit); err != nil {
+func (c *Checker) objectOrRelease(obj map[string]any, at Location, emit func(Location, *auditlensv1.Finding), helm bool) (int, error) {
+	if err := c.object(obj, at, emit); err != nil {
 		return 1, err
 	}
 	encoded, secret, ok := helmStorage(obj)
@@ -494,13 +576,19 @@ func (c *Checker) objectOrRelease(obj map[string]any, source string, emit func(s
 	if err != nil {
 		return 1, err
 	}
-	docs, err := c.CheckRelease(source+" "+r.Source(), r, emit)
+	docs, err := c.checkRelease(at.Source+" "+r.Source(), r, emit, &at)
 	return 1 + docs, err
 }
 
 // CheckRelease checks the manifest of a Helm release; its documents are named source#N.
 func (c *Checker) CheckRelease(source string, r *Release, emit func(string, *auditlensv1.Finding)) (int, error) {
-	docs, err := c.check(source, []byte(r.Manifest), emit, false)
+	return c.checkRelease(source, r, func(at Location, f *auditlensv1.Finding) { emit(at.Source, f) }, &Location{})
+}
+
+// checkRelease is CheckRelease; stored is where the release is stored (its findings'
+// location in a file).
+func (c *Checker) checkRelease(source string, r *Release, emit func(Location, *auditlensv1.Finding), stored *Location) (int, error) {
+	docs, err := c.check(source, []byte(r.Manifest), emit, false, stored)
 	if err != nil {
 		return docs, fmt.Errorf("%s: %w", r.Source(), err)
 	}
@@ -597,7 +685,7 @@ func splitDocuments(data []byte) []document {
 // object classifies one manifest as the request that would create it: an audit event at
 // Request level whose objectRef names its group, version and resource and whose requestObject
 // is the manifest. The findings keep the object's fields and leave the audit fields empty.
-func (c *Checker) object(obj map[string]any, source string, emit func(string, *auditlensv1.Finding)) error {
+func (c *Checker) object(obj map[string]any, at Location, emit func(Location, *auditlensv1.Finding)) error {
 	apiVersion, _ := obj["apiVersion"].(string)
 	kind, _ := obj["kind"].(string)
 	if apiVersion == "" || kind == "" {
@@ -630,10 +718,10 @@ func (c *Checker) object(obj map[string]any, source string, emit func(string, *a
 	return c.dec.Decode(ev, func(e *auditevent.Event) error {
 		matches = onePSPFinding(c.Engine.Classify(e, matches[:0]), apiVersion, kind, name)
 		for i := range matches {
-			f := c.Engine.FindingFrom(e, &matches[i], "", "", source)
+			f := c.Engine.FindingFrom(e, &matches[i], "", "", at.Source)
 			f.AuditId, f.Verb, f.Stage = "", "", ""
 			f.Evidence = manifestEvidence(f.Evidence, apiVersion, kind)
-			emit(source, f)
+			emit(at, f)
 		}
 		return nil
 	})

@@ -67,7 +67,7 @@ type collect struct {
 	findings []*auditlensv1.Finding
 }
 
-func (c *collect) match(ev *auditevent.Event, m *rules.Match) {
+func (c *collect) match(ev *auditevent.Event, m *rules.Match, _ position) {
 	c.findings = append(c.findings, c.s.engine.Finding(ev, m, c.s.cfg.Cluster, ""))
 }
 

@@ -41,6 +41,7 @@ type span struct {
 // record is a finding, not yet de-duplicated, or a bad line.
 type record struct {
 	f    *auditlensv1.Finding
+	at   position
 	key  string // dedup.Key
 	line [2]int // its JSON line: json[line[0]:line[1]]
 	pos  string
@@ -145,7 +146,7 @@ func (s *scanner) merge(c *chunk) {
 			if s.enc != nil {
 				line = c.json[r.line[0]:r.line[1]]
 			}
-			s.emit(r.f, line)
+			s.emit(r.f, line, r.at)
 		}
 	}
 	if c.err != nil {
@@ -161,9 +162,9 @@ type chunkSink struct {
 	json bool // --format json: the lines are written into the chunk
 }
 
-func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match) {
+func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match, at position) {
 	cluster := k.s.cfg.Cluster
-	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
+	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), at: at, key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
 	if k.json {
 		start := len(k.c.json)
 		k.c.json = appendJSON(k.c.json, r.f)

@@ -147,6 +147,7 @@ func TestParallelOnTheRealWorldCorpus(t *testing.T) {
 	for _, args := range [][]string{
 		{"--format", "json"}, {"--format", "table"}, {"--format", "wide"}, {"--format", "markdown"},
 		{"--format", "table", "--group-by", "caller"}, {"--target-version", "1.25"},
+		{"--format", "sarif"}, {"--format", "junit", "--target-version", "1.25"},
 	} {
 		out, _ := sameAsSequential(t, "", append(args, files...)...)
 		if !strings.Contains(out, "removed-api") {
@@ -209,6 +210,11 @@ func TestParallelAcrossChunkBoundaries(t *testing.T) {
 	}
 	sameAsSequential(t, log, "--format", "table", "-")
 	sameAsSequential(t, "", "--format", "markdown", "--group-by", "caller", path, path)
+	// The file and line of each caller's first request, whichever chunk it is in.
+	if out, _ := sameAsSequential(t, "", "--format", "sarif", path); !strings.Contains(out, `"startLine": `) {
+		t.Errorf("no lines in the SARIF log:\n%s", out)
+	}
+	sameAsSequential(t, "", "--format", "junit", path)
 }
 
 // Bad lines are reported in input order, and only the first --max-bad-reports, whichever

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -36,9 +37,14 @@ Classifies kube-apiserver audit logs (JSON lines of audit.k8s.io/v1 or v1beta1 E
 EventLists; plain, gzip, or - for stdin) without a bus. Findings go to stdout: one JSON object
 per line (--format json), a table fitted to the terminal (table: the width of the terminal,
 else $COLUMNS, else 120; long values cut with "…"), the same with every value in full (wide),
-or a GitHub Markdown table for pull requests and tickets (markdown). The summary, by rule, API
-and caller or by caller (--group-by), goes to stderr for json and to stdout for the others.
-Exit status: 0 no findings, 2 only deprecations and hygiene, 3 an API or feature removed at or
+a GitHub Markdown table for pull requests and tickets (markdown), or a document for CI:
+SARIF 2.1.0 for code scanning (sarif) or a JUnit XML report (junit). sarif and junit group the
+findings by rule, API and caller (user and user agent): one SARIF result or JUnit test case
+each, with the number of requests and the file and line of the first (a million requests by
+one caller are one result); a SARIF result is an error when it blocks --target-version, else
+a warning; a JUnit test case fails when it blocks and is skipped when it does not. The
+summary, by rule, API and caller or by caller (--group-by), goes to stderr for json, sarif and
+junit (stdout then holds only the findings) and to stdout for the others. Exit status: 0 no findings, 2 only deprecations and hygiene, 3 an API or feature removed at or
 before --target-version is in use, 1 an error.`
 
 // Config holds the scan flags.
@@ -61,7 +67,9 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used (empty: any removal)")
 	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): a removed version of their CRDs blocks when removed at or before it (no release given: any removal)")
-	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal), wide (every value in full) or markdown")
+	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal), wide (every value in full), markdown, "+
+		"sarif (SARIF 2.1.0, one result per rule, API and caller with its count: error when it blocks --target-version, else warning) or "+
+		"junit (JUnit XML, one test case per rule, API and caller: failed when it blocks, else skipped)")
 	fs.StringVar(&c.GroupBy, "group-by", "api", "summary grouped by api (rule, API, then callers) or by caller (caller, then rules and APIs)")
 	fs.Var(&c.RulesFiles, "rules-file", "extra catalogue `files`, comma-separated or repeated, that add or override rules, APIs, annotations and labels")
 	fs.StringVar(&c.Cluster, "cluster", "default", "cluster name put in findings")
@@ -78,9 +86,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.25", c.TargetVersion)
 	}
 	switch c.Format {
-	case "json", "table", "wide", "markdown":
+	case "json", "table", "wide", "markdown", "sarif", "junit":
 	default:
-		return fmt.Errorf("--format %q: want json, table, wide or markdown", c.Format)
+		return fmt.Errorf("--format %q: want json, table, wide, markdown, sarif or junit", c.Format)
 	}
 	if c.GroupBy != "api" && c.GroupBy != "caller" {
 		return fmt.Errorf("--group-by %q: want api or caller", c.GroupBy)
@@ -155,6 +163,9 @@ func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, in
 		s.rows = newWideTable(s.stdout)
 	case "markdown":
 		s.rows = &markdownTable{w: s.stdout}
+	case "sarif", "junit":
+		s.ci = &ciReport{}
+		s.stdinGiven = slices.Contains(fs.Args(), "-")
 	}
 	return s, fs.Args(), 0
 }
@@ -173,6 +184,9 @@ type scanner struct {
 	enc    *jsonLines   // --format json
 	rows   rowWriter    // the other formats
 	fitted *fittedTable // --format table: rows, to tell whether something was cut
+	ci     *ciReport    // --format sarif and junit: written at the end
+	// stdinGiven: "-" is an input (--format sarif and junit: the input named stdin is no file).
+	stdinGiven bool
 
 	workers []*worker // their counts are added up in the summary
 	// chunks and peakChunks count the chunks held in memory (--parallel above 1).
@@ -186,6 +200,7 @@ type scanner struct {
 	badLines           int
 	badReasons         map[string]int
 	failed             bool
+	failedInputs       int
 }
 
 func (s *scanner) run(files []string, stdin io.Reader) int {
@@ -216,11 +231,18 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 	if s.rows != nil {
 		s.rows.flush()
 	}
+	if s.ci != nil {
+		if err := s.writeCI(s.stdout); err != nil {
+			fmt.Fprintf(s.stderr, "classify scan: write output: %v\n", err)
+			return ExitError
+		}
+	}
 	if err := s.stdout.Flush(); err != nil {
 		fmt.Fprintf(s.stderr, "classify scan: write output: %v\n", err)
 		return ExitError
 	}
-	if s.cfg.Format == "json" {
+	if s.cfg.Format == "json" || s.ci != nil {
+		// stdout holds only the findings, for a program to read.
 		s.writeSummary(s.stderr, len(files), time.Since(start))
 	} else {
 		s.writeSummary(s.stdout, len(files), time.Since(start))
@@ -248,13 +270,14 @@ func (s *scanner) parallelism() int {
 func (s *scanner) inputFailed(err error) {
 	fmt.Fprintf(s.stderr, "classify scan: %s\n", printable.String(err.Error()))
 	s.failed = true
+	s.failedInputs++
 }
 
 // match is the sink of the worker that runs in this goroutine (--parallel 1): a finding is
 // built only for a match not seen before.
-func (s *scanner) match(ev *auditevent.Event, m *rules.Match) {
+func (s *scanner) match(ev *auditevent.Event, m *rules.Match, at position) {
 	if s.seen.FirstTime(dedup.Key(s.cfg.Cluster, ev.AuditID, m.Rule.ID)) {
-		s.emit(s.engine.Finding(ev, m, s.cfg.Cluster, ""), nil)
+		s.emit(s.engine.Finding(ev, m, s.cfg.Cluster, ""), nil, at)
 	}
 }
 
@@ -285,14 +308,18 @@ func Blocks(removedIn string, target kubeversion.Version) bool {
 }
 
 // emit counts and writes a finding; line is its JSON line when a worker has encoded it
-// already (--format json in parallel), else nil.
-func (s *scanner) emit(f *auditlensv1.Finding, line []byte) {
+// already (--format json in parallel), else nil; at is the line of the input it is on.
+func (s *scanner) emit(f *auditlensv1.Finding, line []byte, at position) {
 	s.findings++
 	blocking := BlocksFor(f.RemovedIn, s.target, s.cfg.TargetVersions)
 	if blocking {
 		s.blocking++
 	}
 	s.sum.add(f, blocking)
+	if s.ci != nil {
+		s.ci.add(f, blocking, at)
+		return
+	}
 	if s.rows != nil {
 		s.rows.row(f)
 		return

@@ -177,7 +177,7 @@ func TestHelpAndFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--format", "xml", "x"}, `classify scan: --format "xml": want json, table, wide or markdown` + "\n"},
+		{[]string{"--format", "xml", "x"}, `classify scan: --format "xml": want json, table, wide, markdown, sarif or junit` + "\n"},
 		{[]string{"--parallel", "-1", "x"}, "classify scan: --parallel -1: want 0 or more (0: one per core)\n"},
 	} {
 		if code, _, errOut := run(t, "", c.args...); code != ExitError || errOut != c.want {

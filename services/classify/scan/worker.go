@@ -15,8 +15,8 @@ import (
 
 // sink receives what a worker finds, in input order.
 type sink interface {
-	// match is one match of a rule on ev; ev is valid only during the call.
-	match(ev *auditevent.Event, m *rules.Match)
+	// match is one match of a rule on ev, read at at; ev is valid only during the call.
+	match(ev *auditevent.Event, m *rules.Match, at position)
 	// bad is a bad line, or a bad item of a line (pos names it).
 	bad(pos string, err error)
 }
@@ -110,7 +110,7 @@ func (w *worker) event(ev *auditevent.Event) error {
 	}
 	w.matches = w.engine.Classify(ev, w.matches[:0])
 	for i := range w.matches {
-		w.out.match(ev, &w.matches[i])
+		w.out.match(ev, &w.matches[i], position{w.name, w.n})
 	}
 	return nil
 }

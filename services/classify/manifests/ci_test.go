@@ -10,40 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/internal/sariftest"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
-// validateSARIF validates doc against the official SARIF 2.1.0 schema (testdata/README.md of
-// the module), formats asserted.
-func validateSARIF(t *testing.T, doc []byte) error {
-	t.Helper()
-	f, err := os.Open("../testdata/sarif-2.1.0-rtm.5.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	schema, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("sarif.json", schema); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("sarif.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-	if err != nil {
-		return err
-	}
-	return sch.Validate(inst)
-}
+// validateSARIF validates doc against the official SARIF 2.1.0 schema.
+func validateSARIF(t *testing.T, doc []byte) error { return sariftest.Validate(t, doc) }
 
 type sarifResult struct {
 	RuleID    string `json:"ruleId"`

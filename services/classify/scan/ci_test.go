@@ -2,7 +2,6 @@ package scan
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -11,40 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/auditlens/auditlens/services/classify/internal/sariftest"
 )
 
-// sarifSchema is the official SARIF 2.1.0 JSON schema (testdata/README.md).
-const sarifSchema = "../testdata/sarif-2.1.0-rtm.5.json"
-
-// validateSARIF validates doc against the SARIF 2.1.0 schema, formats (uri, uri-reference)
-// asserted too.
-func validateSARIF(t *testing.T, doc []byte) error {
-	t.Helper()
-	f, err := os.Open(sarifSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	schema, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("sarif-2.1.0-rtm.5.json", schema); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("sarif-2.1.0-rtm.5.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-	if err != nil {
-		return err
-	}
-	return sch.Validate(inst)
-}
+// validateSARIF validates doc against the official SARIF 2.1.0 schema.
+func validateSARIF(t *testing.T, doc []byte) error { return sariftest.Validate(t, doc) }
 
 // sarifDoc is what the tests read of a SARIF log.
 type sarifDoc struct {

@@ -97,8 +97,14 @@ func TestWeeklyMailPerTeam(t *testing.T) {
 	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Sender: snd, Recipients: mc.To,
 		Options: weekly.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 25}}}
 	files.Weekly(d)
+	var told []string // what report weekly --send prints: every mail, the teams' too
+	d.OnSent = func(team string, to []string) { told = append(told, team+":"+strings.Join(to, ",")) }
 	if out, err := d.Deliver(ctx, week, false); err != nil || out != schedule.Sent {
 		t.Fatalf("deliver: %s, %v", out, err)
+	}
+	slices.Sort(told)
+	if want := []string{"data:data@example.com,data-lead@example.com", "platform:platform@example.com", "web:web@example.com"}; !slices.Equal(told, want) {
+		t.Errorf("mails told of: %q, want %q", told, want)
 	}
 	list, err := mp.WaitMessages(ctx, 3)
 	if err != nil {

@@ -213,13 +213,21 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 		return err
 	}
 	d.Sender = snd
+	var sent []string // every mail: the whole report's, and each team's with --owners-file
+	d.OnSent = func(team string, to []string) {
+		if team == "" {
+			sent = append(sent, strings.Join(to, ", "))
+		} else {
+			sent = append(sent, fmt.Sprintf("team %s (%s)", team, strings.Join(to, ", ")))
+		}
+	}
 	out, err := d.Deliver(ctx, week, c.Force)
 	if err != nil {
 		return err
 	}
 	switch out {
 	case schedule.Sent:
-		fmt.Fprintf(stderr, "report weekly: sent the week ending %s to %s\n", week, strings.Join(c.Mail.To, ", "))
+		fmt.Fprintf(stderr, "report weekly: sent the week ending %s to %s\n", week, strings.Join(sent, "; "))
 	case schedule.AlreadySent:
 		fmt.Fprintf(stderr, "report weekly: the week ending %s was already sent (--force sends it again)\n", week)
 	case schedule.Interrupted:

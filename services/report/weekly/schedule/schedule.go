@@ -62,6 +62,9 @@ type Delivery struct {
 	// Split, when set, mails the reports it returns (one per team, the platform team's whole)
 	// instead of the report to Recipients.
 	Split func(r *weekly.Report) []Addressed
+	// OnSent, when set, is told of each mail sent: the team ("" for the whole report) and its
+	// recipients (Recipients for the whole report).
+	OnSent func(team string, recipients []string)
 }
 
 // Deliver sends the report of the week ending week unless the ledger shows it was sent (or
@@ -127,6 +130,13 @@ func (d *Delivery) Deliver(ctx context.Context, week weekly.Date, force bool) (O
 		}
 		if m.Name != "" {
 			log.Info("weekly report sent to a team", "team", m.Name, "blockers", len(m.Report.Blockers), "recipients", len(m.Recipients))
+		}
+		if d.OnSent != nil {
+			to := m.Recipients
+			if to == nil {
+				to = d.Recipients
+			}
+			d.OnSent(m.Name, to)
 		}
 	}
 	if err := err2; err != nil {

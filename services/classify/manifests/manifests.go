@@ -727,9 +727,9 @@ func (c *Checker) object(obj map[string]any, at Location, emit func(Location, *a
 	})
 }
 
-// onePSPFinding makes a PodSecurityPolicy manifest one finding, worded for a manifest: the
-// psp rule (which says what to do instead) without the removed-api finding of the same
-// object, and without the request's verb, which a manifest does not have.
+// onePSPFinding words a PodSecurityPolicy manifest's finding for a manifest: the psp rule
+// (which says what to do instead; the engine already made it the request's one finding),
+// without the request's verb, which a manifest does not have.
 func onePSPFinding(matches []rules.Match, apiVersion, kind, name string) []rules.Match {
 	psp := slices.IndexFunc(matches, func(m rules.Match) bool { return m.Rule != nil && m.Rule.ID == rules.PSP })
 	if psp < 0 {
@@ -738,9 +738,7 @@ func onePSPFinding(matches []rules.Match, apiVersion, kind, name string) []rules
 	m := &matches[psp]
 	m.Detail, m.Value = "a manifest declares "+apiVersion+" "+kind+" "+name, ""
 	m.Evidence = slices.DeleteFunc(m.Evidence, func(e rules.Evidence) bool { return e.Path == "verb" })
-	return slices.DeleteFunc(matches, func(m rules.Match) bool {
-		return m.Rule != nil && m.Rule.ID == rules.RemovedAPI && m.Resource == "podsecuritypolicies"
-	})
+	return matches
 }
 
 // manifestEvidence rewrites the evidence paths of the synthetic audit event into paths of the

@@ -78,7 +78,8 @@ func TestDirectory(t *testing.T) {
 			}
 		}
 		if f.RuleID == "psp" && (f.Message == "" || strings.Contains(f.Message, "request on") ||
-			!strings.Contains(f.Message, "a manifest declares policy/v1beta1 PodSecurityPolicy restricted, in "+old+"#2") || len(f.Evidence) != 1) {
+			!strings.Contains(f.Message, "a manifest declares policy/v1beta1 PodSecurityPolicy restricted, in "+old+"#2") || len(f.Evidence) != 2 ||
+			f.Evidence[0] != (scan.JSONEvidence{Path: "apiVersion", Value: "policy/v1beta1"}) || f.Evidence[1] != (scan.JSONEvidence{Path: "kind", Value: "PodSecurityPolicy"})) {
 			t.Errorf("psp finding in manifest wording: %s %+v", f.Message, f.Evidence)
 		}
 		if f.RuleID == "seccomp-alpha-annotation" && (len(f.Evidence) != 1 ||

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/valyala/fastjson"
@@ -204,6 +205,7 @@ func (r *RuleSpec) ignores(user string) bool {
 // Classify appends to dst the matches of ev, at most one per rule, and returns it.
 func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 	m := matcher{e: e, ev: ev, out: dst, root: "requestObject"}
+	first := len(dst) // the matches of ev are m.out[first:]
 	m.group, m.version, m.resource = apiOf(ev)
 	m.api()
 	if r := ev.ObjectRef; r != nil && r.Subresource != "" && ev.RequestObjectRaw != nil && len(e.bodyKinds) > 0 {
@@ -219,7 +221,36 @@ func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 		m.body()
 	}
 	m.authProviderClient()
+	m.out = append(m.out[:first], onePSP(m.out[first:])...)
 	return m.out
+}
+
+// onePSP makes a request on podsecuritypolicies one finding: the psp rule, which says what to
+// do instead (Pod Security Admission), with the API version called and its removal release
+// taken from the removed-api match it replaces. Both counted PSP use twice in every blocker
+// list (scan, console, gate, mail).
+func onePSP(matches []Match) []Match {
+	psp := slices.IndexFunc(matches, func(m Match) bool { return m.Rule != nil && m.Rule.ID == PSP })
+	api := slices.IndexFunc(matches, func(m Match) bool {
+		return m.Rule != nil && m.Rule.ID == RemovedAPI && m.Resource == "podsecuritypolicies"
+	})
+	if psp < 0 || api < 0 {
+		return matches
+	}
+	p, a := &matches[psp], matches[api]
+	p.APIGroup, p.APIVersion, p.Resource = a.APIGroup, a.APIVersion, a.Resource
+	p.DeprecatedIn, p.RemovedIn = a.DeprecatedIn, a.RemovedIn
+	if a.Replacement != "" {
+		p.Replacement = a.Replacement
+	}
+	ev := slices.Clip(a.Evidence)
+	for _, e := range p.Evidence {
+		if !slices.ContainsFunc(ev, func(x Evidence) bool { return x.Path == e.Path }) {
+			ev = append(ev, e)
+		}
+	}
+	p.Evidence = ev
+	return slices.Delete(matches, api, api+1)
 }
 
 // apiOf returns the group, version and resource a request addressed: objectRef, else the

@@ -139,7 +139,8 @@ func csvCases(t testing.TB) []ruleCase {
 }
 
 // listCase is a `list` of group/version/resource answered 404, with no annotation: what a
-// cluster that already removed the API logs. It must give removed-api with want's fields.
+// cluster that already removed the API logs. It must give removed-api with want's fields; on
+// podsecuritypolicies, the psp rule alone with those fields (one finding per request).
 func listCase(name, group, version, resource string, want map[string]string) ruleCase {
 	path := "/apis/" + group + "/" + version + "/namespaces/ns1/" + resource
 	if group == "" {
@@ -147,6 +148,10 @@ func listCase(name, group, version, resource string, want map[string]string) rul
 	}
 	exp := map[string]string{"api_group": group, "api_version": version, "resource": resource, "response_code": "404"}
 	maps.Copy(exp, want)
+	rule, mustNot := RemovedAPI, []string{DeprecatedAPI}
+	if resource == "podsecuritypolicies" {
+		rule, mustNot = PSP, append(mustNot, RemovedAPI)
+	}
 	return ruleCase{
 		Name: name,
 		Event: map[string]any{
@@ -155,9 +160,9 @@ func listCase(name, group, version, resource string, want map[string]string) rul
 			"objectRef":      map[string]any{"resource": resource, "namespace": "ns1", "apiGroup": group, "apiVersion": version},
 			"responseStatus": map[string]any{"metadata": map[string]any{}, "code": 404, "status": "Failure", "reason": "NotFound"},
 		},
-		Must:    []string{RemovedAPI},
-		MustNot: []string{DeprecatedAPI},
-		Expect:  map[string]map[string]string{RemovedAPI: exp},
+		Must:    []string{rule},
+		MustNot: mustNot,
+		Expect:  map[string]map[string]string{rule: exp},
 	}
 }
 

@@ -251,6 +251,12 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 	switch {
 	case s.failed:
 		return ExitError
+	case s.events.Load() == 0:
+		// "0 findings" of an input that held no audit event is no verdict: a CI step pointed at
+		// the wrong file (README.md, an empty file, another JSON log) must not pass.
+		fmt.Fprintf(s.stderr, "classify scan: no audit event in the input (%d bad line%s): nothing was checked; give kube-apiserver audit log files (JSON lines of audit.k8s.io Events)\n",
+			s.badLines, plural(s.badLines))
+		return ExitError
 	case s.blocking > 0:
 		return ExitRemoved
 	case s.findings > 0:

@@ -288,3 +288,24 @@ func TestJSONEscapesC1Controls(t *testing.T) {
 		t.Errorf("user agent %q, %v", j.UserAgent, err)
 	}
 }
+
+// An input that held no audit event (empty, a README, another JSON log) is no verdict: exit 1
+// saying nothing was checked, never "0 findings" and 0, as a CI step pointed at the wrong file
+// would otherwise pass. One audit event among bad lines is a verdict.
+func TestNoAuditEventIsAnError(t *testing.T) {
+	for name, content := range map[string]string{
+		"empty":       "",
+		"a README":    "# auditlens\n\nRun `make run`.\n",
+		"other JSON":  `{"level":"info","msg":"started"}` + "\n" + `{"ts":1,"auditID":"not-an-event"}` + "\n",
+		"blank lines": "\n\n\n",
+	} {
+		code, stdout, stderr := run(t, "", "--format", "table", write(t, "in.log", content))
+		if code != ExitError || !strings.Contains(stderr, "no audit event in the input") {
+			t.Errorf("%s: exit %d, want %d saying no audit event was read; stdout %q stderr %q", name, code, ExitError, stdout, stderr)
+		}
+	}
+	one := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/api/v1/namespaces","verb":"list","user":{"username":"alice"},"objectRef":{"resource":"namespaces","apiVersion":"v1"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-12-01T10:00:00.000000Z","stageTimestamp":"2026-12-01T10:00:00.010000Z"}`
+	if code, _, stderr := run(t, "", "--format", "table", write(t, "in.log", "not json\n"+one+"\n")); code != ExitClean || strings.Contains(stderr, "no audit event") {
+		t.Errorf("one clean event among a bad line: exit %d, want %d; stderr %q", code, ExitClean, stderr)
+	}
+}

@@ -150,6 +150,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	width := scan.OutputWidth(stdout)
 	w := bufio.NewWriter(stdout)
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
+	if err := cat.CheckTarget(target); err != nil {
+		fmt.Fprintf(stderr, "classify manifests: --target-version: %v\n", err)
+		return scan.ExitError
+	}
 	out := &output{cfg: cfg, target: target, w: w, cat: cat}
 	report := func(name string, err error) {
 		// one line each, naming the input: errors.Join puts several on lines of their own

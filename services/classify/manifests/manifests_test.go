@@ -111,6 +111,9 @@ func TestStdinAndExitCodes(t *testing.T) {
 	if _, _, code := run(t, later, "--target-version", "1.39", "-"); code != 3 {
 		t.Errorf("removal at the target: exit %d", code)
 	}
+	if _, errOut, code := run(t, later, "--target-version", "1.99", "-"); code != 1 || !strings.Contains(errOut, "past what this catalogue can judge") {
+		t.Errorf("a target past the catalogue: exit %d, %s", code, errOut)
+	}
 }
 
 func TestBadInput(t *testing.T) {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
@@ -62,4 +63,19 @@ func (c *Catalogue) Releases() []kubeversion.Version {
 		}
 	}
 	return all
+}
+
+// CheckTarget refuses a target version past the last of Releases, the last release the
+// catalogue knows to remove something: it cannot say what a later release removes, so judging
+// one would pass anything (--target-version 1.99 read as "ready"). The zero version (no
+// target) is accepted.
+func (c *Catalogue) CheckTarget(v kubeversion.Version) error {
+	rs := c.Releases()
+	if v == (kubeversion.Version{}) || len(rs) == 0 {
+		return nil
+	}
+	if last := rs[len(rs)-1]; last.Less(v) {
+		return fmt.Errorf("target version %s is past what this catalogue can judge: it is read from Kubernetes %s's data and knows removals up to %s; a newer auditlens knows later releases", v, c.NewestRelease, last)
+	}
+	return nil
 }

@@ -149,6 +149,10 @@ func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, in
 		return nil, nil, ExitError
 	}
 	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
+	if err := cat.CheckTarget(target); err != nil {
+		fmt.Fprintf(stderr, "classify scan: --target-version: %v\n", err)
+		return nil, nil, ExitError
+	}
 	s := &scanner{
 		cfg: cfg, target: target, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		seen: dedup.New(cfg.DedupWindow), badReasons: map[string]int{}, width: outputWidth(stdout, os.Getenv),

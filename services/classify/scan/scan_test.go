@@ -309,3 +309,16 @@ func TestNoAuditEventIsAnError(t *testing.T) {
 		t.Errorf("one clean event among a bad line: exit %d, want %d; stderr %q", code, ExitClean, stderr)
 	}
 }
+
+// A target past every release the catalogue knows a removal of cannot be judged: refused with
+// what the catalogue knows, not read as "nothing blocks".
+func TestTargetPastTheCatalogue(t *testing.T) {
+	in := write(t, "in.log", "")
+	code, _, stderr := run(t, "", "--target-version", "1.99", in)
+	if code != ExitError || !strings.Contains(stderr, "target version 1.99 is past what this catalogue can judge") {
+		t.Errorf("--target-version 1.99: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := run(t, "", "--target-version", "1.25", in); strings.Contains(stderr, "past what this catalogue") {
+		t.Errorf("--target-version 1.25 refused: exit %d, %q", code, stderr)
+	}
+}

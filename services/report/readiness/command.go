@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/flagenv"
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -48,6 +51,9 @@ type Engine struct {
 	RegisterFlags func(fs *flag.FlagSet)
 	Validate      func() error
 	Open          func(ctx context.Context) (Store, error)
+	// Embedded says whether Open opens the embedded store, which a running auditlens holds
+	// locked: then --readiness-console is asked when Open fails.
+	Embedded func() bool
 	// Now is the end of the window; nil means time.Now (tests pass their clock).
 	Now func() time.Time
 }
@@ -60,7 +66,11 @@ type CommandConfig struct {
 	MaxSilence time.Duration
 	Format     string
 	Timeout    time.Duration
+	Console    string
 }
+
+// DefaultConsole is --readiness-console's default: the all-in-one's console.
+const DefaultConsole = "http://127.0.0.1:9101"
 
 // Main runs `report readiness` with args and returns its exit code. register adds more flags
 // (the acknowledgements file) and accept loads what they name for a cluster (nil: no
@@ -68,13 +78,14 @@ type CommandConfig struct {
 func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*flag.FlagSet), accept func(cluster string) (weekly.Acceptor, error)) int {
 	fs := flag.NewFlagSet("report readiness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute}
+	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute, Console: DefaultConsole}
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "the `cluster` to judge")
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y of the upgrade")
 	fs.DurationVar(&c.Window, "readiness-window", c.Window, "how far back to look for blockers")
 	fs.DurationVar(&c.MaxSilence, "readiness-max-silence", c.MaxSilence, "the longest stretch of the window without findings before the gate is unknown")
 	fs.StringVar(&c.Format, "format", c.Format, "output format: text or json")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after this long")
+	fs.StringVar(&c.Console, "readiness-console", c.Console, "`URL` of the console of a running auditlens to ask (its "+APIPath+", with its own window and silence) when the embedded store is held by it; empty: never")
 	if register != nil {
 		register(fs)
 	}
@@ -125,6 +136,20 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	st, err := eng.Open(ctx)
+	if err != nil && c.Console != "" && eng.Embedded != nil && eng.Embedded() {
+		// A running auditlens holds the embedded store: its judgement, from its console.
+		r, aerr := Ask(ctx, c.Console, c.Cluster, c.Target)
+		if aerr != nil {
+			fmt.Fprintf(stderr, "report readiness: %v; and the running auditlens's console at %s did not answer: %v\n", err, c.Console, aerr)
+			return ExitError
+		}
+		fmt.Fprintf(stderr, "report readiness: the embedded store is held by a running auditlens: its judgement, from %s%s\n", c.Console, APIPath)
+		if err := Write(stdout, c.Format, r); err != nil {
+			fmt.Fprintf(stderr, "report readiness: %v\n", err)
+			return ExitError
+		}
+		return ExitCode(r)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "report readiness: %v\n", err)
 		return ExitError
@@ -199,4 +224,39 @@ func Write(w io.Writer, format string, r *Result) error {
 			a.Acceptance.By, a.Acceptance.Reason, a.Acceptance.Source)
 	}
 	return nil
+}
+
+// Ask gets the judgement of cluster and target from the readiness API of the console at base
+// (a running auditlens): its window and silence bound, not this command's.
+func Ask(ctx context.Context, base, cluster string, target weekly.Version) (*Result, error) {
+	u, err := url.Parse(strings.TrimRight(base, "/") + APIPath)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--readiness-console %q: want an http(s) URL", base)
+	}
+	q := url.Values{"cluster": {cluster}}
+	if !target.IsZero() {
+		q.Set("target_version", target.String())
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(printable.String(string(body[:min(len(body), 300)]))))
+	}
+	var r Result
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("%s: not a readiness result: %w", u.Redacted(), err)
+	}
+	return &r, nil
 }

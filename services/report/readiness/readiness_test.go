@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -322,6 +324,26 @@ acknowledgements:
 			if q == "?cluster=clean" && r.State != readiness.Ready {
 				t.Errorf("GET %s: %s, want ready (target 1.25 by default)", q, r.State)
 			}
+		}
+
+		// The command, while a running auditlens holds the embedded store: it asks that
+		// process's console and exits on its judgement; a server store is never asked for.
+		held := func(embedded bool) readiness.Engine {
+			return readiness.Engine{Open: func(context.Context) (readiness.Store, error) {
+				return nil, errors.New("Cannot lock file status. Another server instance in same directory is already running")
+			}, Embedded: func() bool { return embedded }, Now: now}
+		}
+		var out, errb bytes.Buffer
+		code := readiness.Main([]string{"--cluster", "prod", "--target-version", "1.22", "--format", "json", "--readiness-console", srv.URL},
+			&out, &errb, held(true), nil, nil)
+		var r readiness.Result
+		if err := json.Unmarshal(out.Bytes(), &r); code != readiness.ExitBlocked || err != nil || len(r.Blockers) != 1 || r.Blockers[0].Resource != "ingresses" ||
+			!strings.Contains(errb.String(), "held by a running auditlens") {
+			t.Errorf("report readiness, store held: exit %d, %v, %+v; stderr %s", code, err, r, errb.String())
+		}
+		errb.Reset()
+		if code := readiness.Main([]string{"--cluster", "prod", "--target-version", "1.22", "--readiness-console", srv.URL}, io.Discard, &errb, held(false), nil, nil); code != readiness.ExitError || strings.Contains(errb.String(), "running auditlens") {
+			t.Errorf("report readiness, server store down: exit %d, stderr %s; want 1 without asking a console", code, errb.String())
 		}
 	})
 }

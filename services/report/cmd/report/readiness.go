@@ -23,6 +23,7 @@ func readinessMain(args []string, stdout, stderr io.Writer) int {
 	return readiness.Main(args, stdout, stderr, readiness.Engine{
 		RegisterFlags: ec.RegisterFlags,
 		Validate:      func() error { return ec.Validate() },
+		Embedded:      ec.Embedded,
 		Open: func(ctx context.Context) (readiness.Store, error) {
 			st, err := ec.Open(ctx)
 			if err != nil {

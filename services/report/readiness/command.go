@@ -205,8 +205,8 @@ func Write(w io.Writer, format string, r *Result) error {
 	p("window: %s to %s; audit stream alive: %t (longest silence %s)\n", r.WindowStart.Format(time.RFC3339),
 		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
 	for _, b := range r.Blockers {
-		p("blocker: %s (%s, removed in %s): %d findings, %d callers, last used %s\n", name(b.Key), b.RuleID, b.RemovedIn,
-			b.Findings, b.CallerCount, b.LastSeen.Format(time.RFC3339))
+		p("blocker: %s (%s, removed in %s): %s, %s, last used %s\n", name(b.Key), b.RuleID, b.RemovedIn,
+			count(int(b.Findings), "finding"), count(int(b.CallerCount), "caller"), b.LastSeen.Format(time.RFC3339))
 		if b.Expired != nil {
 			p("  accepted until %s by %s: EXPIRED, blocks again (%s)\n", b.Expired.Until, b.Expired.By, b.Expired.Source)
 		}
@@ -259,4 +259,12 @@ func Ask(ctx context.Context, base, cluster string, target weekly.Version) (*Res
 		return nil, fmt.Errorf("%s: not a readiness result: %w", u.Redacted(), err)
 	}
 	return &r, nil
+}
+
+// count is "1 caller", "2 callers".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -212,7 +212,7 @@ func Text(w io.Writer, r *weekly.Report) error {
 	p("Cluster %s, target version %s, week %s to %s (UTC).\n", clean(r.Cluster), r.Target,
 		r.WeekStart.Format("2006-01-02"), r.WeekEnding)
 	t := r.Totals
-	p("Findings: %d (%s on the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
+	p("Findings: %d (%s since the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
 		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))
 	p("Blockers: %d with %d caller%s; new callers: %d; resolved callers: %d.\n",
 		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), r.NewCount, r.ResolvedCount)

@@ -206,7 +206,7 @@ func Write(w io.Writer, format string, r *Result) error {
 		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
 	for _, b := range r.Blockers {
 		p("blocker: %s (%s, removed in %s): %s, %s, last used %s\n", name(b.Key), b.RuleID, b.RemovedIn,
-			count(int(b.Findings), "finding"), count(int(b.CallerCount), "caller"), b.LastSeen.Format(time.RFC3339))
+			count(int(b.Findings), "finding"), count(b.CallerCount, "caller"), b.LastSeen.Format(time.RFC3339))
 		if b.Expired != nil {
 			p("  accepted until %s by %s: EXPIRED, blocks again (%s)\n", b.Expired.Until, b.Expired.By, b.Expired.Source)
 		}

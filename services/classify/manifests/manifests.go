@@ -218,7 +218,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify manifests: write output: %v\n", err)
 		return scan.ExitError
 	}
-	fmt.Fprintf(stderr, "classify manifests: %s\n", out.summary())
+	if cfg.Format != "markdown" { // markdown carries its summary on stdout: not twice
+		fmt.Fprintf(stderr, "classify manifests: %s\n", out.summary())
+	}
 	switch {
 	case out.blocking > 0:
 		return scan.ExitRemoved // what blocks is reported even when some input could not be read
@@ -353,7 +355,7 @@ func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj strin
 
 // summary counts what was read and found, and what could not be read.
 func (o *output) summary() string {
-	blocking := "something already removed in some release"
+	blocking := "on something already removed in some release"
 	if !o.target.IsZero() {
 		blocking = "blocking an upgrade to " + o.target.String()
 	}

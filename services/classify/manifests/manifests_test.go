@@ -157,3 +157,19 @@ func TestTable(t *testing.T) {
 		t.Errorf("table:\n%q", out.String())
 	}
 }
+
+// --format markdown carries its summary on stdout: printed once, not again on stderr (both
+// land on one terminal); the other formats keep it on stderr.
+func TestMarkdownSummaryOnce(t *testing.T) {
+	for format, wantStderr := range map[string]bool{"markdown": false, "table": true} {
+		var out, errOut bytes.Buffer
+		Main([]string{"--format", format, "testdata/tree"}, strings.NewReader(""), &out, &errOut)
+		all := out.String() + errOut.String()
+		if n := strings.Count(all, "6 documents in 3 files"); n != 1 {
+			t.Errorf("--format %s: the summary %d times in stdout and stderr:\n%s", format, n, all)
+		}
+		if got := strings.Contains(errOut.String(), "6 documents in 3 files, 7 findings, 5 on something already removed"); got != wantStderr {
+			t.Errorf("--format %s: summary on stderr %v, want %v: %q", format, got, wantStderr, errOut.String())
+		}
+	}
+}

@@ -320,8 +320,9 @@ func (dc *decoding) record(i int, data []byte) error {
 		return err
 	}
 	if err != nil {
+		// A record that does not decode is dead-lettered with its reason; the request goes on.
 		dc.dead = append(dc.dead, deadRecord{i, data, err})
-		return nil
+		return nil //nolint:nilerr // kept in dc.dead, not the request's failure
 	}
 	if st.Skipped > 0 {
 		dc.s.em.Logger().Debug("Firehose records without audit events skipped", "records", st.Skipped, "reasons", st.Reasons)

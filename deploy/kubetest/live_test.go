@@ -83,7 +83,9 @@ func TestLiveAPIServerThroughThePipeline(t *testing.T) {
 		"--webhook-addr", webhookAddr, "--webhook-tls-cert", certFile, "--webhook-tls-key", keyFile, "--webhook-token-file", tokenFile}, common...)...)
 	waitFor(t, 60*time.Second, "ingest's NATS and webhook", func() bool { return dial(natsAddr) && dial(webhookAddr) })
 	run(t, dir, bins, "classify", remote...)
-	run(t, dir, bins, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-batch-size", "50", "--report-batch-max-wait", "100ms"}, remote...)...)
+	// No console: its default port (127.0.0.1:9104) may be another process's on this machine.
+	run(t, dir, bins, "report", append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-batch-size", "50", "--report-batch-max-wait", "100ms",
+		"--report-console-addr="}, remote...)...)
 
 	s := kubeapiserver.Start(t, kubeapiserver.Options{AuditPolicy: "../audit-policy.yaml", AuditLog: auditLog,
 		AuditWebhookConfig: webhookConfig, Args: []string{"--runtime-config=" + deprecatedAPI.runtimeConfig + "=true"}})

@@ -18,35 +18,10 @@ import (
 // validateSARIF validates doc against the official SARIF 2.1.0 schema.
 func validateSARIF(t *testing.T, doc []byte) error { return sariftest.Validate(t, doc) }
 
-type sarifResult struct {
-	RuleID    string `json:"ruleId"`
-	RuleIndex int    `json:"ruleIndex"`
-	Level     string
-	Message   struct{ Text string }
-	Locations []struct {
-		PhysicalLocation *struct {
-			ArtifactLocation struct{ URI string }
-			Region           *struct{ StartLine int }
-		}
-		LogicalLocations []struct{ Name, FullyQualifiedName, Kind string }
-	}
-	Properties map[string]any
-}
-
-type sarifDoc struct {
-	Version string
-	Runs    []struct {
-		Tool struct {
-			Driver struct {
-				Name  string
-				Rules []struct {
-					ID string `json:"id"`
-				}
-			}
-		}
-		Results []sarifResult
-	}
-}
+type (
+	sarifResult = sariftest.Result
+	sarifDoc    = sariftest.Log
+)
 
 func sarif(t *testing.T, stdin string, args ...string) (sarifDoc, string, int) {
 	t.Helper()

@@ -17,38 +17,7 @@ import (
 func validateSARIF(t *testing.T, doc []byte) error { return sariftest.Validate(t, doc) }
 
 // sarifDoc is what the tests read of a SARIF log.
-type sarifDoc struct {
-	Schema  string `json:"$schema"`
-	Version string `json:"version"`
-	Runs    []struct {
-		Tool struct {
-			Driver struct {
-				Name, Version, InformationURI string
-				Rules                         []struct {
-					ID               string `json:"id"`
-					ShortDescription struct{ Text string }
-				}
-			}
-		}
-		Results []struct {
-			RuleID    string `json:"ruleId"`
-			RuleIndex int    `json:"ruleIndex"`
-			Level     string
-			Message   struct{ Text string }
-			Locations []struct {
-				PhysicalLocation *struct {
-					ArtifactLocation struct{ URI string }
-					Region           *struct{ StartLine int }
-				}
-				LogicalLocations []struct {
-					Name, FullyQualifiedName string
-					Properties               map[string]any
-				}
-			}
-			Properties map[string]any
-		}
-	}
-}
+type sarifDoc = sariftest.Log
 
 func parseSARIF(t *testing.T, out string) sarifDoc {
 	t.Helper()

@@ -41,3 +41,40 @@ func Validate(t testing.TB, doc []byte) error {
 	}
 	return sch.Validate(inst)
 }
+
+// Log is what the tests read of a SARIF log: one type for the scan and manifests tests.
+type Log struct {
+	Schema  string `json:"$schema"`
+	Version string `json:"version"`
+	Runs    []struct {
+		Tool struct {
+			Driver struct {
+				Name, Version, InformationURI string
+				Rules                         []struct {
+					ID               string `json:"id"`
+					ShortDescription struct{ Text string }
+				}
+			}
+		}
+		Results []Result
+	}
+}
+
+// Result is one result of a Log.
+type Result struct {
+	RuleID    string `json:"ruleId"`
+	RuleIndex int    `json:"ruleIndex"`
+	Level     string
+	Message   struct{ Text string }
+	Locations []struct {
+		PhysicalLocation *struct {
+			ArtifactLocation struct{ URI string }
+			Region           *struct{ StartLine int }
+		}
+		LogicalLocations []struct {
+			Name, FullyQualifiedName, Kind string
+			Properties                     map[string]any
+		}
+	}
+	Properties map[string]any
+}

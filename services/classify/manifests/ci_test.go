@@ -18,10 +18,7 @@ import (
 // validateSARIF validates doc against the official SARIF 2.1.0 schema.
 func validateSARIF(t *testing.T, doc []byte) error { return sariftest.Validate(t, doc) }
 
-type (
-	sarifResult = sariftest.Result
-	sarifDoc    = sariftest.Log
-)
+type sarifDoc = sariftest.Log
 
 func sarif(t *testing.T, stdin string, args ...string) (sarifDoc, string, int) {
 	t.Helper()

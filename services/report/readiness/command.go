@@ -162,7 +162,7 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	}
 	if r.Stream.FirstEvent.IsZero() && len(r.Blockers) == 0 {
 		// A name the store has never seen is a mistake to name, not a stream to wait for.
-		known, err := KnownClusters(ctx, st.DB())
+		known, err := KnownClusters(ctx, st.DB(), time.Time{})
 		if err != nil {
 			fmt.Fprintf(stderr, "report readiness: %v\n", err)
 			return ExitError

@@ -178,27 +178,17 @@ func (g *Gate) Clusters(ctx context.Context) ([]string, error) {
 			out = append(out, c)
 		}
 	}
-	since := g.now().Add(-max(g.cfg.Window, 30*24*time.Hour))
-	rows, err := g.db.QueryContext(ctx, `SELECT DISTINCT c FROM (
-  SELECT toString(cluster) AS c FROM stream_minutes WHERE minute >= toDateTime(?)
-  UNION ALL
-  SELECT toString(cluster) AS c FROM event_minutes WHERE minute >= toDateTime(?)
-) ORDER BY 1`, since.Unix(), since.Unix())
+	known, err := KnownClusters(ctx, g.db, g.now().Add(-max(g.cfg.Window, 30*24*time.Hour)))
 	if err != nil {
-		return nil, fmt.Errorf("query clusters: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, fmt.Errorf("read clusters: %w", err)
-		}
+	for _, c := range known {
 		if !seen[c] {
 			seen[c] = true
 			out = append(out, c)
 		}
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // RunOnce judges every cluster and target, updates the metrics and publishes each result.

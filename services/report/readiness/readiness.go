@@ -265,13 +265,15 @@ func FirstEvent(ctx context.Context, db *sql.DB, cluster, minutesTable, eventMin
 	return time.Unix(int64(m), 0).UTC(), nil
 }
 
-// KnownClusters are the clusters with events ever stored, in name order.
-func KnownClusters(ctx context.Context, db *sql.DB) ([]string, error) {
+// KnownClusters are the clusters with events (heartbeats or findings) stored from since on
+// (zero: ever), in name order.
+func KnownClusters(ctx context.Context, db *sql.DB, since time.Time) ([]string, error) {
+	from := max(since.Unix(), 0)
 	rows, err := db.QueryContext(ctx, `SELECT DISTINCT c FROM (
-  SELECT toString(cluster) AS c FROM stream_minutes
+  SELECT toString(cluster) AS c FROM stream_minutes WHERE minute >= toDateTime(?)
   UNION ALL
-  SELECT toString(cluster) AS c FROM event_minutes
-)`)
+  SELECT toString(cluster) AS c FROM event_minutes WHERE minute >= toDateTime(?)
+)`, from, from)
 	if err != nil {
 		return nil, fmt.Errorf("query clusters: %w", err)
 	}

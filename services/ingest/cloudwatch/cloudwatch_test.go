@@ -312,6 +312,8 @@ func TestBacklogPositionBounded(t *testing.T) {
 	b := n.Open(t)
 	f, srv := newFakeLogs(t, group, 50)
 	const events = 5000
+	// The wall clock, not testkit.Now: the source's first position is the wall clock minus its
+	// start (cloudwatch.go); only offsets from it matter, never the date.
 	base := time.Now().Add(-50 * time.Minute) // after the reader's start (--cloudwatch-start 1h)
 	var want []string
 	for i := range events {

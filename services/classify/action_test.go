@@ -68,7 +68,7 @@ func TestActionDefinition(t *testing.T) {
 	if a.Runs.Using != "composite" {
 		t.Errorf("runs.using %q, want composite", a.Runs.Using)
 	}
-	defaults := map[string]string{"mode": "manifests", "target-version": "", "sarif-file": "auditlens.sarif", "upload-sarif": "true"}
+	defaults := map[string]string{"mode": "manifests", "target-version": "", "current-version": "", "sarif-file": "auditlens.sarif", "upload-sarif": "true"}
 	for name, def := range defaults {
 		in, ok := a.Inputs[name]
 		if !ok || in.Default == nil || *in.Default != def || in.Required {
@@ -78,7 +78,7 @@ func TestActionDefinition(t *testing.T) {
 	if in, ok := a.Inputs["path"]; !ok || !in.Required || in.Default != nil {
 		t.Errorf("input path: %+v, want required", in)
 	}
-	if len(a.Inputs) != 5 {
+	if len(a.Inputs) != 6 {
 		t.Errorf("inputs %v", slices.Sorted(func(yield func(string) bool) {
 			for k := range a.Inputs {
 				if !yield(k) {

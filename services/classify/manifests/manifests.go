@@ -61,6 +61,9 @@ read or parsed is reported on stderr and in the summary, and the others are stil
 // Config holds the flags of classify manifests.
 type Config struct {
 	TargetVersion string
+	// CurrentVersion is the release the cluster runs (what is removed at or before it cannot
+	// be applied today).
+	CurrentVersion string
 	// TargetVersions are the releases of third-party components judged against.
 	TargetVersions scan.ComponentTargets
 	Format         string
@@ -79,7 +82,10 @@ type Config struct {
 
 // RegisterFlags adds the flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it (empty: any removal)")
+	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it "+
+		"(empty: the release after --current-version, else the newest release the catalogue judges)")
+	fs.StringVar(&c.CurrentVersion, "current-version", "", "Kubernetes `X.Y` the cluster runs: manifests using what was removed at or before it are listed as failing now "+
+		"(the cluster refuses them today), apart from what the upgrade breaks")
 	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): exit 3 when a manifest uses a version of their CRDs removed at or before it (no release given: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns), markdown, "+
 		"sarif (SARIF 2.1.0, one result per finding at its file and line: error when it blocks --target-version, else warning) or "+
@@ -98,6 +104,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.37", c.TargetVersion)
+	}
+	if _, err := kubeversion.Parse(c.CurrentVersion); err != nil && c.CurrentVersion != "" {
+		return fmt.Errorf("--current-version %q: want MAJOR.MINOR, e.g. 1.36", c.CurrentVersion)
 	}
 	switch c.Format {
 	case "json", "table", "markdown", "sarif", "junit":
@@ -149,12 +158,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &Checker{Engine: rules.NewEngine(cat), MaxDocumentSize: cfg.MaxDocumentSize, AllRevisions: cfg.HelmAllRevisions}
 	width := scan.OutputWidth(stdout)
 	w := bufio.NewWriter(stdout)
-	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
-	if err := cat.CheckTarget(target); err != nil {
-		fmt.Fprintf(stderr, "classify manifests: --target-version: %v\n", err)
+	// Checked by Validate; unset when empty.
+	target, _ := kubeversion.Parse(cfg.TargetVersion)
+	current, _ := kubeversion.Parse(cfg.CurrentVersion)
+	up, err := scan.ResolveUpgrade(cat, current, target, "--current-version", !current.IsZero())
+	if err != nil {
+		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
 		return scan.ExitError
 	}
-	out := &output{cfg: cfg, target: target, w: w, cat: cat}
+	up.Components = cfg.TargetVersions
+	out := &output{cfg: cfg, up: up, w: w, cat: cat}
 	report := func(name string, err error) {
 		// one line each, naming the input: errors.Join puts several on lines of their own
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -246,13 +259,14 @@ func isTemplate(data []byte) bool {
 }
 
 type output struct {
-	cfg    Config
-	target kubeversion.Version // zero: any removal blocks
-	w      io.Writer
-	grid   *scan.Grid
+	cfg  Config
+	up   scan.Upgrade // its zero target: any removal blocks
+	w    io.Writer
+	grid *scan.Grid
 	// files and documents read, templates skipped, inputs that failed (wholly or in part)
 	files, docs, templates, failed int
 	findings, blocking             int
+	failingNow                     int // of blocking: removed at or before the current release
 	olderRevisions                 int // Helm revisions left out
 	releases                       int // Helm releases read from the cluster
 	cat                            *rules.Catalogue
@@ -262,9 +276,12 @@ type output struct {
 func (o *output) emit(at Location, f *auditlensv1.Finding) {
 	source := at.Source
 	o.findings++
-	blocking := scan.BlocksFor(f.RemovedIn, o.target, o.cfg.TargetVersions)
-	if blocking {
+	breaks := o.up.Of(f.RemovedIn)
+	if breaks != scan.NotBlocking {
 		o.blocking++
+	}
+	if breaks == scan.FailingNow {
+		o.failingNow++
 	}
 	obj := f.Name
 	if f.Namespace != "" {
@@ -273,7 +290,7 @@ func (o *output) emit(at Location, f *auditlensv1.Finding) {
 	api := strings.TrimSpace(strings.TrimPrefix(f.ApiGroup+"/", "/") + f.ApiVersion + " " + f.Resource)
 	switch o.cfg.Format {
 	case "sarif", "junit":
-		o.ci = append(o.ci, ciResult(at, f, blocking, api, obj))
+		o.ci = append(o.ci, ciResult(at, f, breaks, o.up, api, obj))
 	case "table":
 		if o.grid == nil {
 			o.grid = &scan.Grid{Columns: []scan.Column{{Name: "SOURCE", Min: 8}, {Name: "SEVERITY", Min: 8}, {Name: "RULE", Min: 8},
@@ -314,9 +331,9 @@ func (o *output) flush(width int) error {
 	case "sarif":
 		return scan.WriteSARIF(o.w, o.cat, o.ci)
 	case "junit":
-		blocks := "blocks an upgrade to " + o.target.String()
-		if o.target.IsZero() {
-			blocks = "removed in some release (no --target-version: any removal blocks)"
+		blocks := "blocks an upgrade to " + o.up.Name()
+		if o.up.Target.IsZero() {
+			blocks = "removed in some release (no target: any removal blocks)"
 		}
 		return scan.WriteJUnit(o.w, scan.JUnit{Suite: "classify manifests", Blocks: blocks, InputErrors: o.failed}, o.ci)
 	}
@@ -325,10 +342,13 @@ func (o *output) flush(width int) error {
 
 // ciResult is one finding as a SARIF result and JUnit test case: at the file and line of
 // its object's document, about the object (its name, and its source in fullyQualifiedName).
-func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj string) scan.CIResult {
+func ciResult(at Location, f *auditlensv1.Finding, breaks scan.Breaks, up scan.Upgrade, api, obj string) scan.CIResult {
 	msg := f.Message
 	if f.Replacement != "" && !strings.Contains(strings.ToLower(msg), strings.ToLower(f.Replacement)) {
 		msg += " Use instead: " + f.Replacement + "."
+	}
+	if breaks == scan.FailingNow {
+		msg += fmt.Sprintf(" Failing now: removed at or before %s, the cluster's release (it refuses this manifest today).", up.Current)
 	}
 	name := obj
 	if name == "" {
@@ -337,7 +357,7 @@ func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj strin
 	if api == "" {
 		api = "(no API)"
 	}
-	props := map[string]any{"source": at.Source, "api": api, "severity": scan.SeverityName(f.Severity)}
+	props := map[string]any{"source": at.Source, "api": api, "severity": scan.SeverityName(f.Severity), "failingNow": breaks == scan.FailingNow}
 	for k, v := range map[string]string{"name": f.Name, "namespace": f.Namespace, "removedIn": f.RemovedIn,
 		"deprecatedIn": f.DeprecatedIn, "replacement": f.Replacement} {
 		if v != "" {
@@ -345,7 +365,7 @@ func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj strin
 		}
 	}
 	return scan.CIResult{
-		RuleID: f.RuleId, Severity: scan.SeverityName(f.Severity), Blocking: blocking, Message: msg,
+		RuleID: f.RuleId, Severity: scan.SeverityName(f.Severity), Blocking: breaks != scan.NotBlocking, Message: msg,
 		File: at.File, Line: at.Line,
 		Logical:    &scan.SARIFLogicalLocation{Name: name, FullyQualifiedName: at.Source, Kind: "resource"},
 		Case:       api + " " + name + " (" + at.Source + ")",
@@ -355,12 +375,20 @@ func ciResult(at Location, f *auditlensv1.Finding, blocking bool, api, obj strin
 
 // summary counts what was read and found, and what could not be read.
 func (o *output) summary() string {
+	u := o.up
 	blocking := "on something already removed in some release"
-	if !o.target.IsZero() {
-		blocking = "blocking an upgrade to " + o.target.String()
+	switch {
+	case u.Current.IsZero() && !u.Target.IsZero():
+		blocking = "blocking an upgrade to " + u.Target.String()
+	case !u.Target.IsZero():
+		blocking = fmt.Sprintf("blocking an upgrade from %s to %s (%d new in %s, %d failing now: removed at or before %s)",
+			u.Current, u.Target, o.blocking-o.failingNow, u.Target, o.failingNow, u.Current)
 	}
 	s := fmt.Sprintf("%d document%s in %d file%s, %d finding%s, %d %s",
 		o.docs, plural(o.docs), o.files, plural(o.files), o.findings, plural(o.findings), o.blocking, blocking)
+	if !u.Target.IsZero() && u.TargetWhy != "--target-version" {
+		s += "; target " + u.Target.String() + ": " + u.TargetWhy
+	}
 	if o.failed > 0 {
 		s += fmt.Sprintf("; %d input%s not read in full (see the errors above)", o.failed, plural(o.failed))
 	}

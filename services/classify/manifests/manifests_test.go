@@ -168,8 +168,36 @@ func TestMarkdownSummaryOnce(t *testing.T) {
 		if n := strings.Count(all, "6 documents in 3 files"); n != 1 {
 			t.Errorf("--format %s: the summary %d times in stdout and stderr:\n%s", format, n, all)
 		}
-		if got := strings.Contains(errOut.String(), "6 documents in 3 files, 7 findings, 5 on something already removed"); got != wantStderr {
+		if got := strings.Contains(errOut.String(), "6 documents in 3 files, 7 findings, 5 blocking an upgrade to 1.38; target 1.38: the newest release the catalogue judges"); got != wantStderr {
 			t.Errorf("--format %s: summary on stderr %v, want %v: %q", format, got, wantStderr, errOut.String())
 		}
+	}
+}
+
+// With the cluster's release given, what it refuses today (removed at or before it) is
+// counted apart from what the upgrade breaks; the target defaults to the release after it.
+func TestCurrentVersionSplitsTheBlockers(t *testing.T) {
+	in := "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata: {name: old, namespace: web}\n---\n" +
+		"apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: gpu}\n---\n" +
+		"apiVersion: coordination.k8s.io/v1beta1\nkind: LeaseCandidate\nmetadata: {name: later, namespace: kube-system}\n"
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"--format", "sarif", "--current-version", "1.37", "-"}, strings.NewReader(in), &out, &errOut); code != 3 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	want := "3 documents in 1 file, 3 findings, 2 blocking an upgrade from 1.37 to 1.38 (1 new in 1.38, 1 failing now: removed at or before 1.37); " +
+		"target 1.38: the release after 1.37, the cluster's"
+	if !strings.Contains(errOut.String(), want) {
+		t.Errorf("summary %q lacks %q", errOut.String(), want)
+	}
+	if n := strings.Count(out.String(), `"failingNow": true`); n != 1 {
+		t.Errorf("%d SARIF results failing now, want 1 (the Ingress):\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), "Failing now: removed at or before 1.37, the cluster's release (it refuses this manifest today).") {
+		t.Errorf("the Ingress's message does not say it fails now:\n%s", out.String())
+	}
+	errOut.Reset()
+	if code := Main([]string{"--current-version", "1.38", "--target-version", "1.38", "-"}, strings.NewReader(in), &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "is not after --current-version 1.38") {
+		t.Errorf("target not after current: exit %d: %s", code, errOut.String())
 	}
 }

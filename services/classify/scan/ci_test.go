@@ -66,7 +66,7 @@ func TestSARIFOnTheRealWorldCorpus(t *testing.T) {
 		if err := validateSARIF(t, []byte(out)); err != nil {
 			t.Fatalf("not valid SARIF 2.1.0: %v\n%s", err, out)
 		}
-		if !strings.Contains(errOut, "classify scan: 32 events in 3 inputs, 9 findings, 3 blocking an upgrade to 1.25") ||
+		if !strings.Contains(errOut, "classify scan: 32 events in 3 inputs, 9 findings, 3 blocking an upgrade from 1.20 to 1.25 (3 new in 1.25, 0 failing") ||
 			!strings.Contains(errOut, "removed-api (critical): 3 findings") {
 			t.Errorf("summary missing from stderr:\n%s", errOut)
 		}

@@ -18,16 +18,16 @@ type position struct {
 
 // ciKey groups the findings of --format sarif and junit: one rule, API and caller.
 type ciKey struct {
-	rule, api, user, agent string
+	rule, api, removedIn, user, agent string
 }
 
 // ciGroup is the findings of one rule, API and caller: the first of them (its message and
 // where it is) and how many there are, and how many block the upgrade.
 type ciGroup struct {
-	key             ciKey
-	first           *auditlensv1.Finding
-	at              position
-	count, blocking int
+	key   ciKey
+	first *auditlensv1.Finding
+	at    position
+	count int
 }
 
 // ciReport collects the findings of a scan for --format sarif and junit, grouped by rule, API
@@ -39,12 +39,12 @@ type ciReport struct {
 	order  []*ciGroup
 }
 
-func (c *ciReport) add(f *auditlensv1.Finding, blocking bool, at position) {
+func (c *ciReport) add(f *auditlensv1.Finding, at position) {
 	if c.groups == nil {
 		c.groups = map[ciKey]*ciGroup{}
 	}
 	// The key's strings are the finding's own (copied from the event by the engine).
-	k := ciKey{f.RuleId, apiName(f), f.Username, f.UserAgent}
+	k := ciKey{f.RuleId, apiName(f), f.RemovedIn, f.Username, f.UserAgent}
 	g := c.groups[k]
 	if g == nil {
 		g = &ciGroup{key: k, first: f, at: at}
@@ -52,14 +52,11 @@ func (c *ciReport) add(f *auditlensv1.Finding, blocking bool, at position) {
 		c.order = append(c.order, g)
 	}
 	g.count++
-	if blocking {
-		g.blocking++
-	}
 }
 
-// results turns the groups into CIResults. stdin: "-" was an input, so the input named stdin
-// is no file (its results have no physical location).
-func (c *ciReport) results(stdin bool) []CIResult {
+// results turns the groups into CIResults judged against u. stdin: "-" was an input, so the
+// input named stdin is no file (its results have no physical location).
+func (c *ciReport) results(u Upgrade, stdin bool) []CIResult {
 	out := make([]CIResult, 0, len(c.order))
 	for _, g := range c.order {
 		f := g.first
@@ -80,13 +77,21 @@ func (c *ciReport) results(stdin bool) []CIResult {
 		if f.Replacement != "" && !strings.Contains(strings.ToLower(msg), strings.ToLower(f.Replacement)) {
 			msg += " Use instead: " + f.Replacement + "."
 		}
+		breaks := u.Of(g.key.removedIn)
+		if breaks == FailingNow {
+			msg += fmt.Sprintf(" Failing now: removed at or before %s, the cluster's release.", u.Current)
+		}
 		msg += fmt.Sprintf(" (%d matching request%s by this caller", g.count, plural(g.count))
 		if g.count > 1 {
 			msg += ", the first quoted"
 		}
 		msg += ")"
+		blocking := 0
+		if breaks != NotBlocking {
+			blocking = g.count
+		}
 		props := map[string]any{
-			"count": g.count, "blockingCount": g.blocking, "api": api, "username": user, "userAgent": f.UserAgent,
+			"count": g.count, "blockingCount": blocking, "failingNow": breaks == FailingNow, "api": api, "username": user, "userAgent": f.UserAgent,
 			"severity": SeverityName(f.Severity),
 		}
 		for k, v := range map[string]string{"removedIn": f.RemovedIn, "deprecatedIn": f.DeprecatedIn, "replacement": f.Replacement,
@@ -99,7 +104,7 @@ func (c *ciReport) results(stdin bool) []CIResult {
 			props["firstEventTime"] = f.EventTime.AsTime().UTC().Format(time.RFC3339Nano)
 		}
 		r := CIResult{
-			RuleID: f.RuleId, Severity: SeverityName(f.Severity), Blocking: g.blocking > 0, Message: msg,
+			RuleID: f.RuleId, Severity: SeverityName(f.Severity), Blocking: blocking > 0, Message: msg,
 			Logical:    &SARIFLogicalLocation{Name: who, FullyQualifiedName: fqn, Properties: map[string]any{"username": user, "userAgent": f.UserAgent}},
 			Case:       api + " by " + fqn,
 			Properties: props,
@@ -114,13 +119,13 @@ func (c *ciReport) results(stdin bool) []CIResult {
 
 // writeCI writes the findings as --format sarif or junit.
 func (s *scanner) writeCI(w io.Writer) error {
-	res := s.ci.results(s.stdinGiven)
+	res := s.ci.results(s.up, s.stdinGiven)
 	if s.cfg.Format == "sarif" {
 		return WriteSARIF(w, s.engine.Catalogue(), res)
 	}
-	blocks := "blocks an upgrade to " + s.target.String()
-	if s.target.IsZero() {
-		blocks = "removed in some release (no --target-version: any removal blocks)"
+	blocks := "blocks an upgrade to " + s.up.Name()
+	if s.up.Target.IsZero() {
+		blocks = "removed in some release (no target: any removal blocks)"
 	}
 	return WriteJUnit(w, JUnit{Suite: "classify scan", Blocks: blocks, InputErrors: s.failedInputs}, res)
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -79,7 +78,7 @@ const markdownCallers = 3
 
 // writeMarkdown prints the summary as Markdown: head (the counts) as a paragraph, notes as
 // a list, then one table by rule and API (groupBy "api") or by caller (groupBy "caller").
-func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, target kubeversion.Version, groupBy string) {
+func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, u Upgrade, groupBy string) {
 	fmt.Fprintf(w, "\n## Summary\n\n%s.\n", head)
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
@@ -90,10 +89,7 @@ func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, target
 	if len(s.rules) == 0 {
 		return
 	}
-	blocks := "removed"
-	if !target.IsZero() {
-		blocks = "blocks " + target.String()
-	}
+	s.writeMarkdownBlockers(w, u)
 	fmt.Fprintln(w)
 	if groupBy == "caller" {
 		fmt.Fprintln(w, "| User | User agent | Findings | Rule | Severity | API | Deprecated in | Removed in | Use instead |")
@@ -107,7 +103,7 @@ func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, target
 			for _, e := range c.entries {
 				fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", code(c.who.user), code(c.who.agent), e.count,
 					code(e.rule.id), e.rule.severity, code(e.api.api), code(e.api.deprecatedIn),
-					removal(e.api.removedIn, e.blocking > 0, blocks), code(e.api.replacement))
+					removal(e.api, u), code(e.api.replacement))
 			}
 		}
 		return
@@ -130,16 +126,63 @@ func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, target
 				who = append(who, fmt.Sprintf("%s (%d)", one, a.callers[c].count))
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s |\n", code(r.id), r.severity, code(a.api), a.count,
-				code(a.deprecatedIn), removal(a.removedIn, a.blocking, blocks), code(a.replacement), strings.Join(who, "<br>"))
+				code(a.deprecatedIn), removal(a, u), code(a.replacement), strings.Join(who, "<br>"))
 		}
 	}
 }
 
-// removal is the "Removed in" cell: the release, and whether it blocks the upgrade.
-func removal(removedIn string, blocking bool, blocks string) string {
-	cell := code(removedIn)
-	if blocking {
-		cell += " **" + blocks + "**"
+// removal is the "Removed in" cell: the release, and whether it blocks the upgrade (new in
+// the target, or failing now).
+func removal(a *apiSum, u Upgrade) string {
+	cell := code(a.removedIn)
+	if mark := strings.TrimSpace(blockMark(a, u)); mark != "" {
+		cell += " **" + strings.Trim(mark, "[]") + "**"
 	}
 	return cell
+}
+
+// writeMarkdownBlockers writes the two lists of writeBlockers as Markdown: what the upgrade
+// breaks, then what is failing already, counted apart.
+func (s *summary) writeMarkdownBlockers(w io.Writer, u Upgrade) {
+	breaks, failing := s.blockers()
+	breaksHead, failingHead := blockerHeads(u)
+	list := func(head string, es []blockerEntry, always bool) {
+		if len(es) == 0 && !always {
+			return
+		}
+		fmt.Fprintf(w, "\n**%s**: %s\n", head, countOf(es))
+		if len(es) > 0 {
+			fmt.Fprintln(w)
+		}
+		for i, e := range es {
+			if i == blockersShown {
+				fmt.Fprintf(w, "- and %d more (in the table below)\n", len(es)-blockersShown)
+				break
+			}
+			n := len(e.api.callers)
+			name := code(e.api.api) + " (" + code(e.rule.id) + ")"
+			if e.api.api == "(no API)" {
+				name = code(e.rule.id)
+			}
+			fmt.Fprintf(w, "- %s: %d finding%s by %d caller%s%s%s\n", name, e.api.count, plural(e.api.count), n, plural(n),
+				markdownFacts(e.api), notFound(e.api))
+		}
+	}
+	list(breaksHead, breaks, true)
+	list(failingHead, failing, false)
+}
+
+// markdownFacts is apiSum.facts with each release and API as a code span.
+func markdownFacts(a *apiSum) string {
+	var b strings.Builder
+	if a.deprecatedIn != "" {
+		b.WriteString(", deprecated in " + code(a.deprecatedIn))
+	}
+	if a.removedIn != "" {
+		b.WriteString(", removed in " + code(a.removedIn))
+	}
+	if a.replacement != "" {
+		b.WriteString(", use " + code(a.replacement))
+	}
+	return b.String()
 }

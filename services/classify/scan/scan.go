@@ -50,6 +50,8 @@ before --target-version is in use, 1 an error.`
 // Config holds the scan flags.
 type Config struct {
 	TargetVersion string
+	// CurrentVersion is the release the cluster runs, when the log cannot tell it.
+	CurrentVersion string
 	// TargetVersions are the releases of third-party components judged against.
 	TargetVersions ComponentTargets
 	Format         string
@@ -65,7 +67,10 @@ type Config struct {
 
 // RegisterFlags adds the scan flags to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used (empty: any removal)")
+	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when something removed at or before it is used "+
+		"(empty: the release after the cluster's, else the newest release the catalogue judges)")
+	fs.StringVar(&c.CurrentVersion, "current-version", "", "Kubernetes `X.Y` the cluster runs: what was removed at or before it is listed as failing now, apart from what the upgrade breaks "+
+		"(empty: read from the control plane's user agents in the log, kube-apiserver/v1.x as system:apiserver and the like)")
 	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): a removed version of their CRDs blocks when removed at or before it (no release given: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal), wide (every value in full), markdown, "+
 		"sarif (SARIF 2.1.0, one result per rule, API and caller with its count: error when it blocks --target-version, else warning) or "+
@@ -84,6 +89,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if _, err := kubeversion.Parse(c.TargetVersion); err != nil && c.TargetVersion != "" {
 		return fmt.Errorf("--target-version %q: want MAJOR.MINOR, e.g. 1.25", c.TargetVersion)
+	}
+	if _, err := kubeversion.Parse(c.CurrentVersion); err != nil && c.CurrentVersion != "" {
+		return fmt.Errorf("--current-version %q: want MAJOR.MINOR, e.g. 1.37", c.CurrentVersion)
 	}
 	switch c.Format {
 	case "json", "table", "wide", "markdown", "sarif", "junit":
@@ -148,13 +156,15 @@ func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, in
 		fmt.Fprintf(stderr, "classify scan: %v\n", err)
 		return nil, nil, ExitError
 	}
-	target, _ := kubeversion.Parse(cfg.TargetVersion) // checked by Validate; unset when empty
-	if err := cat.CheckTarget(target); err != nil {
-		fmt.Fprintf(stderr, "classify scan: --target-version: %v\n", err)
+	// Checked by Validate; unset when empty.
+	target, _ := kubeversion.Parse(cfg.TargetVersion)
+	current, _ := kubeversion.Parse(cfg.CurrentVersion)
+	if _, err := ResolveUpgrade(cat, current, target, "--current-version", !current.IsZero()); err != nil {
+		fmt.Fprintf(stderr, "classify scan: %v\n", err)
 		return nil, nil, ExitError
 	}
 	s := &scanner{
-		cfg: cfg, target: target, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
+		cfg: cfg, target: target, current: current, engine: rules.NewEngine(cat), stdout: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		seen: dedup.New(cfg.DedupWindow), badReasons: map[string]int{}, width: outputWidth(stdout, os.Getenv),
 	}
 	switch cfg.Format {
@@ -178,9 +188,12 @@ func newScanner(args []string, stdout, stderr io.Writer) (*scanner, []string, in
 // this goroutine or in parallel (parallel.go); the findings they give are de-duplicated,
 // counted and written here, in input order.
 type scanner struct {
-	cfg    Config
-	target kubeversion.Version // zero: any removal blocks
-	engine *rules.Engine
+	cfg Config
+	// target and current are the flags' (zero: not given); up is the upgrade judged, once
+	// the input is read (the cluster's release may come from it).
+	target, current kubeversion.Version
+	up              Upgrade
+	engine          *rules.Engine
 	seen   *dedup.Window
 	stdout *bufio.Writer
 	stderr io.Writer
@@ -198,7 +211,9 @@ type scanner struct {
 	freeChunks         chan *chunk
 	sum                summary
 	findings           int
-	blocking           int
+	// blocking counts the findings that block the upgrade, failingNow those of them removed
+	// at or before the cluster's release (set by judge).
+	blocking, failingNow int
 	events             atomic.Int64
 	bytesRead          atomic.Int64
 	badLines           int
@@ -232,6 +247,7 @@ func (s *scanner) run(files []string, stdin io.Reader) int {
 		w.flushEvents()
 	}
 	stopProgress()
+	s.judge()
 	if s.rows != nil {
 		s.rows.flush()
 	}
@@ -317,17 +333,43 @@ func Blocks(removedIn string, target kubeversion.Version) bool {
 	return err != nil || target.IsZero() || !target.Less(removed)
 }
 
+// judge chooses the upgrade once the input is read, the cluster's release from the flag or
+// from the control plane's user agents the workers saw, and judges the findings against it.
+func (s *scanner) judge() {
+	current, why := s.current, "--current-version"
+	if current.IsZero() {
+		var cp kubeversion.ControlPlane
+		for _, w := range s.workers {
+			cp.Merge(&w.controlPlane)
+		}
+		current, why = cp.Version(), controlPlaneWhy(&cp)
+	}
+	// The flags were checked when the scan began; a release read from the log is not
+	// checked against the target (a target before it leaves everything failing now).
+	s.up, _ = ResolveUpgrade(s.engine.Catalogue(), current, s.target, why, false)
+	s.up.Components = s.cfg.TargetVersions
+	breaks, failing := s.sum.judge(s.up)
+	s.blocking, s.failingNow = breaks+failing, failing
+}
+
+// controlPlaneWhy names the sighting the cluster's release was read from.
+func controlPlaneWhy(cp *kubeversion.ControlPlane) string {
+	v := cp.Version()
+	for _, s := range cp.Sightings() {
+		if s.Version == v && (s.Component == "kube-apiserver" || !slices.ContainsFunc(cp.Sightings(), func(o kubeversion.Sighting) bool { return o.Component == "kube-apiserver" })) {
+			return fmt.Sprintf("the %s user agent of %s", s.Component, s.At.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
+}
+
 // emit counts and writes a finding; line is its JSON line when a worker has encoded it
 // already (--format json in parallel), else nil; at is the line of the input it is on.
 func (s *scanner) emit(f *auditlensv1.Finding, line []byte, at position) {
 	s.findings++
-	blocking := BlocksFor(f.RemovedIn, s.target, s.cfg.TargetVersions)
-	if blocking {
-		s.blocking++
-	}
-	s.sum.add(f, blocking)
+	s.sum.add(f)
 	if s.ci != nil {
-		s.ci.add(f, blocking, at)
+		s.ci.add(f, at)
 		return
 	}
 	if s.rows != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -22,15 +21,22 @@ type summary struct {
 type ruleSum struct {
 	id, severity string
 	count        int
-	apis         map[string]*apiSum
+	apis         map[apiKey]*apiSum
 }
 
 type apiSum struct {
 	api, removedIn, deprecatedIn, replacement, message string
 	count                                              int
-	blocking                                           bool
-	callers                                            map[caller]*tally
+	// notFound counts the findings answered 404: a removed API the cluster no longer serves.
+	notFound int
+	// breaks is what the upgrade does with removedIn, set by judge once the upgrade is known
+	// (its current release may be read from the log itself).
+	breaks  Breaks
+	callers map[caller]*tally
 }
+
+// blocking reports whether a blocks the upgrade (set by judge).
+func (a *apiSum) blocking() bool { return a.breaks != NotBlocking }
 
 // caller is who made a request: user name and user agent.
 type caller struct{ user, agent string }
@@ -56,16 +62,20 @@ func (c caller) fit(w int) string {
 	return cutMiddle(c.user, w)
 }
 
-// tally counts findings, and among them those that block the upgrade.
+// tally counts findings, and among them those that block the upgrade (set by judge).
 type tally struct{ count, blocking int }
 
-func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
+// apiKey is an API of a rule and the release it is removed in: findings of one rule and API
+// with different removals (annotations, labels) are judged apart.
+type apiKey struct{ api, removedIn string }
+
+func (s *summary) add(f *auditlensv1.Finding) {
 	if s.rules == nil {
 		s.rules = map[string]*ruleSum{}
 	}
 	r := s.rules[f.RuleId]
 	if r == nil {
-		r = &ruleSum{id: printable.String(f.RuleId), severity: SeverityName(f.Severity), apis: map[string]*apiSum{}}
+		r = &ruleSum{id: printable.String(f.RuleId), severity: SeverityName(f.Severity), apis: map[apiKey]*apiSum{}}
 		s.rules[f.RuleId] = r
 	}
 	r.count++
@@ -73,16 +83,19 @@ func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
 	if api == "" {
 		api = "(no API)"
 	}
-	a := r.apis[api]
+	k := apiKey{api, f.RemovedIn}
+	a := r.apis[k]
 	if a == nil {
 		// A finding's strings share one allocation: what the summary keeps is cloned, so it
 		// does not keep whole findings alive.
 		a = &apiSum{api: strings.Clone(api), removedIn: strings.Clone(printable.String(f.RemovedIn)), deprecatedIn: printable.String(f.DeprecatedIn),
 			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[caller]*tally{}}
-		r.apis[api] = a
+		r.apis[apiKey{a.api, strings.Clone(f.RemovedIn)}] = a
 	}
 	a.count++
-	a.blocking = a.blocking || blocking
+	if f.ResponseCode == 404 {
+		a.notFound++
+	}
 	c := caller{printable.String(f.Username), printable.String(f.UserAgent)}
 	t := a.callers[c]
 	if t == nil {
@@ -90,9 +103,29 @@ func (s *summary) add(f *auditlensv1.Finding, blocking bool) {
 		a.callers[caller{strings.Clone(c.user), strings.Clone(c.agent)}] = t
 	}
 	t.count++
-	if blocking {
-		t.blocking++
+}
+
+// judge decides what u does with every API of the summary, and returns the findings that
+// block it: those the upgrade breaks and those failing already.
+func (s *summary) judge(u Upgrade) (breaks, failing int) {
+	for _, r := range s.rules {
+		for _, a := range r.apis {
+			a.breaks = u.Of(a.removedIn)
+			for _, t := range a.callers {
+				t.blocking = 0
+				if a.blocking() {
+					t.blocking = t.count
+				}
+			}
+			switch a.breaks {
+			case BreaksOnUpgrade:
+				breaks += a.count
+			case FailingNow:
+				failing += a.count
+			}
+		}
 	}
+	return breaks, failing
 }
 
 func groupVersion(g, v string) string {
@@ -158,11 +191,20 @@ func (a *apiSum) facts() string {
 	return b.String()
 }
 
-func blockMark(target kubeversion.Version) string {
-	if !target.IsZero() {
-		return "  [blocks " + target.String() + "]"
+// blockMark is the tag of a blocking API in the text summary: new in the target, or failing
+// now (removed at or before the cluster's release).
+func blockMark(a *apiSum, u Upgrade) string {
+	switch {
+	case a.breaks == FailingNow:
+		return "  [failing now: removed at or before " + u.Current.String() + "]"
+	case a.breaks == NotBlocking:
+		return ""
+	case u.Target.IsZero():
+		return "  [removed]"
+	case u.Current.IsZero():
+		return "  [blocks " + u.Target.String() + "]"
 	}
-	return "  [removed]"
+	return "  [breaks on " + u.Target.String() + "]"
 }
 
 // callerSum is one caller and what it called: the summary grouped by caller.
@@ -234,19 +276,16 @@ func (o textOut) line(s string, hang int) {
 
 // writeText prints the summary by rule, API and caller (groupBy "api") or by caller, rule
 // and API (groupBy "caller").
-func (s *summary) writeText(o textOut, target kubeversion.Version, groupBy string) {
+func (s *summary) writeText(o textOut, u Upgrade, groupBy string) {
 	if groupBy == "caller" {
-		s.writeByCaller(o, target)
+		s.writeByCaller(o, u)
 		return
 	}
 	for _, r := range s.sortedRules() {
 		o.line("", 0)
 		o.line(fmt.Sprintf("%s (%s): %d finding%s", r.id, r.severity, r.count, plural(r.count)), 4)
 		for _, a := range r.sortedAPIs() {
-			line := fmt.Sprintf("  %s: %d", a.api, a.count) + a.facts()
-			if a.blocking {
-				line += blockMark(target)
-			}
+			line := fmt.Sprintf("  %s: %d", a.api, a.count) + a.facts() + notFound(a) + blockMark(a, u)
 			o.line(line, 6)
 			callers := a.sortedCallers()
 			for i, c := range callers {
@@ -267,7 +306,7 @@ func (s *summary) writeText(o textOut, target kubeversion.Version, groupBy strin
 	}
 }
 
-func (s *summary) writeByCaller(o textOut, target kubeversion.Version) {
+func (s *summary) writeByCaller(o textOut, u Upgrade) {
 	callers := s.byCaller()
 	for i, c := range callers {
 		if i == maxCallers {
@@ -286,10 +325,7 @@ func (s *summary) writeByCaller(o textOut, target kubeversion.Version) {
 		o.line("", 0)
 		fmt.Fprintln(o.w, c.who.fit(w)+tail)
 		for _, e := range c.entries {
-			line := fmt.Sprintf("  %s (%s) %s: %d", e.rule.id, e.rule.severity, e.api.api, e.count) + e.api.facts()
-			if e.blocking > 0 {
-				line += blockMark(target)
-			}
+			line := fmt.Sprintf("  %s (%s) %s: %d", e.rule.id, e.rule.severity, e.api.api, e.count) + e.api.facts() + blockMark(e.api, u)
 			o.line(line, 6)
 		}
 	}
@@ -307,10 +343,17 @@ func plural(n int) string {
 func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 	events := s.events.Load()
 	head := fmt.Sprintf("%d event%s in %d input%s, %d finding%s", events, plural(int(events)), files, plural(files), s.findings, plural(s.findings))
-	if !s.target.IsZero() {
-		head += fmt.Sprintf(", %d blocking an upgrade to %s", s.blocking, s.target)
-	} else {
+	u := s.up
+	switch {
+	case u.Target.IsZero():
 		head += fmt.Sprintf(", %d on something already removed in some release", s.blocking)
+	case u.Current.IsZero():
+		head += fmt.Sprintf(", %d blocking an upgrade to %s", s.blocking, u.Target)
+	default:
+		head += fmt.Sprintf(", %d blocking an upgrade from %s to %s", s.blocking, u.Current, u.Target)
+		if s.blocking > 0 {
+			head += fmt.Sprintf(" (%d new in %s, %d failing now)", s.blocking-s.failingNow, u.Target, s.failingNow)
+		}
 	}
 	head += fmt.Sprintf(", %d bad line%s skipped", s.badLines, plural(s.badLines))
 	md := s.cfg.Format == "markdown"
@@ -318,7 +361,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 	if md {
 		esc = code
 	}
-	var notes []string
+	notes := []string{upgradeNote(u)}
 	for _, r := range slices.Sorted(maps.Keys(s.badReasons)) {
 		notes = append(notes, fmt.Sprintf("bad lines, %s: %d", r, s.badReasons[r]))
 	}
@@ -357,7 +400,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 			n, plural(n), were, strings.Join(parts, ", "))
 	}
 	if md {
-		s.sum.writeMarkdown(w, head, notes, s.target, s.cfg.GroupBy)
+		s.sum.writeMarkdown(w, head, notes, u, s.cfg.GroupBy)
 		if note != "" {
 			fmt.Fprintf(w, "\n%s\n", strings.TrimPrefix(note, "note: "))
 		}
@@ -372,7 +415,8 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 	for _, n := range notes {
 		o.line("  "+n, 4)
 	}
-	s.sum.writeText(o, s.target, s.cfg.GroupBy)
+	s.sum.writeBlockers(o, u)
+	s.sum.writeText(o, u, s.cfg.GroupBy)
 	if note != "" {
 		o.line("", 0)
 		if o.width == 0 {
@@ -384,4 +428,127 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 		o.line("", 0)
 		o.line(fmt.Sprintf("(the table is cut to %d columns: --format wide shows every value in full)", s.width), 1)
 	}
+}
+
+// notFound is ", N answered 404" for an API some of whose requests the cluster answered 404
+// (it no longer serves it), else "".
+func notFound(a *apiSum) string {
+	if a.notFound == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d answered 404", a.notFound)
+}
+
+// blockerEntry is one API of a rule that blocks the upgrade.
+type blockerEntry struct {
+	rule *ruleSum
+	api  *apiSum
+}
+
+// name is the API, or the rule when the finding has no API (a removed flag or field).
+func (b blockerEntry) name() string {
+	if b.api.api == "(no API)" {
+		return b.rule.id
+	}
+	return b.api.api + " (" + b.rule.id + ")"
+}
+
+// blockers are the APIs (after judge) that the upgrade breaks and those failing already,
+// each list busiest first.
+func (s *summary) blockers() (breaks, failing []blockerEntry) {
+	for _, r := range s.sortedRules() {
+		for _, a := range r.sortedAPIs() {
+			switch a.breaks {
+			case BreaksOnUpgrade:
+				breaks = append(breaks, blockerEntry{r, a})
+			case FailingNow:
+				failing = append(failing, blockerEntry{r, a})
+			}
+		}
+	}
+	busiest := func(x, y blockerEntry) int {
+		if x.api.count != y.api.count {
+			return y.api.count - x.api.count
+		}
+		return strings.Compare(x.name(), y.name())
+	}
+	slices.SortStableFunc(breaks, busiest)
+	slices.SortStableFunc(failing, busiest)
+	return breaks, failing
+}
+
+// blockersShown bounds each list of writeBlockers; the rest are in the summary below it.
+const blockersShown = 20
+
+// blockerHeads are the titles of the two lists of blockers of u.
+func blockerHeads(u Upgrade) (breaks, failing string) {
+	switch {
+	case u.Target.IsZero():
+		breaks = "Removed in some release (no target: any removal blocks)"
+	case u.Current.IsZero():
+		breaks = "Blocks the upgrade to " + u.Target.String() + " (removed at or before it; the cluster's release is unknown: " +
+			"--current-version tells what fails already from what the upgrade breaks)"
+	default:
+		breaks = fmt.Sprintf("Breaks on the upgrade to %s (removed after %s, the cluster's release, at or before %s)", u.Target, u.Current, u.Target)
+	}
+	failing = fmt.Sprintf("Failing now (removed at or before %s, the cluster's release: these requests are answered 404 today)", u.Current)
+	return breaks, failing
+}
+
+// writeBlockers prints what blocks u in two lists, counted apart: what the upgrade breaks
+// (new), then what is failing already.
+func (s *summary) writeBlockers(o textOut, u Upgrade) {
+	breaks, failing := s.blockers()
+	breaksHead, failingHead := blockerHeads(u)
+	if len(breaks) == 0 && len(failing) == 0 {
+		o.line("", 0)
+		if u.Target.IsZero() {
+			o.line("Nothing removed is in use.", 2)
+		} else {
+			o.line("Nothing blocks the upgrade to "+u.Target.String()+".", 2)
+		}
+		return
+	}
+	list := func(head string, es []blockerEntry, always bool) {
+		if len(es) == 0 && !always {
+			return
+		}
+		o.line("", 0)
+		o.line(fmt.Sprintf("%s: %s", head, countOf(es)), 4)
+		for i, e := range es {
+			if i == blockersShown {
+				o.line(fmt.Sprintf("  ... %d more (in the summary below)", len(es)-blockersShown), 4)
+				break
+			}
+			n := len(e.api.callers)
+			o.line(fmt.Sprintf("  %s: %d finding%s by %d caller%s", e.name(), e.api.count, plural(e.api.count), n, plural(n))+
+				e.api.facts()+notFound(e.api), 6)
+		}
+	}
+	list(breaksHead, breaks, true)
+	list(failingHead, failing, false)
+}
+
+// countOf is "N blockers, M findings" of a list of blockers.
+func countOf(es []blockerEntry) string {
+	if len(es) == 0 {
+		return "none"
+	}
+	n := 0
+	for _, e := range es {
+		n += e.api.count
+	}
+	return fmt.Sprintf("%d blocker%s, %d finding%s", len(es), plural(len(es)), n, plural(n))
+}
+
+// upgradeNote says where the upgrade's releases came from.
+func upgradeNote(u Upgrade) string {
+	current := "the cluster's release: unknown (no control-plane user agent in the input; --current-version gives it)"
+	if !u.Current.IsZero() {
+		current = "the cluster's release: " + u.Current.String() + " (" + u.CurrentWhy + ")"
+	}
+	if u.Target.IsZero() {
+		return current + "; target: none (" + u.TargetWhy + ")"
+	}
+	return current + "; target: " + u.Target.String() + " (" + u.TargetWhy + ")"
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/envelope"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
@@ -40,6 +41,8 @@ type worker struct {
 	metadataOnly map[string]*int
 	// skipped counts envelope records without audit events, by reason.
 	skipped map[string]int
+	// controlPlane follows the releases the control plane's user agents name.
+	controlPlane kubeversion.ControlPlane
 	// name and n are where the line being read is (n 0: a whole document).
 	name string
 	n    int
@@ -108,6 +111,7 @@ func (w *worker) event(ev *auditevent.Event) error {
 			w.metadataOnly[strings.Clone(ev.ObjectRef.Resource)] = new(1)
 		}
 	}
+	w.controlPlane.Observe(ev.User.Username, ev.UserAgent, ev.EventTime())
 	w.matches = w.engine.Classify(ev, w.matches[:0])
 	for i := range w.matches {
 		w.out.match(ev, &w.matches[i], position{w.name, w.n})

@@ -194,14 +194,14 @@ type scanner struct {
 	target, current kubeversion.Version
 	up              Upgrade
 	engine          *rules.Engine
-	seen   *dedup.Window
-	stdout *bufio.Writer
-	stderr io.Writer
-	width  int          // of the table and its summary (--format table)
-	enc    *jsonLines   // --format json
-	rows   rowWriter    // the other formats
-	fitted *fittedTable // --format table: rows, to tell whether something was cut
-	ci     *ciReport    // --format sarif and junit: written at the end
+	seen            *dedup.Window
+	stdout          *bufio.Writer
+	stderr          io.Writer
+	width           int          // of the table and its summary (--format table)
+	enc             *jsonLines   // --format json
+	rows            rowWriter    // the other formats
+	fitted          *fittedTable // --format table: rows, to tell whether something was cut
+	ci              *ciReport    // --format sarif and junit: written at the end
 	// stdinGiven: "-" is an input (--format sarif and junit: the input named stdin is no file).
 	stdinGiven bool
 
@@ -214,12 +214,12 @@ type scanner struct {
 	// blocking counts the findings that block the upgrade, failingNow those of them removed
 	// at or before the cluster's release (set by judge).
 	blocking, failingNow int
-	events             atomic.Int64
-	bytesRead          atomic.Int64
-	badLines           int
-	badReasons         map[string]int
-	failed             bool
-	failedInputs       int
+	events               atomic.Int64
+	bytesRead            atomic.Int64
+	badLines             int
+	badReasons           map[string]int
+	failed               bool
+	failedInputs         int
 }
 
 func (s *scanner) run(files []string, stdin io.Reader) int {

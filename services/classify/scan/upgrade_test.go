@@ -116,7 +116,7 @@ func TestSARIFFailingNow(t *testing.T) {
 	var log struct {
 		Runs []struct {
 			Results []struct {
-				Level      string         `json:"level"`
+				Level      string `json:"level"`
 				Message    struct{ Text string }
 				Properties map[string]any `json:"properties"`
 			} `json:"results"`

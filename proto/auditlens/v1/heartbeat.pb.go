@@ -28,11 +28,19 @@ const (
 // cluster whose events yield no finding from a silent one. Best effort: a lost heartbeat is
 // re-affirmed by the next one, and a repeated one changes nothing downstream (report keeps the
 // largest count of a minute, not the sum).
+//
+// It also carries the releases the cluster's control plane names in its user agents
+// (control_plane): a sighting is sent when it is new or seen in a later minute, so a cluster
+// whose only news is a sighting gets a heartbeat too. report keeps, per component and release,
+// the newest minute it was seen.
 type Heartbeat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Cluster the events came from.
-	Cluster       string         `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Minutes       []*EventMinute `protobuf:"bytes,2,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	Cluster string         `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Minutes []*EventMinute `protobuf:"bytes,2,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	// Releases of the control plane seen in the events (lib/kubeversion.ControlPlane: only a
+	// component's own identity counts), each with the newest minute it was seen in.
+	ControlPlane  []*ControlPlaneSighting `protobuf:"bytes,3,rep,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +85,13 @@ func (x *Heartbeat) GetCluster() string {
 func (x *Heartbeat) GetMinutes() []*EventMinute {
 	if x != nil {
 		return x.Minutes
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetControlPlane() []*ControlPlaneSighting {
+	if x != nil {
+		return x.ControlPlane
 	}
 	return nil
 }
@@ -139,17 +154,90 @@ func (x *EventMinute) GetEvents() uint64 {
 	return 0
 }
 
+// ControlPlaneSighting is one control-plane component naming its release in the user agent
+// of its requests ("kube-apiserver/v1.37.2 (linux/amd64) kubernetes/abc" as
+// system:apiserver), and the newest minute of event time it did so.
+type ControlPlaneSighting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Component: kube-apiserver, kube-controller-manager, kube-scheduler or
+	// cloud-controller-manager.
+	Component string `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// Version is the minor release, "1.37" (no patch level).
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Seen is the newest minute of event time (truncated to the minute, as EventMinute's) that
+	// the component named this release in.
+	Seen          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=seen,proto3" json:"seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlPlaneSighting) Reset() {
+	*x = ControlPlaneSighting{}
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlPlaneSighting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlPlaneSighting) ProtoMessage() {}
+
+func (x *ControlPlaneSighting) ProtoReflect() protoreflect.Message {
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlPlaneSighting.ProtoReflect.Descriptor instead.
+func (*ControlPlaneSighting) Descriptor() ([]byte, []int) {
+	return file_auditlens_v1_heartbeat_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ControlPlaneSighting) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *ControlPlaneSighting) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ControlPlaneSighting) GetSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
 var File_auditlens_v1_heartbeat_proto protoreflect.FileDescriptor
 
 const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\n" +
-	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"Z\n" +
+	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x123\n" +
-	"\aminutes\x18\x02 \x03(\v2\x19.auditlens.v1.EventMinuteR\aminutes\"Y\n" +
+	"\aminutes\x18\x02 \x03(\v2\x19.auditlens.v1.EventMinuteR\aminutes\x12G\n" +
+	"\rcontrol_plane\x18\x03 \x03(\v2\".auditlens.v1.ControlPlaneSightingR\fcontrolPlane\"Y\n" +
 	"\vEventMinute\x122\n" +
 	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x16\n" +
-	"\x06events\x18\x02 \x01(\x04R\x06eventsB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
+	"\x06events\x18\x02 \x01(\x04R\x06events\"~\n" +
+	"\x14ControlPlaneSighting\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
+	"\x04seen\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04seenB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
 
 var (
 	file_auditlens_v1_heartbeat_proto_rawDescOnce sync.Once
@@ -163,20 +251,23 @@ func file_auditlens_v1_heartbeat_proto_rawDescGZIP() []byte {
 	return file_auditlens_v1_heartbeat_proto_rawDescData
 }
 
-var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_auditlens_v1_heartbeat_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: auditlens.v1.Heartbeat
 	(*EventMinute)(nil),           // 1: auditlens.v1.EventMinute
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*ControlPlaneSighting)(nil),  // 2: auditlens.v1.ControlPlaneSighting
+	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
 }
 var file_auditlens_v1_heartbeat_proto_depIdxs = []int32{
 	1, // 0: auditlens.v1.Heartbeat.minutes:type_name -> auditlens.v1.EventMinute
-	2, // 1: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 1: auditlens.v1.Heartbeat.control_plane:type_name -> auditlens.v1.ControlPlaneSighting
+	3, // 2: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
+	3, // 3: auditlens.v1.ControlPlaneSighting.seen:type_name -> google.protobuf.Timestamp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_auditlens_v1_heartbeat_proto_init() }
@@ -190,7 +281,7 @@ func file_auditlens_v1_heartbeat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auditlens_v1_heartbeat_proto_rawDesc), len(file_auditlens_v1_heartbeat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

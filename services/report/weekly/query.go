@@ -18,6 +18,11 @@ type Options struct {
 	Cluster string
 	// Target is the Kubernetes version the cluster is to be upgraded to.
 	Target Version
+	// Current is the release the cluster runs (zero: unknown), CurrentWhy where it was read
+	// (console.Reader.ClusterRelease): blockers removed at or before it are failing already,
+	// listed after what the upgrade breaks (MarkFailingNow).
+	Current    Version
+	CurrentWhy string
 	// WeekEnding is the last day of the week reported; the week is the seven UTC days
 	// ending with it.
 	WeekEnding Date
@@ -114,6 +119,8 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	r := &Report{
 		Cluster:     o.Cluster,
 		Target:      o.Target,
+		Current:     o.Current,
+		CurrentWhy:  o.CurrentWhy,
 		WeekStart:   start,
 		WeekEnd:     end,
 		WeekEnding:  o.WeekEnding,
@@ -125,6 +132,7 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	if err := blockers(ctx, db, o, r); err != nil {
 		return nil, err
 	}
+	MarkFailingNow(r.Blockers, o.Current)
 	return r, nil
 }
 

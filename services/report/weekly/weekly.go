@@ -34,6 +34,10 @@ import (
 type Report struct {
 	Cluster string  `json:"cluster"`
 	Target  Version `json:"target_version"`
+	// Current is the release the cluster runs (zero: unknown), CurrentWhy where it was read:
+	// the blockers removed at or before it are failing already (Blocker.FailingNow).
+	Current    Version `json:"current_version,omitzero"`
+	CurrentWhy string  `json:"current_version_source,omitempty"`
 	// WeekStart and WeekEnd bound the week: [WeekStart, WeekEnd), UTC.
 	WeekStart time.Time `json:"week_start"`
 	WeekEnd   time.Time `json:"week_end"`
@@ -42,7 +46,8 @@ type Report struct {
 	GeneratedAt time.Time `json:"generated_at"`
 
 	Totals Totals `json:"totals"`
-	// Blockers are what breaks on the upgrade to Target, most findings first.
+	// Blockers are what blocks the upgrade to Target: what the upgrade breaks first, then
+	// what is failing already (FailingNow), each part most findings first.
 	Blockers []Blocker `json:"blockers"`
 	// Accepted are blockers that an acknowledged risk accepts until a day (Accept).
 	Accepted []Accepted `json:"accepted,omitempty"`
@@ -101,6 +106,9 @@ type Blocker struct {
 	Findings    uint64 `json:"findings"`
 	// New is set when nobody relied on it the week before.
 	New bool `json:"new"`
+	// FailingNow is set when it was removed at or before the release the cluster runs: its
+	// callers get 404 today, upgrade or not (MarkFailingNow).
+	FailingNow bool `json:"failing_now"`
 	// LastSeen is the time of its last use in the week.
 	LastSeen time.Time `json:"last_seen"`
 	// Expired is the acceptance of this blocker that ran out: it blocks again.

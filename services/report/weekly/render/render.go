@@ -44,20 +44,42 @@ func Write(w io.Writer, format string, r *weekly.Report, img Images) error {
 
 // Subject is the one-line title of the report (the e-mail subject).
 func Subject(r *weekly.Report) string {
-	return fmt.Sprintf("auditlens weekly: %s, week ending %s: %d upgrade blocker%s for %s",
-		clean(r.Cluster), r.WeekEnding, len(r.Blockers), plural(len(r.Blockers)), r.Target)
+	breaks, failing := weekly.PartsOf(r.Blockers)
+	s := fmt.Sprintf("auditlens weekly: %s, week ending %s: %d upgrade blocker%s for %s",
+		clean(r.Cluster), r.WeekEnding, len(breaks), plural(len(breaks)), r.Target)
+	if len(failing) > 0 {
+		s += fmt.Sprintf(", %d failing now", len(failing))
+	}
+	return s
+}
+
+// releaseLine says which release the cluster runs and where that was read, or that it is
+// unknown.
+func releaseLine(r *weekly.Report) string {
+	if r.Current.IsZero() {
+		return "The cluster's release is unknown (no control-plane user agent seen): every blocker is listed as breaking on the upgrade."
+	}
+	return fmt.Sprintf("The cluster runs %s (%s).", r.Current, clean(r.CurrentWhy))
+}
+
+// firstFailing is the index of the first blocker failing already (len(bs) when none).
+func firstFailing(bs []weekly.Blocker) int {
+	breaks, _ := weekly.PartsOf(bs)
+	return len(breaks)
 }
 
 //go:embed report.html.tmpl
 var htmlSrc string
 
 var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"ts":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"day":    func(t time.Time) string { return t.UTC().Format("Mon 2006-01-02") },
-	"delta":  delta,
-	"dash":   orDash,
-	"plural": plural,
-	"minus":  func(a, b int) int { return a - b },
+	"ts":           func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"day":          func(t time.Time) string { return t.UTC().Format("Mon 2006-01-02") },
+	"delta":        delta,
+	"dash":         orDash,
+	"plural":       plural,
+	"minus":        func(a, b int) int { return a - b },
+	"release":      releaseLine,
+	"firstFailing": firstFailing,
 }).Parse(htmlSrc))
 
 // HTML writes r as one HTML document; everything taken from audit events is escaped by
@@ -165,7 +187,7 @@ func JSON(w io.Writer, r *weekly.Report) error {
 // CSVHeader is the first line of the CSV: one row per blocker caller of the week.
 var CSVHeader = []string{"cluster", "week_ending", "target_version", "rule_id", "api_group", "api_version",
 	"resource", "removed_in", "replacement", "username", "user_agent", "namespace", "count",
-	"first_seen", "last_seen", "new"}
+	"first_seen", "last_seen", "new", "failing_now"}
 
 // CSV writes one row per blocker caller. A cell that a spreadsheet would take for a formula
 // (starting with = + - @ or a control character) is prefixed with a single quote.
@@ -179,7 +201,7 @@ func CSV(w io.Writer, r *weekly.Report) error {
 			row := []string{r.Cluster, r.WeekEnding.String(), r.Target.String(), b.RuleID, b.APIGroup, b.APIVersion,
 				b.Resource, b.RemovedIn, b.Replacement, c.Username, c.UserAgent, c.Namespace,
 				strconv.FormatUint(c.Count, 10), c.FirstSeen.UTC().Format(time.RFC3339), c.LastSeen.UTC().Format(time.RFC3339),
-				strconv.FormatBool(c.New)}
+				strconv.FormatBool(c.New), strconv.FormatBool(b.FailingNow)}
 			for i := range row {
 				row[i] = defuse(row[i])
 			}
@@ -211,16 +233,25 @@ func Text(w io.Writer, r *weekly.Report) error {
 	p("%s\n\n", Subject(r))
 	p("Cluster %s, target version %s, week %s to %s (UTC).\n", clean(r.Cluster), r.Target,
 		r.WeekStart.Format("2006-01-02"), r.WeekEnding)
+	p("%s\n", releaseLine(r))
 	t := r.Totals
 	p("Findings: %d (%s since the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
 		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))
 	p("Blockers: %d with %d caller%s; new callers: %d; resolved callers: %d.\n",
 		len(r.Blockers), t.BlockerCallers, plural(t.BlockerCallers), r.NewCount, r.ResolvedCount)
-	p("\nBLOCKERS for %s\n", r.Target)
-	if len(r.Blockers) == 0 {
-		p("  none: nothing seen this week is removed at or before %s.\n", r.Target)
+	breaks, failing := weekly.PartsOf(r.Blockers)
+	if r.Current.IsZero() {
+		p("\nBLOCKERS for %s\n", r.Target)
+	} else {
+		p("\nBREAKS ON THE UPGRADE TO %s (removed after %s): %d\n", r.Target, r.Current, len(breaks))
+	}
+	if len(breaks) == 0 {
+		p("  none: nothing seen this week is removed after %s and at or before %s.\n", orDash(r.Current.String()), r.Target)
 	}
 	for i, bl := range r.Blockers {
+		if i == len(breaks) {
+			p("\nFAILING NOW (removed at or before %s, the release the cluster runs: these callers get 404 today): %d\n", r.Current, len(failing))
+		}
 		p("\n%d. %s %s, removed in %s", i+1, clean(bl.RuleID), clean(bl.API()), clean(bl.RemovedIn))
 		if bl.Replacement != "" {
 			p(", use %s", clean(bl.Replacement))

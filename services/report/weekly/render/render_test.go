@@ -175,15 +175,17 @@ func TestJSONRoundTrips(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Target != in.Target || out.WeekEnding != in.WeekEnding || len(out.Blockers) != 3 ||
-		out.Blockers[0].Callers[1].UserAgent != fixture.ScriptAgent || out.Blockers[0].APIGroup != "extensions" {
+	// The blocker new in the target first, then the two failing already (the ingresses first).
+	if out.Target != in.Target || out.Current != in.Current || out.CurrentWhy != in.CurrentWhy || out.WeekEnding != in.WeekEnding || len(out.Blockers) != 3 ||
+		out.Blockers[0].FailingNow || !out.Blockers[1].FailingNow || !out.Blockers[2].FailingNow ||
+		out.Blockers[1].Callers[1].UserAgent != fixture.ScriptAgent || out.Blockers[1].APIGroup != "extensions" {
 		t.Fatalf("round trip lost data: %+v", out)
 	}
 }
 
 func TestSubject(t *testing.T) {
 	got := Subject(fixture.Report())
-	want := "auditlens weekly: prod-eu, week ending 2026-11-22: 3 upgrade blockers for 1.32"
+	want := "auditlens weekly: prod-eu, week ending 2026-11-22: 1 upgrade blocker for 1.32, 2 failing now"
 	if got != want {
 		t.Fatalf("subject %q, want %q", got, want)
 	}

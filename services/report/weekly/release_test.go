@@ -5,7 +5,9 @@ import (
 )
 
 func TestMarkFailingNow(t *testing.T) {
-	mk := func(removed string) Blocker { return Blocker{Key: Key{RuleID: "removed-api", Resource: removed, RemovedIn: removed}} }
+	mk := func(removed string) Blocker {
+		return Blocker{Key: Key{RuleID: "removed-api", Resource: removed, RemovedIn: removed}}
+	}
 	order := func(bs []Blocker) (s string) {
 		for _, b := range bs {
 			mark := "+"

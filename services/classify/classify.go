@@ -45,8 +45,9 @@ type Config struct {
 	// FindingsCompression compresses each FindingBatch message (eventbatch.CompressionS2,
 	// CompressionZstd or CompressionNone); report reads all three.
 	FindingsCompression string
-	// HeartbeatInterval is how often the minutes of event time that carried events are
-	// published per cluster (Heartbeat messages on the findings stream); 0 turns it off.
+	// HeartbeatInterval is how often the minutes of event time that carried events, and the
+	// releases the control plane named, are published per cluster (Heartbeat messages on the
+	// findings stream); 0 turns it off.
 	HeartbeatInterval time.Duration
 }
 

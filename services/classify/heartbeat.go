@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -29,6 +30,16 @@ const heartbeatKeep = 10 * time.Minute
 // heartbeatMaxMinutes bounds the minutes kept per cluster; the oldest published ones go first.
 const heartbeatMaxMinutes = 100_000
 
+// heartbeatSightingsPerMessage bounds the control-plane sightings of one Heartbeat message
+// (about 40 bytes each). A cluster has four control-plane components and one or two releases
+// of each at a time; only a flood of forged releases (from an identity the components run
+// as) needs more than one message.
+const heartbeatSightingsPerMessage = 100
+
+// heartbeatMaxSightings bounds the sightings kept per cluster; the oldest published ones go
+// first.
+const heartbeatMaxSightings = 1000
+
 // minuteCount is the running count of one minute of event time.
 type minuteCount struct {
 	events  uint64
@@ -36,17 +47,40 @@ type minuteCount struct {
 	touched time.Time // wall time of its last event
 }
 
+// sightingKey is one release of one control-plane component.
+type sightingKey struct {
+	component string
+	version   kubeversion.Version
+}
+
+// sighting is the newest minute of event time a component named a release in.
+type sighting struct {
+	minute  int64     // Unix seconds
+	sent    int64     // the minute of its last successful publish, 0 before
+	touched time.Time // wall time of its last event
+}
+
+// dirty reports whether the sighting changed since its last successful publish: it is new,
+// or seen in a later minute.
+func (s *sighting) dirty() bool { return s.minute > s.sent }
+
 // heartbeats counts, per cluster, the events of each minute of event time that this process
 // settled (acknowledged), and publishes the changed minutes as Heartbeat messages every
 // interval. Counts are running totals since the start, so a heartbeat re-sent, or one
-// following a failed one, says the same or more, never a delta to add.
+// following a failed one, says the same or more, never a delta to add. Beside them it keeps
+// the releases the control plane named (per component and release, the newest minute), and
+// sends those that are new or seen in a later minute: each release of a component is sent
+// at most once a minute however busy the apiserver is, and a rolling upgrade, where two
+// releases answer side by side, shows both (a settle gives the newest release of each
+// component among its events, kubeversion.ControlPlane; the settles of a minute give both).
 type heartbeats struct {
 	mu       sync.Mutex
 	clusters map[string]map[int64]*minuteCount // cluster -> minute (Unix seconds) -> count
+	planes   map[string]map[sightingKey]*sighting
 }
 
 func newHeartbeats() *heartbeats {
-	return &heartbeats{clusters: map[string]map[int64]*minuteCount{}}
+	return &heartbeats{clusters: map[string]map[int64]*minuteCount{}, planes: map[string]map[sightingKey]*sighting{}}
 }
 
 // add counts the events of a settled batch: per cluster, minute (Unix seconds) -> events.
@@ -71,15 +105,46 @@ func (h *heartbeats) add(counts map[string]map[int64]uint64, now time.Time) {
 	}
 }
 
-// pending returns the Heartbeat messages of the minutes changed since their last successful
-// publish, and forgets old published ones. Each message's id is derived from its content
-// ("<cluster>/heartbeat/<hash>"), so a retry of the same message is de-duplicated by the bus.
-func (h *heartbeats) pending(now time.Time) ([]bus.Message, []sent, error) {
+// sighted keeps the control plane's sightings of a settled batch of cluster's events, each
+// at the minute of its event time.
+func (h *heartbeats) sighted(cluster string, ss []kubeversion.Sighting, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.planes[cluster]
+	if c == nil {
+		c = map[sightingKey]*sighting{}
+		h.planes[cluster] = c
+	}
+	for _, s := range ss {
+		k := sightingKey{s.Component, s.Version}
+		sg := c[k]
+		if sg == nil {
+			sg = &sighting{}
+			c[k] = sg
+		}
+		sg.minute = max(sg.minute, s.At.Truncate(time.Minute).Unix())
+		sg.touched = now
+	}
+}
+
+// pending returns the Heartbeat messages of the minutes and sightings changed since their
+// last successful publish, and forgets old published ones. Each message's id is derived from
+// its content ("<cluster>/heartbeat/<hash>"), so a retry of the same message is
+// de-duplicated by the bus.
+func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []bus.Message
-	var done []sent
-	for cluster, c := range h.clusters {
+	done := &receipt{}
+	names := make(map[string]bool, len(h.clusters)+len(h.planes))
+	for cluster := range h.clusters {
+		names[cluster] = true
+	}
+	for cluster := range h.planes {
+		names[cluster] = true
+	}
+	for cluster := range names {
+		c, p := h.clusters[cluster], h.planes[cluster]
 		var minutes []int64
 		for m, mc := range c {
 			switch {
@@ -93,10 +158,31 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, []sent, error) {
 		if len(c) == 0 {
 			delete(h.clusters, cluster)
 		}
+		var keys []sightingKey
+		for k, sg := range p {
+			switch {
+			case sg.dirty():
+				keys = append(keys, k)
+			case now.Sub(sg.touched) > heartbeatKeep:
+				delete(p, k)
+			}
+		}
+		trimSightings(p)
+		if len(p) == 0 {
+			delete(h.planes, cluster)
+		}
 		sort.Slice(minutes, func(i, j int) bool { return minutes[i] < minutes[j] })
-		for len(minutes) > 0 {
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].component != keys[j].component {
+				return keys[i].component < keys[j].component
+			}
+			return keys[i].version.Less(keys[j].version)
+		})
+		for len(minutes) > 0 || len(keys) > 0 {
 			part := minutes[:min(len(minutes), heartbeatMinutesPerMessage)]
 			minutes = minutes[len(part):]
+			seen := keys[:min(len(keys), heartbeatSightingsPerMessage)]
+			keys = keys[len(seen):]
 			hb := &auditlensv1.Heartbeat{Cluster: cluster, Minutes: make([]*auditlensv1.EventMinute, 0, len(part))}
 			sum := sha256.New()
 			sum.Write([]byte(cluster))
@@ -107,7 +193,18 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, []sent, error) {
 				binary.BigEndian.PutUint64(buf[:8], uint64(m))
 				binary.BigEndian.PutUint64(buf[8:], n)
 				sum.Write(buf[:])
-				done = append(done, sent{cluster, m, n})
+				done.minutes = append(done.minutes, sent{cluster, m, n})
+			}
+			for _, k := range seen {
+				m := p[k].minute
+				hb.ControlPlane = append(hb.ControlPlane, &auditlensv1.ControlPlaneSighting{
+					Component: k.component, Version: k.version.String(), Seen: timestamppb.New(time.Unix(m, 0))})
+				sum.Write([]byte{0})
+				sum.Write([]byte(k.component))
+				binary.BigEndian.PutUint64(buf[:8], uint64(k.version.Key()))
+				binary.BigEndian.PutUint64(buf[8:], uint64(m))
+				sum.Write(buf[:])
+				done.sightings = append(done.sightings, sentSighting{cluster, k, m})
 			}
 			data, err := proto.Marshal(hb)
 			if err != nil {
@@ -138,6 +235,30 @@ func (h *heartbeats) trim(c map[int64]*minuteCount) {
 	}
 }
 
+// trimSightings drops the oldest published sightings of p beyond heartbeatMaxSightings
+// (h.mu held).
+func trimSightings(p map[sightingKey]*sighting) {
+	if len(p) <= heartbeatMaxSightings {
+		return
+	}
+	var clean []sightingKey
+	for k, sg := range p {
+		if !sg.dirty() {
+			clean = append(clean, k)
+		}
+	}
+	sort.Slice(clean, func(i, j int) bool { return p[clean[i]].minute < p[clean[j]].minute })
+	for _, k := range clean[:min(len(clean), len(p)-heartbeatMaxSightings)] {
+		delete(p, k)
+	}
+}
+
+// receipt is what the messages of one pending call said: published marks it clean.
+type receipt struct {
+	minutes   []sent
+	sightings []sentSighting
+}
+
 // sent is one published minute count.
 type sent struct {
 	cluster string
@@ -145,13 +266,29 @@ type sent struct {
 	events  uint64
 }
 
-// published marks the minutes of a successful publish clean, unless they changed meanwhile.
-func (h *heartbeats) published(done []sent) {
+// sentSighting is one published sighting: its minute.
+type sentSighting struct {
+	cluster string
+	key     sightingKey
+	minute  int64
+}
+
+// published marks the minutes and sightings of a successful publish clean, unless they
+// changed meanwhile. A nil receipt marks nothing.
+func (h *heartbeats) published(done *receipt) {
+	if done == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, s := range done {
+	for _, s := range done.minutes {
 		if mc := h.clusters[s.cluster][s.minute]; mc != nil && mc.events == s.events {
 			mc.dirty = false
+		}
+	}
+	for _, s := range done.sightings {
+		if sg := h.planes[s.cluster][s.key]; sg != nil {
+			sg.sent = max(sg.sent, s.minute)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package classify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -199,7 +201,7 @@ func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
 	go func() { runErr <- svc.Run(ctx) }()
 	if err := b.Publish(context.Background(),
 		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "a", Data: eventAt("a", "2026-11-29T10:00:05Z", removedBody)},
-		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "b", Data: eventAt("b", "2026-11-29T10:00:06Z", cleanBody)}); err != nil {
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "b", Data: eventAt("b", "2026-11-29T10:00:06Z", apiserverBody("1.37.2"))}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, "failed heartbeats counted", func() bool { return testutil.ToFloat64(svc.met.heartbeatErrors) >= 2 })
@@ -216,7 +218,8 @@ func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
-	got, findings := heartbeatCounts(t, collect(t, b, bus.Findings, 2, 300*time.Millisecond))
+	ds := collect(t, b, bus.Findings, 2, 300*time.Millisecond)
+	got, findings := heartbeatCounts(t, ds)
 	minute := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	if len(got) != 1 || len(got["prod"]) != 1 || got["prod"][minute] != 2 {
 		t.Errorf("heartbeats %v, want prod 10:00 with 2 events", got)
@@ -224,4 +227,212 @@ func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
 	if findings != 1 {
 		t.Errorf("%d findings, want 1", findings)
 	}
+	// The sighting refused with its minutes comes once publishing works.
+	if got, want := fmt.Sprint(sightingsIn(t, ds)), "map[prod kube-apiserver 1.37 10:00:1]"; got != want {
+		t.Errorf("sightings %s, want %s", got, want)
+	}
+}
+
+// apiserverBody is a request of the kube-apiserver of release v (its loopback client).
+func apiserverBody(v string) string {
+	return `"requestURI":"/api/v1/namespaces/default/endpoints/kubernetes","verb":"get","user":{"username":"system:apiserver"},` +
+		`"userAgent":"kube-apiserver/v` + v + ` (linux/amd64) kubernetes/abc","objectRef":{"resource":"endpoints","namespace":"default","apiVersion":"v1"}`
+}
+
+// sightingsIn counts the control-plane sightings among the heartbeats of ds: how many
+// messages carried each, as "cluster component version HH:MM" of its minute.
+func sightingsIn(t *testing.T, ds []*bus.Delivery) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, d := range ds {
+		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
+			continue
+		}
+		var hb auditlensv1.Heartbeat
+		if err := proto.Unmarshal(d.Data, &hb); err != nil {
+			t.Fatalf("heartbeat %s: %v", d.ID, err)
+		}
+		for _, s := range hb.ControlPlane {
+			out[hb.Cluster+" "+s.Component+" "+s.Version+" "+s.Seen.AsTime().UTC().Format("15:04")]++
+		}
+	}
+	return out
+}
+
+// TestHeartbeatsCarryTheControlPlane: the releases the control plane's components name in
+// their user agents come in the heartbeats of their cluster, each release once per minute
+// however many requests name it: a busy apiserver does not make every heartbeat carry it; a
+// later minute sends it again; an agent sent by another identity, a kubelet and a cluster
+// without control-plane requests send none.
+func TestHeartbeatsCarryTheControlPlane(t *testing.T) {
+	b := openNATS(t)
+	svc, err := newService(configWith(func(c *Config) {
+		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
+	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+
+	cm := `"requestURI":"/apis/apps/v1/deployments","verb":"list","user":{"username":"system:serviceaccount:kube-system:deployment-controller"},` +
+		`"userAgent":"kube-controller-manager/v1.36.1 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:deployment-controller","objectRef":{"resource":"deployments","apiGroup":"apps","apiVersion":"v1"}`
+	forged := `"requestURI":"/api/v1/pods","verb":"list","user":{"username":"alice"},"userAgent":"kube-apiserver/v1.99.0 (linux/amd64) kubernetes/abc","objectRef":{"resource":"pods","apiVersion":"v1"}`
+	kubelet := `"requestURI":"/api/v1/nodes/n1","verb":"get","user":{"username":"system:node:n1"},"userAgent":"kubelet/v1.35.0 (linux/amd64) kubernetes/abc","objectRef":{"resource":"nodes","name":"n1","apiVersion":"v1"}`
+	publish := func(msgs ...bus.Message) {
+		t.Helper()
+		if err := b.Publish(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// classified waits until n events are settled and their heartbeats published.
+	classified := func(n uint64) {
+		t.Helper()
+		testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d events settled and sent", n), func() bool { return svc.beats.sent(n) })
+	}
+	var msgs []bus.Message
+	for i, at := range []string{"10:00:05", "10:00:20", "10:00:40.5"} {
+		id := fmt.Sprintf("api%d", i)
+		msgs = append(msgs, bus.Message{Stream: bus.Events, Cluster: "prod", ID: id, Data: eventAt(id, "2026-11-29T"+at+"Z", apiserverBody("1.37.2"))})
+	}
+	msgs = append(msgs,
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "cm", Data: eventAt("cm", "2026-11-29T10:00:10Z", cm)},
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "forged", Data: eventAt("forged", "2026-11-29T10:00:30Z", forged)},
+		bus.Message{Stream: bus.Events, Cluster: "quiet", ID: "kubelet", Data: eventAt("kubelet", "2026-11-29T10:00:30Z", kubelet)},
+	)
+	publish(msgs...)
+	classified(6)
+	// The busy apiserver again in the same minute: nothing new to send.
+	publish(bus.Message{Stream: bus.Events, Cluster: "prod", ID: "api3", Data: eventAt("api3", "2026-11-29T10:00:59Z", apiserverBody("1.37.2"))})
+	classified(7)
+	// A later minute, and a rolling upgrade: the next release answers beside the old one (in
+	// settles of their own: within one settle, the newest release of a component is kept).
+	publish(bus.Message{Stream: bus.Events, Cluster: "prod", ID: "api5", Data: eventAt("api5", "2026-11-29T10:03:02Z", apiserverBody("1.38.0"))})
+	classified(8)
+	publish(bus.Message{Stream: bus.Events, Cluster: "prod", ID: "api4", Data: eventAt("api4", "2026-11-29T10:03:01Z", apiserverBody("1.37.2"))})
+	classified(9)
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	got := sightingsIn(t, collect(t, b, bus.Findings, 3, 300*time.Millisecond))
+	want := map[string]int{
+		"prod kube-apiserver 1.37 10:00":          1,
+		"prod kube-controller-manager 1.36 10:00": 1,
+		"prod kube-apiserver 1.37 10:03":          1,
+		"prod kube-apiserver 1.38 10:03":          1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sightings (messages carrying each):\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestHeartbeatSightingsPending: a sighting is pending when it is new or seen in a later
+// minute, not again in the same minute; a failed publish leaves it pending (in the same
+// message); a cluster whose only news is a sighting gets a heartbeat of its own; old published
+// sightings are forgotten, and a flood of releases is split into bounded messages.
+func TestHeartbeatSightingsPending(t *testing.T) {
+	h := newHeartbeats()
+	now := time.Date(2026, 11, 29, 10, 5, 0, 0, time.UTC)
+	api := func(v string, at time.Time) []kubeversion.Sighting {
+		return []kubeversion.Sighting{{Component: "kube-apiserver", Version: kubeversion.MustParse(v), At: at}}
+	}
+	decode := func(msgs []bus.Message) []*auditlensv1.Heartbeat {
+		t.Helper()
+		var out []*auditlensv1.Heartbeat
+		for _, m := range msgs {
+			var hb auditlensv1.Heartbeat
+			if err := proto.Unmarshal(m.Data, &hb); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, &hb)
+		}
+		return out
+	}
+	h.sighted("prod", api("1.37", now.Add(-2*time.Minute+17*time.Second)), now)
+	first, _, err := h.pending(now)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("pending: %d messages, %v; want 1", len(first), err)
+	}
+	hb := decode(first)[0]
+	if len(hb.Minutes) != 0 || len(hb.ControlPlane) != 1 || hb.Cluster != "prod" {
+		t.Fatalf("heartbeat %v: want prod's sighting alone", hb)
+	}
+	if s := hb.ControlPlane[0]; s.Component != "kube-apiserver" || s.Version != "1.37" || !s.Seen.AsTime().Equal(now.Add(-2*time.Minute)) {
+		t.Errorf("sighting %v: want kube-apiserver 1.37 at the minute %s", s, now.Add(-2*time.Minute))
+	}
+	again, done, _ := h.pending(now) // the first publish failed
+	if len(again) != 1 || again[0].ID != first[0].ID {
+		t.Fatalf("after a failed publish: %d messages, want the same one (id %s)", len(again), first[0].ID)
+	}
+	h.published(done)
+	// The same minute again (a busy apiserver): nothing to send.
+	h.sighted("prod", api("1.37", now.Add(-2*time.Minute+50*time.Second)), now)
+	if msgs, _, _ := h.pending(now); len(msgs) != 0 {
+		t.Fatalf("%d messages for a sighting of a minute already sent, want none", len(msgs))
+	}
+	// A later minute: sent again, with that minute.
+	h.sighted("prod", api("1.37", now.Add(-time.Minute)), now)
+	msgs, done, _ := h.pending(now)
+	if len(msgs) != 1 || !decode(msgs)[0].ControlPlane[0].Seen.AsTime().Equal(now.Add(-time.Minute)) {
+		t.Fatalf("after a later minute: %v, want one message with the minute %s", msgs, now.Add(-time.Minute))
+	}
+	// A minute that changes while its message is in flight stays pending.
+	h.sighted("prod", api("1.37", now), now)
+	h.published(done)
+	if msgs, _, _ := h.pending(now); len(msgs) != 1 {
+		t.Fatalf("%d messages for a minute seen during a publish, want 1", len(msgs))
+	}
+	// Published and untouched for longer than heartbeatKeep: forgotten.
+	_, done, _ = h.pending(now)
+	h.published(done)
+	_, _, _ = h.pending(now.Add(heartbeatKeep + time.Minute))
+	if len(h.planes) != 0 || len(h.clusters) != 0 {
+		t.Errorf("old published sightings kept: %v", h.planes)
+	}
+	// A flood of forged releases: every message bounded, each release sent once.
+	var flood []kubeversion.Sighting
+	for minor := range 3 * heartbeatSightingsPerMessage / 2 {
+		flood = append(flood, kubeversion.Sighting{Component: "kube-scheduler", Version: kubeversion.Version{Major: 1, Minor: minor}, At: now})
+	}
+	h.sighted("prod", flood, now)
+	h.add(map[string]map[int64]uint64{"prod": {now.Unix(): 3}}, now)
+	msgs, _, _ = h.pending(now)
+	versions, minutes := map[string]bool{}, 0
+	for _, hb := range decode(msgs) {
+		if len(hb.ControlPlane) > heartbeatSightingsPerMessage {
+			t.Errorf("a heartbeat of %d sightings, want at most %d", len(hb.ControlPlane), heartbeatSightingsPerMessage)
+		}
+		for _, s := range hb.ControlPlane {
+			versions[s.Version] = true
+		}
+		minutes += len(hb.Minutes)
+	}
+	if len(msgs) != 2 || len(versions) != len(flood) || minutes != 1 {
+		t.Errorf("%d messages of %d releases and %d minutes, want 2 of %d and 1", len(msgs), len(versions), minutes, len(flood))
+	}
+}
+
+// sent reports whether h counted at least n events and published everything it holds.
+func (h *heartbeats) sent(n uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var events uint64
+	for _, c := range h.clusters {
+		for _, mc := range c {
+			if mc.dirty {
+				return false
+			}
+			events += mc.events
+		}
+	}
+	for _, p := range h.planes {
+		for _, sg := range p {
+			if sg.dirty() {
+				return false
+			}
+		}
+	}
+	return events >= n
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/daemon"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/dedup"
@@ -166,6 +167,34 @@ type work struct {
 	// minutes counts the decoded events of a settle per cluster and minute of event time
 	// (Unix seconds), for the heartbeats.
 	minutes map[string]map[int64]uint64
+	// planes follows the control plane's releases in the decoded events of a settle, per
+	// cluster in order of appearance, for the heartbeats; planes[:nplanes] are this settle's.
+	planes  []clusterPlane
+	nplanes int
+}
+
+// clusterPlane is the control plane of one cluster's events in a settle.
+type clusterPlane struct {
+	cluster string
+	cp      kubeversion.ControlPlane
+}
+
+// plane returns the control plane of cluster's events in this settle.
+func (w *work) plane(cluster string) *kubeversion.ControlPlane {
+	for i := range w.planes[:w.nplanes] {
+		if w.planes[i].cluster == cluster {
+			return &w.planes[i].cp
+		}
+	}
+	if w.nplanes == len(w.planes) {
+		w.planes = append(w.planes, clusterPlane{})
+	}
+	p := &w.planes[w.nplanes]
+	w.nplanes++
+	// A sighting allocates the ControlPlane's map; most settles have none, so most resets
+	// free nothing.
+	p.cluster, p.cp = cluster, kubeversion.ControlPlane{}
+	return &p.cp
 }
 
 // events returns the events of delivery i of a settle: one for a single-event message, every
@@ -205,6 +234,7 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 	inBatch := map[string]bool{}
 	now := time.Now()
 	clear(w.minutes)
+	w.nplanes = 0
 	countMinute := func(cluster string, t time.Time) {
 		if t.IsZero() || s.cfg.HeartbeatInterval <= 0 {
 			return
@@ -240,11 +270,15 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 			continue
 		}
 		batched := eventbatch.IsBatch(d.Header)
+		var cp *kubeversion.ControlPlane
+		if s.cfg.HeartbeatInterval > 0 {
+			cp = w.plane(cluster)
+		}
 		for j, data := range evs {
 			events++
 			var found []found
 			var at time.Time
-			found, at, w.matches, err = s.classify(w.dec, d, data, cluster, now, w.matches[:0])
+			found, at, w.matches, err = s.classify(w.dec, d, data, cluster, now, w.matches[:0], cp)
 			if err != nil {
 				bad++
 				index := -1
@@ -305,6 +339,11 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 	if len(w.minutes) > 0 {
 		s.beats.add(w.minutes, now)
 	}
+	for _, p := range w.planes[:w.nplanes] {
+		if ss := p.cp.Sightings(); len(ss) > 0 {
+			s.beats.sighted(p.cluster, ss, now)
+		}
+	}
 }
 
 // found is one finding of an event with its de-duplication key.
@@ -321,8 +360,8 @@ var errPanic = reason.New("panic while classifying", reason.Panic)
 // for the dead-letter stream: one event never stops the others nor, redelivered for ever,
 // restarts the service.
 // It returns the event's time (for the heartbeats) and matches (its scratch space) for the
-// next call.
-func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match) (out []found, at time.Time, _ []rules.Match, err error) {
+// next call. A release the control plane names in the event is kept in cp (when not nil).
+func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match, cp *kubeversion.ControlPlane) (out []found, at time.Time, _ []rules.Match, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, at, err = nil, time.Time{}, fmt.Errorf("%w: %v", errPanic, p)
@@ -338,6 +377,9 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 		return nil, time.Time{}, matches, err
 	}
 	at = ev.EventTime().UTC()
+	if cp != nil && !at.IsZero() {
+		cp.Observe(ev.User.Username, ev.UserAgent, at)
+	}
 	if !ev.StageTimestamp.IsZero() {
 		lag := now.Sub(ev.StageTimestamp).Seconds()
 		s.met.lag.Observe(max(lag, 0))

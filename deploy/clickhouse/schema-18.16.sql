@@ -326,3 +326,12 @@ SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS 
 FROM auditlens.findings
 WHERE event_time >= now() - INTERVAL 2 DAY
 GROUP BY cluster, hour;
+
+-- migration 8: control plane sightings
+CREATE TABLE IF NOT EXISTS auditlens.control_plane_sightings (
+    cluster   String,
+    component String,
+    version   String,
+    seen      DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, component, version, toDate(seen));

@@ -327,5 +327,14 @@ FROM auditlens.findings
 WHERE event_time >= now() - INTERVAL 2 DAY
 GROUP BY cluster, hour;
 
+-- migration 8: control plane sightings
+CREATE TABLE IF NOT EXISTS auditlens.control_plane_sightings (
+    cluster   LowCardinality(String),
+    component LowCardinality(String),
+    version   String,
+    seen      DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, component, version, toDate(seen));
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

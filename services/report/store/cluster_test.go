@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 )
@@ -55,6 +56,7 @@ func TestClusterSchema(t *testing.T) {
 		"finding_hour_changes": "Distributed", "finding_hour_changes_local": "ReplicatedAggregatingMergeTree", "finding_hour_changes_mv": "MaterializedView",
 		"finding_day_prefixes": "Distributed", "finding_day_prefixes_local": "ReplicatedMergeTree",
 		"finding_day_prefix_builds": "Distributed", "finding_day_prefix_builds_local": "ReplicatedMergeTree",
+		"control_plane_sightings": "Distributed", "control_plane_sightings_local": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)
@@ -145,6 +147,26 @@ func TestClusterSchema(t *testing.T) {
 		err := srv.DB(t).QueryRowContext(ctx, "SELECT count(), sum(e) FROM (SELECT cluster, minute, max(events) AS e FROM auditlens.event_minutes GROUP BY cluster, minute)").Scan(&minutes, &events)
 		if err != nil || minutes != 3 || events != 14 {
 			t.Errorf("shard %s replica %s: event_minutes %d minutes of %d events, %v; want 3 minutes of 14", srv.Cluster.Shard, srv.Cluster.Replica, minutes, events, err)
+		}
+	}
+	// Control-plane sightings through the Distributed table, twice and with an older minute
+	// (another classify replica): the newest minute of each release, on whichever server reads.
+	ss := []store.ControlPlaneSighting{
+		{Cluster: "prod", Component: "kube-apiserver", Version: kubeversion.MustParse("1.37"), Seen: day.Add(time.Minute)},
+		{Cluster: "stage", Component: "kube-apiserver", Version: kubeversion.MustParse("1.36"), Seen: day},
+	}
+	older := []store.ControlPlaneSighting{{Cluster: "prod", Component: "kube-apiserver", Version: kubeversion.MustParse("1.37"), Seen: day}}
+	for _, w := range [][]store.ControlPlaneSighting{ss, ss, older} {
+		if err := st.WriteControlPlaneSightings(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitReplicated(t, "auditlens")
+	for _, srv := range c.Servers() {
+		var releases, newest uint64
+		err := srv.DB(t).QueryRowContext(ctx, "SELECT count(), sum(s) FROM (SELECT cluster, component, version, toUInt64(max(seen)) AS s FROM auditlens.control_plane_sightings GROUP BY cluster, component, version)").Scan(&releases, &newest)
+		if want := uint64(2*day.Unix() + 60); err != nil || releases != 2 || newest != want {
+			t.Errorf("shard %s replica %s: control_plane_sightings %d releases, newest minutes summing to %d, %v; want 2, %d", srv.Cluster.Shard, srv.Cluster.Replica, releases, newest, err, want)
 		}
 	}
 }

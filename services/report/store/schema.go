@@ -467,4 +467,22 @@ SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS 
 FROM {{.DB}}.findings
 WHERE event_time >= now() - INTERVAL 2 DAY
 GROUP BY cluster, hour`}},
+	// Which Kubernetes release each cluster's control plane runs, from classify's heartbeats
+	// (ControlPlaneSighting rows): per component, release and day, the newest minute of event
+	// time the component named that release in its user agent. ReplacingMergeTree keeps the
+	// row with the newest minute (read it with max(seen), or argMax(version, seen) per
+	// component, until parts merge); a rollback shows as the older release seen later. The
+	// day in the key keeps the history a question about a past time needs ("the release at
+	// the end of last week"): without it, the newest minute of the release running today
+	// would replace every earlier one, and a release seen after that time would vanish from
+	// it. A few rows per cluster and day, kept forever: no partitions, no retention.
+	{Version: 8, Name: "control plane sightings", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "control_plane_sightings"}}{{.On}} (
+    cluster   {{.LC}},
+    component {{.LC}},
+    version   String,
+    seen      DateTime('UTC')
+) ENGINE = {{.Engine "control_plane_sightings" "ReplacingMergeTree(seen)"}}
+ORDER BY (cluster, component, version, toDate(seen))`,
+		`{{.Distributed "control_plane_sightings" "cityHash64(cluster)"}}`}},
 }

@@ -1,0 +1,34 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
+)
+
+// ControlPlaneSighting is one release a cluster's control-plane component named in its user
+// agent, and the newest minute it did so (a row of control_plane_sightings, from a classify
+// heartbeat).
+type ControlPlaneSighting struct {
+	Cluster   string
+	Component string
+	Version   kubeversion.Version
+	Seen      time.Time
+}
+
+// ControlPlaneSightingColumns are the columns of control_plane_sightings, in the order of
+// WriteControlPlaneSightings' rows.
+var ControlPlaneSightingColumns = []string{"cluster", "component", "version", "seen"}
+
+// WriteControlPlaneSightings inserts ss into control_plane_sightings as one block, the
+// versions as "1.37" and the times truncated to the minute. Writing a sighting again, or an
+// older one of the same day, changes nothing that readers see (they take the newest minute
+// of each release before the time they ask about; the table keeps one per day).
+func (s *Store) WriteControlPlaneSightings(ctx context.Context, ss []ControlPlaneSighting) error {
+	rows := make([][]any, len(ss))
+	for i, c := range ss {
+		rows[i] = []any{c.Cluster, c.Component, c.Version.String(), c.Seen.UTC().Truncate(time.Minute)}
+	}
+	return s.Insert(ctx, "control_plane_sightings", ControlPlaneSightingColumns, rows)
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -28,17 +29,23 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 	notAfter := w.now().Add(MaxAhead)
 	b.blk.NotAfter = notAfter.Unix()
 	if d.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
-		ms, skipped, err := heartbeat(data, d.Cluster, notAfter)
+		hb, err := heartbeat(data, d.Cluster, notAfter)
 		if err != nil {
 			w.invalid(ctx, d, err)
 			return
 		}
-		if skipped > 0 {
-			w.m.minutesSkipped.Add(float64(skipped))
+		if hb.skipped > 0 {
+			w.m.minutesSkipped.Add(float64(hb.skipped))
 			w.log.Warn("heartbeat minutes out of range skipped (before 1970 or more than a day past this clock)",
-				"cluster", d.Cluster, "skipped", skipped, "kept", len(ms), "position", d.Position)
+				"cluster", d.Cluster, "skipped", hb.skipped, "kept", len(hb.minutes), "position", d.Position)
 		}
-		b.beats = append(b.beats, ms...)
+		if hb.badSightings > 0 {
+			w.m.sightingsSkipped.Add(float64(hb.badSightings))
+			w.log.Warn("heartbeat control-plane sightings skipped (no component, not a Kubernetes release, or no time from 1970 to a day past this clock)",
+				"cluster", d.Cluster, "skipped", hb.badSightings, "kept", len(hb.sightings), "position", d.Position, "first", hb.firstBad)
+		}
+		b.beats = append(b.beats, hb.minutes...)
+		b.sightings = append(b.sightings, hb.sightings...)
 		b.ds = append(b.ds, d)
 		return
 	}
@@ -158,30 +165,74 @@ var errBadHeartbeat = errors.New("undecodable heartbeat")
 // or a forged event cannot stand as a cluster's newest event for good.
 const MaxAhead = 24 * time.Hour
 
+// heartbeatRows are the rows of one Heartbeat message.
+type heartbeatRows struct {
+	minutes   []store.EventMinute
+	sightings []store.ControlPlaneSighting
+	// skipped counts the minutes out of range, badSightings the sightings not kept;
+	// firstBad says why the first of those was not.
+	skipped, badSightings int
+	firstBad              string
+}
+
 // heartbeat decodes a Heartbeat message published on the subject of cluster into its rows.
 // A heartbeat naming no cluster is the subject's. Minutes before 1970 or after notAfter are
-// skipped (counted in skipped), the others kept.
-func heartbeat(data []byte, cluster string, notAfter time.Time) (ms []store.EventMinute, skipped int, err error) {
+// skipped (counted in skipped), the others kept. A control-plane sighting without a
+// component, with a version that is not a Kubernetes release, or without a time from 1970 to
+// notAfter is skipped (counted in badSightings): one bad sighting never costs the minutes or
+// the other sightings.
+func heartbeat(data []byte, cluster string, notAfter time.Time) (heartbeatRows, error) {
 	var hb auditlensv1.Heartbeat
 	if err := proto.Unmarshal(data, &hb); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errBadHeartbeat, err)
+		return heartbeatRows{}, fmt.Errorf("%w: %w", errBadHeartbeat, err)
 	}
 	if hb.Cluster != "" {
 		cluster = hb.Cluster
 	}
 	if cluster == "" {
-		return nil, 0, fmt.Errorf("%w: no cluster", errBadHeartbeat)
+		return heartbeatRows{}, fmt.Errorf("%w: no cluster", errBadHeartbeat)
 	}
-	out := make([]store.EventMinute, 0, len(hb.Minutes))
+	out := heartbeatRows{minutes: make([]store.EventMinute, 0, len(hb.Minutes))}
+	last := store.LastKept(notAfter.Unix())
 	for i, m := range hb.Minutes {
 		if m.GetMinute() == nil || m.Minute.CheckValid() != nil {
-			return nil, 0, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
+			return heartbeatRows{}, fmt.Errorf("%w: minute %d has no valid time", errBadHeartbeat, i)
 		}
-		if m.Minute.Seconds <= 0 || m.Minute.Seconds > store.LastKept(notAfter.Unix()) {
-			skipped++
+		if m.Minute.Seconds <= 0 || m.Minute.Seconds > last {
+			out.skipped++
 			continue
 		}
-		out = append(out, store.EventMinute{Cluster: cluster, Minute: m.Minute.AsTime(), Events: m.Events})
+		out.minutes = append(out.minutes, store.EventMinute{Cluster: cluster, Minute: m.Minute.AsTime(), Events: m.Events})
 	}
-	return out, skipped, nil
+	for i, s := range hb.ControlPlane {
+		cs, err := sighting(s, cluster, last)
+		if err != nil {
+			if out.badSightings == 0 {
+				out.firstBad = fmt.Sprintf("sighting %d: %v", i, err)
+			}
+			out.badSightings++
+			continue
+		}
+		out.sightings = append(out.sightings, cs)
+	}
+	return out, nil
+}
+
+// sighting checks one control-plane sighting of cluster: a component, a Kubernetes release
+// and a time from 1970 to last (Unix seconds).
+func sighting(s *auditlensv1.ControlPlaneSighting, cluster string, last int64) (store.ControlPlaneSighting, error) {
+	if s.GetComponent() == "" {
+		return store.ControlPlaneSighting{}, errors.New("no component")
+	}
+	v, err := kubeversion.Parse(s.GetVersion())
+	if err != nil {
+		return store.ControlPlaneSighting{}, err
+	}
+	switch {
+	case s.GetSeen() == nil || s.Seen.CheckValid() != nil:
+		return store.ControlPlaneSighting{}, errors.New("no valid time")
+	case s.Seen.Seconds <= 0 || s.Seen.Seconds > last:
+		return store.ControlPlaneSighting{}, fmt.Errorf("time %s: want one from 1970 to a day past this clock", s.Seen.AsTime().Format(time.RFC3339))
+	}
+	return store.ControlPlaneSighting{Cluster: cluster, Component: s.Component, Version: v, Seen: s.Seen.AsTime()}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/store"
 )
 
@@ -100,4 +101,66 @@ func mustMarshal(m proto.Message) []byte {
 		panic(err)
 	}
 	return data
+}
+
+// TestControlPlaneSightingsAreStored: the control plane's sightings in classify's heartbeats
+// (beside minutes, alone, repeated) land in control_plane_sightings, where the console reads
+// the cluster's release back; a sighting without a component, with a version that is not a
+// release, without a time or with one past the writer's clock is skipped and counted, and
+// the minutes and good sightings beside it are written, nothing dead-lettered.
+func TestControlPlaneSightingsAreStored(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		at := func(m int) *timestamppb.Timestamp { return timestamppb.New(t0.Add(time.Duration(m) * time.Minute)) }
+		msg := func(id string, hb *auditlensv1.Heartbeat) bus.Message {
+			return bus.Message{Stream: bus.Findings, Cluster: hb.Cluster, ID: id, Data: mustMarshal(hb),
+				Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}
+		}
+		prod := &auditlensv1.Heartbeat{Cluster: "prod", Minutes: []*auditlensv1.EventMinute{{Minute: at(0), Events: 5}},
+			ControlPlane: []*auditlensv1.ControlPlaneSighting{
+				{Component: "kube-apiserver", Version: "1.36", Seen: at(0)},
+				{Component: "kube-apiserver", Version: "v1.37.2", Seen: at(2)}, // as an agent writes it
+				{Component: "", Version: "1.37", Seen: at(2)},
+				{Component: "kube-scheduler", Version: "banana", Seen: at(2)},
+				{Component: "kube-scheduler", Version: "1.37"},
+				{Component: "kube-scheduler", Version: "1.99", Seen: timestamppb.New(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))},
+			}}
+		quiet := &auditlensv1.Heartbeat{Cluster: "quiet", ControlPlane: []*auditlensv1.ControlPlaneSighting{
+			{Component: "kube-controller-manager", Version: "1.36", Seen: at(3)},
+		}}
+		if err := b.Publish(ctx, msg("hb-prod", prod), msg("hb-quiet", quiet), msg("hb-quiet-again", quiet)); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, "the good sightings written", func() bool { return testutil.ToFloat64(w.m.sightings) >= 4 })
+		testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
+			n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
+			return err == nil && n == 0
+		})
+		if n := testutil.ToFloat64(w.m.sightingsSkipped); n != 4 {
+			t.Errorf("%v sightings skipped, want 4", n)
+		}
+		if n := testutil.ToFloat64(w.m.eventMinutes); n != 1 {
+			t.Errorf("%v minutes written, want the 1 beside the bad sightings", n)
+		}
+		if n := testutil.ToFloat64(w.m.deadLettered) + testutil.ToFloat64(w.m.invalid); n != 0 {
+			t.Errorf("%v messages dead-lettered or invalid, want none", n)
+		}
+		r := console.Reader{DB: st.DB()}
+		now := testkit.Now()
+		for _, c := range []struct{ cluster, want, why string }{
+			{"prod", "1.37", "the kube-apiserver's user agent, seen 2026-11-23 08:02 UTC"},
+			{"quiet", "1.36", "the kube-controller-manager's user agent, seen 2026-11-23 08:03 UTC"},
+		} {
+			v, why, err := r.ClusterRelease(ctx, c.cluster, now)
+			if err != nil || v.String() != c.want || why != c.why {
+				t.Errorf("ClusterRelease(%s) = %q, %q, %v; want %q, %q", c.cluster, v, why, err, c.want, c.why)
+			}
+		}
+		ss, err := r.ControlPlane(ctx, "prod", now)
+		if err != nil || len(ss) != 1 || ss[0].Component != "kube-apiserver" || ss[0].Version.String() != "1.37" || !ss[0].At.Equal(t0.Add(2*time.Minute)) {
+			t.Errorf("ControlPlane(prod) = %v, %v; want only the apiserver's 1.37 at %s", ss, err, t0.Add(2*time.Minute))
+		}
+	})
 }

@@ -11,6 +11,9 @@ type metrics struct {
 	eventMinutes prometheus.Counter
 	// minutesSkipped counts the heartbeat minutes out of range (before 1970, past MaxAhead).
 	minutesSkipped prometheus.Counter
+	// sightings counts the control-plane sightings of classify's heartbeats written,
+	// sightingsSkipped those not usable (no component, not a release, time out of range).
+	sightings, sightingsSkipped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -39,9 +42,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Minutes of classify's heartbeats (a cluster's minute that carried events) written to ClickHouse, repeats included."}),
 		minutesSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_event_minutes_skipped_total",
 			Help: "Minutes of classify's heartbeats skipped for a time out of range (before 1970, or more than a day past report's clock)."}),
+		sightings: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_control_plane_sightings_written_total",
+			Help: "Control-plane sightings of classify's heartbeats (a component's release and the newest minute it was seen) written to ClickHouse, repeats included."}),
+		sightingsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_control_plane_sightings_skipped_total",
+			Help: "Control-plane sightings of classify's heartbeats skipped: no component, a version that is not a Kubernetes release, or no time from 1970 to a day past report's clock."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped, m.sightings, m.sightingsSkipped)
 	}
 	return m
 }

@@ -159,11 +159,13 @@ func (w *Writer) setReady(err error) { w.ready.Store(&err) }
 func (w *Writer) Migrated() <-chan struct{} { return w.migrated }
 
 // batch is what one write stores: the findings of whole bus messages, as a block, the
-// minutes of classify's heartbeats, and the deliveries to acknowledge once both are committed.
+// minutes and control-plane sightings of classify's heartbeats, and the deliveries to
+// acknowledge once all are committed.
 type batch struct {
-	blk   *store.Block
-	beats []store.EventMinute
-	ds    []*bus.Delivery
+	blk       *store.Block
+	beats     []store.EventMinute
+	sightings []store.ControlPlaneSighting
+	ds        []*bus.Delivery
 }
 
 // inBuffer is how many deliveries wait between the bus and the decoder. A delivery can hold
@@ -355,9 +357,10 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 	bo := w.retry()
 	// Every attempt sends the same rows: a write that failed after some shards (or a replica)
 	// stored their part is then stored once (replicated block de-duplication). The findings
-	// go first and are not sent again when only the heartbeats' minutes failed.
+	// go first, then the heartbeats' minutes, then their sightings; what was written is not
+	// sent again when only what follows it failed.
 	ingested := time.Now()
-	findingsDone := n == 0
+	findingsDone, minutesDone := n == 0, len(b.beats) == 0
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		var err error
@@ -367,8 +370,13 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 				w.m.writeSeconds.Observe(time.Since(start).Seconds())
 			}
 		}
-		if err == nil && len(b.beats) > 0 {
-			err = w.st.WriteEventMinutes(ctx, b.beats)
+		if err == nil && !minutesDone {
+			if err = w.st.WriteEventMinutes(ctx, b.beats); err == nil {
+				minutesDone = true
+			}
+		}
+		if err == nil && len(b.sightings) > 0 {
+			err = w.st.WriteControlPlaneSightings(ctx, b.sightings)
 		}
 		if err == nil {
 			break
@@ -392,6 +400,7 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		}
 	}
 	w.m.eventMinutes.Add(float64(len(b.beats)))
+	w.m.sightings.Add(float64(len(b.sightings)))
 	if n == 0 {
 		return true
 	}

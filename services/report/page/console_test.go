@@ -379,3 +379,53 @@ func TestConsoleNewestEvent(t *testing.T) {
 		}
 	})
 }
+
+// The first screen names the release the cluster runs (its apiserver's agent, from classify's
+// heartbeats) and lists what the upgrade to the next release breaks first, then what fails
+// already, counted apart; the target is the release after the cluster's.
+func TestIndexFailingNowApart(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	removed := func(id, group, version, resource, removedIn string) *auditlensv1.Finding {
+		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(consoleNow.Add(-time.Hour)),
+			ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removedIn, Username: "ci", UserAgent: "kubectl/v1.20.0"}
+	}
+	ctx := context.Background()
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
+		removed("a", "extensions", "v1beta1", "ingresses", "1.22"),
+		removed("b", "extensions", "v1beta1", "ingresses", "1.22"),
+		removed("c", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
+		removed("d", "policy", "v1beta1", "poddisruptionbudgets", "1.25"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+		{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 28}, Seen: consoleNow.Add(-2 * time.Hour)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{DB: st.DB(), Cluster: "default", Releases: []weekly.Version{{Major: 1, Minor: 22}, {Major: 1, Minor: 25}, {Major: 1, Minor: 29}},
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	t.Cleanup(srv.Close)
+	_, index := fetch(t, http.MethodGet, srv.URL+"/")
+	for _, want := range []string{
+		"Target 1.29: the release after 1.28, the cluster&#39;s.",
+		`<span class="blocker-count">3</span> blockers for 1.29 (<span class="new-count">1</span> new, <span class="failing-count">2</span> failing now)`,
+		`The cluster runs <span class="current">1.28</span> (the kube-apiserver`,
+		`<tr class="part"><th colspan="8">Breaks on the upgrade to 1.29 (removed after 1.28): 1</th></tr>`,
+		`<tr class="part"><th colspan="8">Failing now (removed at or before 1.28, the release the cluster runs: these callers get 404 today): 2</th></tr>`,
+	} {
+		if !strings.Contains(index, want) {
+			t.Errorf("index: %q not in\n%.6000s", want, index)
+		}
+	}
+	// The new blocker comes first, then the failing ones busiest first.
+	i := strings.Index(index, "flowschemas")
+	j := strings.Index(index, "ingresses")
+	k := strings.Index(index, "poddisruptionbudgets")
+	if i < 0 || j < i || k < j {
+		t.Errorf("order: flowschemas at %d, ingresses at %d, poddisruptionbudgets at %d", i, j, k)
+	}
+}

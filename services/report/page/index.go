@@ -2,8 +2,10 @@ package page
 
 import (
 	"context"
+	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +31,12 @@ type clusterRow struct {
 	// Target is the cluster's target and TargetWhy why it is that one.
 	Target    weekly.Version
 	TargetWhy string
-	Blockers  []blockerRow
+	// Current is the release the cluster runs (zero: unknown), CurrentWhy where it was read.
+	Current    weekly.Version
+	CurrentWhy string
+	// Blockers are what the upgrade breaks (New of them), then what fails already (Failing).
+	Blockers     []blockerRow
+	New, Failing int
 	// Earlier is set when the window holds no blocker but an older use of one exists:
 	// Blockers are then those of the Days days to that use (EarlierUntil).
 	Earlier      bool
@@ -42,8 +49,12 @@ type clusterRow struct {
 // blockerRow is one blocker of a cluster on the index, with links to its callers.
 type blockerRow struct {
 	console.Blocker
-	Callers template.URL
-	Top     []callerLink
+	// FailingNow: removed at or before the cluster's release. PartHead titles the first row
+	// of each part (what the upgrade breaks, what fails already) when the release is known.
+	FailingNow bool
+	PartHead   string
+	Callers    template.URL
+	Top        []callerLink
 }
 
 type callerLink struct {
@@ -119,6 +130,12 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	return show(w, "index", view{Title: "auditlens: upgrade blockers by cluster", Body: body})
 }
 
+// failingNow reports whether removedIn is at or before current (zero: unknown, never).
+func failingNow(removedIn string, current weekly.Version) bool {
+	v, err := weekly.ParseVersion(removedIn)
+	return !current.IsZero() && err == nil && !current.Less(v)
+}
+
 // indexParallel is how many clusters the first screen reads at once.
 const indexParallel = 2
 
@@ -139,11 +156,12 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
 	win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
 	row.Target, row.TargetWhy = chosen, "chosen above"
+	v, why, err := h.reader().ClusterRelease(ctx, c.Name, win.To)
+	if err != nil {
+		return row, err
+	}
+	row.Current, row.CurrentWhy = v, why
 	if chosen.IsZero() {
-		v, err := h.reader().ClusterVersion(ctx, c.Name, win)
-		if err != nil {
-			return row, err
-		}
 		row.Target, row.TargetWhy = h.clusterTarget(v)
 	}
 	s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
@@ -162,11 +180,34 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		}
 	}
 	for _, b := range bs {
-		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...)}
+		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...), FailingNow: failingNow(b.RemovedIn, row.Current)}
 		for _, tc := range b.Top {
 			br.Top = append(br.Top, callerLink{Caller: tc, Requests: s.link("/requests", callerQuery(b.Key, tc.ID)...)})
 		}
 		row.Blockers = append(row.Blockers, br)
+		if br.FailingNow {
+			row.Failing++
+		}
+	}
+	row.New = len(row.Blockers) - row.Failing
+	// What the upgrade breaks first, then what fails already, each busiest first (as read).
+	slices.SortStableFunc(row.Blockers, func(a, b blockerRow) int {
+		switch {
+		case a.FailingNow == b.FailingNow:
+			return 0
+		case b.FailingNow:
+			return -1
+		}
+		return 1
+	})
+	if !row.Current.IsZero() && len(row.Blockers) > 0 {
+		if row.New > 0 {
+			row.Blockers[0].PartHead = fmt.Sprintf("Breaks on the upgrade to %s (removed after %s): %d", row.Target, row.Current, row.New)
+		}
+		if row.Failing > 0 {
+			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers get 404 today): %d",
+				row.Current, row.Failing)
+		}
 	}
 	// The report links name no week: the report page chooses the same one and says why.
 	q := []string{"cluster", c.Name, "target-version", row.Target.String()}

@@ -207,7 +207,7 @@ func (h *Handler) clusterTarget(version weekly.Version) (t weekly.Version, why s
 	} else if ok && next.Key() < lo.Key() {
 		return lo, fmt.Sprintf("the catalogue's oldest release (the cluster runs %s)", version)
 	}
-	return next, fmt.Sprintf("the next minor after %s, the release its kubelets and controller-manager name", version)
+	return next, fmt.Sprintf("the release after %s, the cluster's", version)
 }
 
 // lookbackDays is Limits.Lookback in whole days.

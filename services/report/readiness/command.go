@@ -62,6 +62,7 @@ type Engine struct {
 type CommandConfig struct {
 	Cluster    string
 	Target     weekly.Version
+	Current    weekly.Version
 	Window     time.Duration
 	MaxSilence time.Duration
 	Format     string
@@ -81,6 +82,8 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute, Console: DefaultConsole}
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "the `cluster` to judge")
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y of the upgrade")
+	fs.Var(&c.Current, "current-version", "Kubernetes `version` X.Y the cluster runs: blockers removed at or before it are named as failing now "+
+		"(default: the release its control plane's user agents named last, else its newest kubelet's or controller manager's among the findings)")
 	fs.DurationVar(&c.Window, "readiness-window", c.Window, "how far back to look for blockers")
 	fs.DurationVar(&c.MaxSilence, "readiness-max-silence", c.MaxSilence, "the longest stretch of the window without findings before the gate is unknown")
 	fs.StringVar(&c.Format, "format", c.Format, "output format: text or json")
@@ -111,6 +114,8 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 		return usage(errors.New("--cluster is required"))
 	case c.Target.IsZero():
 		return usage(errors.New("--target-version is required"))
+	case !c.Current.IsZero() && !c.Current.Less(c.Target):
+		return usage(fmt.Errorf("--target-version %s is not after --current-version %s: an upgrade goes to a later release", c.Target, c.Current))
 	case c.Format != "text" && c.Format != "json":
 		return usage(fmt.Errorf("--format %q: want text or json", c.Format))
 	}
@@ -155,7 +160,11 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 		return ExitError
 	}
 	defer st.Close()
-	r, err := Evaluate(ctx, st.DB(), Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now})
+	o := Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now}
+	if !c.Current.IsZero() {
+		o.Current, o.CurrentWhy = c.Current, "--current-version"
+	}
+	r, err := Evaluate(ctx, st.DB(), o)
 	if err != nil {
 		fmt.Fprintf(stderr, "report readiness: %v\n", err)
 		return ExitError
@@ -202,10 +211,19 @@ func Write(w io.Writer, format string, r *Result) error {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("%s: %s for %s (%s)\n", r.Cluster, r.State, r.Target, r.Message)
+	if r.Current.IsZero() {
+		p("cluster's release: unknown (no control-plane user agent seen; --current-version gives it)\n")
+	} else {
+		p("cluster's release: %s (%s)\n", r.Current, printable.String(r.CurrentWhy))
+	}
 	p("window: %s to %s; audit stream alive: %t (longest silence %s)\n", r.WindowStart.Format(time.RFC3339),
 		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
 	for _, b := range r.Blockers {
-		p("blocker: %s (%s, removed in %s): %s, %s, last used %s\n", name(b.Key), b.RuleID, b.RemovedIn,
+		kind := "blocker"
+		if b.FailingNow {
+			kind = "failing now"
+		}
+		p("%s: %s (%s, removed in %s): %s, %s, last used %s\n", kind, name(b.Key), b.RuleID, b.RemovedIn,
 			count(int(b.Findings), "finding"), count(b.CallerCount, "caller"), b.LastSeen.Format(time.RFC3339))
 		if b.Expired != nil {
 			p("  accepted until %s by %s: EXPIRED, blocks again (%s)\n", b.Expired.Until, b.Expired.By, b.Expired.Source)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -42,6 +43,10 @@ const (
 type Options struct {
 	Cluster string
 	Target  weekly.Version
+	// Current is the release the cluster runs (zero: unknown), CurrentWhy where it was read:
+	// the blockers removed at or before it are failing already, named apart.
+	Current    weekly.Version
+	CurrentWhy string
 	// Window is how far back from Now blockers are looked for; default 7 days (the weekly
 	// report's week).
 	Window time.Duration
@@ -128,10 +133,17 @@ func (d *Duration) UnmarshalText(b []byte) error {
 type Result struct {
 	Cluster string         `json:"cluster"`
 	Target  weekly.Version `json:"target_version"`
-	State   string         `json:"state"`
-	Ready   bool           `json:"ready"`
-	Reason  string         `json:"reason"`
-	Message string         `json:"message"`
+	// Current is the release the cluster runs (zero: unknown) and CurrentWhy where it was
+	// read; Blockers lists what the upgrade breaks first, then what fails already
+	// (Blocker.FailingNow), counted in NewBlockers and FailingNow.
+	Current     weekly.Version `json:"current_version,omitzero"`
+	CurrentWhy  string         `json:"current_version_source,omitempty"`
+	NewBlockers int            `json:"new_blockers"`
+	FailingNow  int            `json:"failing_now"`
+	State       string         `json:"state"`
+	Ready       bool           `json:"ready"`
+	Reason      string         `json:"reason"`
+	Message     string         `json:"message"`
 	// WindowStart and WindowEnd bound what was looked at: [start, end).
 	WindowStart time.Time `json:"window_start"`
 	WindowEnd   time.Time `json:"window_end"`
@@ -157,20 +169,32 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Cluster: o.Cluster, Target: o.Target, WindowStart: start, WindowEnd: end, Stream: st}
+	if o.Current.IsZero() {
+		// The release the control plane named last (classify's heartbeats), else the newest
+		// kubelet or controller manager among the findings.
+		if o.Current, o.CurrentWhy, err = (console.Reader{DB: db}).ClusterRelease(ctx, o.Cluster, end); err != nil {
+			return nil, err
+		}
+	}
+	r := &Result{Cluster: o.Cluster, Target: o.Target, Current: o.Current, CurrentWhy: o.CurrentWhy, WindowStart: start, WindowEnd: end, Stream: st}
 	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
+	r.NewBlockers, r.FailingNow = weekly.MarkFailingNow(r.Blockers, o.Current)
 	switch {
 	case len(r.Blockers) > 0:
 		r.State, r.Reason = Blocked, ReasonBlockers
-		names := make([]string, 0, 3)
-		for _, b := range r.Blockers[:min(3, len(r.Blockers))] {
-			names = append(names, name(b.Key))
+		breaks, failing := weekly.PartsOf(r.Blockers)
+		if o.Current.IsZero() {
+			r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s", len(r.Blockers), o.Target, names(r.Blockers))
+			break
 		}
-		more := ""
-		if len(r.Blockers) > 3 {
-			more = fmt.Sprintf(" and %d more", len(r.Blockers)-3)
+		var parts []string
+		if len(breaks) > 0 {
+			parts = append(parts, fmt.Sprintf("%d removed after %s, the cluster's release: %s", len(breaks), o.Current, names(breaks)))
 		}
-		r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s%s", len(r.Blockers), o.Target, strings.Join(names, ", "), more)
+		if len(failing) > 0 {
+			parts = append(parts, fmt.Sprintf("%d failing now, removed at or before %s: %s", len(failing), o.Current, names(failing)))
+		}
+		r.Message = fmt.Sprintf("%d blocker(s) of %s in use: %s", len(r.Blockers), o.Target, strings.Join(parts, "; "))
 	case st.FirstEvent.IsZero():
 		r.State, r.Reason = Unknown, ReasonStreamSilent
 		r.Message = fmt.Sprintf("no event from cluster %s has ever been stored: its audit stream is not set up, or --cluster names another cluster", o.Cluster)
@@ -186,6 +210,19 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// names are the first three blockers of bs by name, and how many more.
+func names(bs []weekly.Blocker) string {
+	out := make([]string, 0, 3)
+	for _, b := range bs[:min(3, len(bs))] {
+		out = append(out, name(b.Key))
+	}
+	more := ""
+	if len(bs) > 3 {
+		more = fmt.Sprintf(" and %d more", len(bs)-3)
+	}
+	return strings.Join(out, ", ") + more
 }
 
 // name is what a message calls a blocker: its API, else its rule.

@@ -373,3 +373,66 @@ type collectorFunc func(ch chan<- prometheus.Metric)
 
 func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+
+// The cluster's release, named by its apiserver's agent (classify's heartbeats), splits the
+// blockers: what the upgrade breaks first, then what fails already. The gate and the weekly
+// report agree on both lists, on both engines.
+func TestFailingNowApartOnBothEngines(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		s.write(ctx, t, st)
+		// prod's apiserver said 1.29 on the first day and 1.30 since (it was upgraded).
+		if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(2 * time.Hour)},
+			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 30}, Seen: s.start.Add(50 * time.Hour)},
+			{Cluster: "prod", Component: "kube-scheduler", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(60 * time.Hour)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		target := weekly.Version{Major: 1, Minor: 32}
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: target, WeekEnding: s.week, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "+flowcontrol.apiserver.k8s.io/v1beta3 flowschemas !extensions/v1beta1 ingresses !policy/v1beta1 podsecuritypolicies "
+		for what, bs := range map[string][]weekly.Blocker{"gate": g.Blockers, "weekly": rep.Blockers} {
+			got := ""
+			for _, b := range bs {
+				mark := "+"
+				if b.FailingNow {
+					mark = "!"
+				}
+				got += mark + b.API() + " "
+			}
+			if got != want {
+				t.Errorf("%s: blockers %s, want %s", what, got, want)
+			}
+		}
+		if g.Current.String() != "1.30" || rep.Current.String() != "1.30" || !strings.Contains(g.CurrentWhy, "kube-apiserver") ||
+			g.NewBlockers != 1 || g.FailingNow != 2 {
+			t.Errorf("gate: current %s (%s), weekly %s, new %d, failing %d", g.Current, g.CurrentWhy, rep.Current, g.NewBlockers, g.FailingNow)
+		}
+		wantMsg := "3 blocker(s) of 1.32 in use: 1 removed after 1.30, the cluster's release: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas; " +
+			"2 failing now, removed at or before 1.30: extensions/v1beta1 ingresses, policy/v1beta1 podsecuritypolicies"
+		if g.Message != wantMsg {
+			t.Errorf("message %q\n   want %q", g.Message, wantMsg)
+		}
+		// Before the upgrade to 1.30 the apiserver said 1.29: judged then, the same blockers
+		// read the same way (1.22 and 1.25 failed already).
+		early := func() time.Time { return s.start.Add(10 * time.Hour) }
+		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: early, Window: 10 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Current.String() != "1.29" {
+			t.Errorf("judged on the first day: current %s (%s), want 1.29", g.Current, g.CurrentWhy)
+		}
+	})
+}

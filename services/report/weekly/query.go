@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
@@ -18,9 +19,9 @@ type Options struct {
 	Cluster string
 	// Target is the Kubernetes version the cluster is to be upgraded to.
 	Target Version
-	// Current is the release the cluster runs (zero: unknown), CurrentWhy where it was read
-	// (console.Reader.ClusterRelease): blockers removed at or before it are failing already,
-	// listed after what the upgrade breaks (MarkFailingNow).
+	// Current is the release the cluster runs, CurrentWhy where it was read; zero: Build reads
+	// it (console.Reader.ClusterRelease at the week's end). Blockers removed at or before it
+	// are failing already, listed after what the upgrade breaks (MarkFailingNow).
 	Current    Version
 	CurrentWhy string
 	// WeekEnding is the last day of the week reported; the week is the seven UTC days
@@ -132,7 +133,13 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	if err := blockers(ctx, db, o, r); err != nil {
 		return nil, err
 	}
-	MarkFailingNow(r.Blockers, o.Current)
+	if r.Current.IsZero() {
+		var err error
+		if r.Current, r.CurrentWhy, err = (console.Reader{DB: db, Table: o.Table}).ClusterRelease(ctx, o.Cluster, end); err != nil {
+			return nil, err
+		}
+	}
+	MarkFailingNow(r.Blockers, r.Current)
 	return r, nil
 }
 

@@ -58,7 +58,9 @@ with --send, mails it (HTML with inline charts, plain-text part, CSV attachment)
 
 // Config holds the flags of the command.
 type Config struct {
-	Target     weekly.Version
+	Target weekly.Version
+	// Current is the release the cluster runs (zero: read from the store).
+	Current    weekly.Version
 	WeekEnding string
 	Format     string
 	Out        string
@@ -81,6 +83,8 @@ func DefaultConfig() Config {
 // field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against")
+	fs.Var(&c.Current, "current-version", "Kubernetes `version` X.Y the cluster runs: blockers removed at or before it are listed apart as failing now "+
+		"(default: the release its control plane's user agents named last, else its newest kubelet's or controller manager's among the findings)")
 	fs.StringVar(&c.WeekEnding, "week-ending", c.WeekEnding, "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
 	fs.StringVar(&c.Format, "format", c.Format, "output format: html, text, json or csv")
 	fs.StringVar(&c.Out, "out", c.Out, "write the report to `file` (default: standard output; with --send and no --out: nothing)")
@@ -96,6 +100,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate(now time.Time) (weekly.Date, error) {
 	if c.Target.IsZero() {
 		return weekly.Date{}, errors.New("--target-version is required")
+	}
+	if !c.Current.IsZero() && !c.Current.Less(c.Target) {
+		return weekly.Date{}, fmt.Errorf("--target-version %s is not after --current-version %s: an upgrade goes to a later release", c.Target, c.Current)
 	}
 	week := weekly.LastWeekEnding(now.UTC())
 	if c.WeekEnding != "" {
@@ -185,6 +192,9 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 	}
 	defer st.Close()
 	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker, Now: eng.Now}
+	if !c.Current.IsZero() {
+		opts.Current, opts.CurrentWhy = c.Current, "--current-version"
+	}
 	d := &schedule.Delivery{DB: st.DB(), Ledger: weekly.Ledger{DB: st.DB(), Ins: st}, Recipients: c.Mail.To, Options: opts}
 	if eng.Prepare != nil {
 		if err := eng.Prepare(ctx, d); err != nil {

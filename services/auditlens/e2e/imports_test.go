@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"services/report/engine":           {"services/report/store", "services/report/chdb"},
 	"services/report/migrate":          {"services/report/engine", "services/report/store"},
 	"services/report/rollup":           {},
-	"services/report/weekly":           {"services/report/rollup"},
+	"services/report/weekly":           {"services/report/console", "services/report/rollup"},
 	"services/report/console":          {"services/report/rollup"},
 	"services/report/access":           {},
 	"services/report/page":             {"services/report/access", "services/report/console", "services/report/weekly", "services/report/weekly/render"},
@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	"services/report/kubeclient":       {},
 	"services/report/acks":             {"services/report/weekly", "services/report/yamlfile"},
 	"services/report/owners":           {"services/report/weekly", "services/report/weekly/schedule", "services/report/yamlfile"},
-	"services/report/readiness":        {"services/report/access", "services/report/weekly"},
+	"services/report/readiness":        {"services/report/access", "services/report/console", "services/report/weekly"},
 	"services/report/readiness/status": {"services/report/readiness", "services/report/weekly"},
 }
 

@@ -429,3 +429,48 @@ func TestIndexFailingNowApart(t *testing.T) {
 		t.Errorf("order: flowschemas at %d, ingresses at %d, poddisruptionbudgets at %d", i, j, k)
 	}
 }
+
+// An upgrade that skips releases (1.28 to 1.31, chosen): each hop's blockers under its own
+// title, in order, and the hops that need nothing named.
+func TestIndexHops(t *testing.T) {
+	_, st := chtest.ServerStore(t)
+	removed := func(id, group, version, resource, removedIn string) *auditlensv1.Finding {
+		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(consoleNow.Add(-time.Hour)),
+			ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removedIn, Username: "ci", UserAgent: "kubectl/v1.20.0"}
+	}
+	ctx := context.Background()
+	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
+		removed("a", "storage.k8s.io", "v1beta1", "csistoragecapacities", "1.27"),
+		removed("b", "flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas", "1.32"),
+		removed("c", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
+		removed("d", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
+		removed("e", "resource.k8s.io", "v1alpha2", "resourceclaims", "1.31"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+		{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 28}, Seen: consoleNow.Add(-2 * time.Hour)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{DB: st.DB(), Cluster: "default", Releases: []weekly.Version{{Major: 1, Minor: 29}, {Major: 1, Minor: 30}, {Major: 1, Minor: 31}, {Major: 1, Minor: 32}},
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	t.Cleanup(srv.Close)
+	_, index := fetch(t, http.MethodGet, srv.URL+"/?target-version=1.31")
+	for _, want := range []string{
+		`<span class="blocker-count">3</span> blockers for 1.31 (<span class="new-count">2</span> new, <span class="failing-count">1</span> failing now)`,
+		`<p class="meta hops">On the way to 1.31, 1.30 removes nothing in use.</p>`,
+		`<tr class="part"><th colspan="8">Breaks on the upgrade to 1.31 (removed after 1.28): 2. 1.29 removes 1</th></tr>`,
+		`<tr class="part"><th colspan="8">1.31 removes 1</th></tr>`,
+	} {
+		if !strings.Contains(index, want) {
+			t.Errorf("index: %q not in\n%.6000s", want, index)
+		}
+	}
+	if i, j, k := strings.Index(index, "v1beta2"), strings.Index(index, "resourceclaims"), strings.Index(index, "csistoragecapacities"); i < 0 || j < i || k < j {
+		t.Errorf("order: 1.29's at %d, 1.31's at %d, the failing one at %d", i, j, k)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,8 @@ type clusterRow struct {
 	// Blockers are what the upgrade breaks (New of them), then what fails already (Failing).
 	Blockers     []blockerRow
 	New, Failing int
+	// Hops says which releases of an upgrade that skips releases remove nothing in use.
+	Hops string
 	// Earlier is set when the window holds no blocker but an older use of one exists:
 	// Blockers are then those of the Days days to that use (EarlierUntil).
 	Earlier      bool
@@ -130,6 +133,45 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 	return show(w, "index", view{Title: "auditlens: upgrade blockers by cluster", Body: body})
 }
 
+// hopNotes titles the first blocker of each hop of an upgrade from current to target that
+// skips releases (bs: what it breaks, ordered by release), and says which hops need nothing.
+func hopNotes(bs []blockerRow, current, target weekly.Version) string {
+	counts := map[int]int{}
+	first := map[int]int{}
+	for i, b := range bs {
+		v, err := weekly.ParseVersion(b.RemovedIn)
+		if err != nil {
+			continue
+		}
+		if counts[v.Key()] == 0 {
+			first[v.Key()] = i
+		}
+		counts[v.Key()]++
+	}
+	var nothing []string
+	for v := current.Next(); !target.Less(v); v = v.Next() {
+		n := counts[v.Key()]
+		if n == 0 {
+			nothing = append(nothing, v.String())
+			continue
+		}
+		head := fmt.Sprintf("%s removes %d", v, n)
+		if i := first[v.Key()]; bs[i].PartHead != "" {
+			bs[i].PartHead += ". " + head
+		} else {
+			bs[i].PartHead = head
+		}
+	}
+	if len(nothing) == 0 {
+		return ""
+	}
+	verb := "removes"
+	if len(nothing) > 1 {
+		verb = "remove"
+	}
+	return "On the way to " + target.String() + ", " + strings.Join(nothing, ", ") + " " + verb + " nothing in use."
+}
+
 // failingNow reports whether removedIn is at or before current (zero: unknown, never).
 func failingNow(removedIn string, current weekly.Version) bool {
 	v, err := weekly.ParseVersion(removedIn)
@@ -190,19 +232,29 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		}
 	}
 	row.New = len(row.Blockers) - row.Failing
-	// What the upgrade breaks first, then what fails already, each busiest first (as read).
+	// What the upgrade breaks first (by the release that removes it when the cluster's is
+	// known: the first hop of an upgrade that skips releases first), then what fails already,
+	// each busiest first (as read).
 	slices.SortStableFunc(row.Blockers, func(a, b blockerRow) int {
 		switch {
-		case a.FailingNow == b.FailingNow:
-			return 0
-		case b.FailingNow:
+		case a.FailingNow != b.FailingNow && b.FailingNow:
 			return -1
+		case a.FailingNow != b.FailingNow:
+			return 1
+		case a.FailingNow || row.Current.IsZero():
+			return 0
 		}
-		return 1
+		x, _ := weekly.ParseVersion(a.RemovedIn)
+		y, _ := weekly.ParseVersion(b.RemovedIn)
+		return x.Key() - y.Key()
 	})
 	if !row.Current.IsZero() && len(row.Blockers) > 0 {
 		if row.New > 0 {
 			row.Blockers[0].PartHead = fmt.Sprintf("Breaks on the upgrade to %s (removed after %s): %d", row.Target, row.Current, row.New)
+		}
+		if hops := row.Target.Key() - row.Current.Key(); hops > 1 && row.Target.Major == row.Current.Major {
+			// An upgrade that skips releases: a title for each hop, naming those that need nothing.
+			row.Hops = hopNotes(row.Blockers[:row.New], row.Current, row.Target)
 		}
 		if row.Failing > 0 {
 			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers get 404 today): %d",

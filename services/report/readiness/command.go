@@ -218,10 +218,19 @@ func Write(w io.Writer, format string, r *Result) error {
 	}
 	p("window: %s to %s; audit stream alive: %t (longest silence %s)\n", r.WindowStart.Format(time.RFC3339),
 		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
+	for _, h := range r.Hops {
+		needs := "nothing"
+		if len(h.Blockers) > 0 {
+			needs = printable.String(strings.Join(h.Blockers, ", "))
+		}
+		p("hop to %s: %s\n", h.Release, needs)
+	}
 	for _, b := range r.Blockers {
 		kind := "blocker"
 		if b.FailingNow {
 			kind = "failing now"
+		} else if len(r.Hops) > 0 {
+			kind = "blocker of " + b.RemovedIn
 		}
 		p("%s: %s (%s, removed in %s): %s, %s, last used %s\n", kind, name(b.Key), b.RuleID, b.RemovedIn,
 			count(int(b.Findings), "finding"), count(b.CallerCount, "caller"), b.LastSeen.Format(time.RFC3339))

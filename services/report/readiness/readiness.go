@@ -140,6 +140,9 @@ type Result struct {
 	CurrentWhy  string         `json:"current_version_source,omitempty"`
 	NewBlockers int            `json:"new_blockers"`
 	FailingNow  int            `json:"failing_now"`
+	// Hops is, for an upgrade that skips releases (1.35 to 1.38), what each release on the
+	// way removes that is still in use, in order; empty for one step or an unknown release.
+	Hops []Hop `json:"hops,omitempty"`
 	State       string         `json:"state"`
 	Ready       bool           `json:"ready"`
 	Reason      string         `json:"reason"`
@@ -151,6 +154,30 @@ type Result struct {
 	// Blockers block (an expired acceptance is named on the blocker); Accepted do not.
 	Blockers []weekly.Blocker  `json:"blockers"`
 	Accepted []weekly.Accepted `json:"accepted"`
+}
+
+// Hop is one release of an upgrade that skips releases and the blockers it removes, by name
+// (their API, else their rule; none: the hop needs nothing).
+type Hop struct {
+	Release  weekly.Version `json:"release"`
+	Blockers []string       `json:"blockers"`
+}
+
+// hopsOf names the blockers of each hop from current to target (weekly.Hops); nil for one
+// step.
+func hopsOf(bs []weekly.Blocker, current, target weekly.Version) []Hop {
+	hs := weekly.Hops(bs, current, target)
+	if len(hs) < 2 {
+		return nil
+	}
+	out := make([]Hop, len(hs))
+	for i, h := range hs {
+		out[i] = Hop{Release: h.Release, Blockers: []string{}}
+		for _, b := range h.Blockers {
+			out[i].Blockers = append(out[i].Blockers, name(b.Key))
+		}
+	}
+	return out
 }
 
 // Evaluate reads the window ending at o.Now from db and judges the gate.
@@ -179,6 +206,7 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	r := &Result{Cluster: o.Cluster, Target: o.Target, Current: o.Current, CurrentWhy: o.CurrentWhy, WindowStart: start, WindowEnd: end, Stream: st}
 	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
 	r.NewBlockers, r.FailingNow = weekly.MarkFailingNow(r.Blockers, o.Current)
+	r.Hops = hopsOf(r.Blockers, o.Current, o.Target)
 	switch {
 	case len(r.Blockers) > 0:
 		r.State, r.Reason = Blocked, ReasonBlockers
@@ -188,7 +216,18 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 			break
 		}
 		var parts []string
-		if len(breaks) > 0 {
+		switch {
+		case len(breaks) > 0 && len(r.Hops) > 0:
+			var each []string
+			for _, h := range r.Hops {
+				if len(h.Blockers) == 0 {
+					each = append(each, fmt.Sprintf("%s needs nothing", h.Release))
+				} else {
+					each = append(each, fmt.Sprintf("%s removes %d (%s)", h.Release, len(h.Blockers), strings.Join(h.Blockers[:min(3, len(h.Blockers))], ", ")))
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%d removed after %s, the cluster's release: %s", len(breaks), o.Current, strings.Join(each, ", ")))
+		case len(breaks) > 0:
 			parts = append(parts, fmt.Sprintf("%d removed after %s, the cluster's release: %s", len(breaks), o.Current, names(breaks)))
 		}
 		if len(failing) > 0 {

@@ -419,7 +419,7 @@ func TestFailingNowApartOnBothEngines(t *testing.T) {
 			g.NewBlockers != 1 || g.FailingNow != 2 {
 			t.Errorf("gate: current %s (%s), weekly %s, new %d, failing %d", g.Current, g.CurrentWhy, rep.Current, g.NewBlockers, g.FailingNow)
 		}
-		wantMsg := "3 blocker(s) of 1.32 in use: 1 removed after 1.30, the cluster's release: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas; " +
+		wantMsg := "3 blocker(s) of 1.32 in use: 1 removed after 1.30, the cluster's release: 1.31 needs nothing, 1.32 removes 1 (flowcontrol.apiserver.k8s.io/v1beta3 flowschemas); " +
 			"2 failing now, removed at or before 1.30: extensions/v1beta1 ingresses, policy/v1beta1 podsecuritypolicies"
 		if g.Message != wantMsg {
 			t.Errorf("message %q\n   want %q", g.Message, wantMsg)
@@ -433,6 +433,52 @@ func TestFailingNowApartOnBothEngines(t *testing.T) {
 		}
 		if g.Current.String() != "1.29" {
 			t.Errorf("judged on the first day: current %s (%s), want 1.29", g.Current, g.CurrentWhy)
+		}
+	})
+}
+
+// An upgrade that skips releases: what each hop removes, in order, on both engines.
+func TestHopsOnBothEngines(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		s.write(ctx, t, st)
+		// prod runs 1.29; the seed's blockers are removed in 1.22, 1.25 (failing now) and 1.32.
+		if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(2 * time.Hour)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 32}, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, h := range g.Hops {
+			got += h.Release.String() + ":" + strings.Join(h.Blockers, ",") + " "
+		}
+		if want := "1.30: 1.31: 1.32:flowcontrol.apiserver.k8s.io/v1beta3 flowschemas "; got != want {
+			t.Errorf("hops %q, want %q", got, want)
+		}
+		if want := "1 removed after 1.29, the cluster's release: 1.30 needs nothing, 1.31 needs nothing, 1.32 removes 1 (flowcontrol.apiserver.k8s.io/v1beta3 flowschemas)"; !strings.Contains(g.Message, want) {
+			t.Errorf("message %q lacks %q", g.Message, want)
+		}
+		var text bytes.Buffer
+		if err := readiness.Write(&text, "text", g); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"hop to 1.30: nothing\nhop to 1.31: nothing\nhop to 1.32: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas\n",
+			"blocker of 1.32: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas", "failing now: extensions/v1beta1 ingresses"} {
+			if !strings.Contains(text.String(), want) {
+				t.Errorf("text lacks %q:\n%s", want, text.String())
+			}
+		}
+		// One step: no hops.
+		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 30}, Now: now})
+		if err != nil || len(g.Hops) != 0 {
+			t.Errorf("one step: hops %v (%v)", g.Hops, err)
 		}
 	})
 }

@@ -8,8 +8,9 @@ import (
 
 // MarkFailingNow marks the blockers removed at or before current, the release the cluster
 // runs (zero: unknown, nothing is marked): those calls already fail, answered 404, whatever
-// the upgrade. It orders bs stably: what the upgrade breaks first, then what fails already,
-// each part in the order it had. It returns how many of each.
+// the upgrade. It orders bs stably: what the upgrade breaks first, by the release that
+// removes it (the first hop of an upgrade that skips releases first; see Hops), then what
+// fails already, each in the order it had. It returns how many of each.
 func MarkFailingNow(bs []Blocker, current Version) (breaks, failing int) {
 	for i := range bs {
 		b := &bs[i]
@@ -28,6 +29,9 @@ func MarkFailingNow(bs []Blocker, current Version) (breaks, failing int) {
 		}
 		return 1
 	})
+	if !current.IsZero() {
+		OrderByHop(bs)
+	}
 	return len(bs) - failing, failing
 }
 
@@ -39,4 +43,50 @@ func PartsOf(bs []Blocker) (breaks, failing []Blocker) {
 		return bs, nil
 	}
 	return bs[:i], bs[i:]
+}
+
+// Hop is one release of an upgrade that skips releases (1.35 to 1.38 goes through 1.36,
+// 1.37 and 1.38): what it removes that is still in use.
+type Hop struct {
+	Release  Version   `json:"release"`
+	Blockers []Blocker `json:"blockers"`
+}
+
+// Hops cuts what the upgrade from current to target breaks (bs, ordered by MarkFailingNow)
+// into one Hop per release after current up to target, in order, each with the blockers
+// that release removes (none: the hop needs nothing). Without a current release, or for a
+// blocker whose removal does not parse, there is no hop to name: nil.
+func Hops(bs []Blocker, current, target Version) []Hop {
+	if current.IsZero() || !current.Less(target) || target.Major != current.Major {
+		return nil
+	}
+	breaks, _ := PartsOf(bs)
+	var hops []Hop
+	for v := current.Next(); !target.Less(v); v = v.Next() {
+		hops = append(hops, Hop{Release: v})
+	}
+	for _, b := range breaks {
+		removed, err := kubeversion.Parse(b.RemovedIn)
+		if err != nil || removed.Major != current.Major || removed.Minor <= current.Minor || target.Less(removed) {
+			return nil
+		}
+		h := &hops[removed.Minor-current.Minor-1]
+		h.Blockers = append(h.Blockers, b)
+	}
+	return hops
+}
+
+// OrderByHop orders what the upgrade breaks (the first part of bs, ordered by
+// MarkFailingNow) by the release that removes it, oldest first, keeping the order within a
+// release: the first hop's blockers first. What fails already stays last.
+func OrderByHop(bs []Blocker) {
+	breaks, _ := PartsOf(bs)
+	slices.SortStableFunc(breaks, func(x, y Blocker) int {
+		a, errA := kubeversion.Parse(x.RemovedIn)
+		b, errB := kubeversion.Parse(y.RemovedIn)
+		if errA != nil || errB != nil {
+			return 0
+		}
+		return kubeversion.Compare(a, b)
+	})
 }

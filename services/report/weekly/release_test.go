@@ -28,7 +28,8 @@ func TestMarkFailingNow(t *testing.T) {
 		// 1.37: 1.22 and 1.25 fail already and go last, in their order; a removal that does
 		// not parse is never taken for one that fails already.
 		{"1.37", "+1.38 +bad !1.22 !1.25 ", 2},
-		{"1.22", "+1.38 +1.25 +bad !1.22 ", 3},
+		// and what the upgrade breaks comes by the release that removes it, the first hop first.
+		{"1.22", "+1.25 +1.38 +bad !1.22 ", 3},
 	}
 	for _, c := range cases {
 		bs := []Blocker{mk("1.22"), mk("1.38"), mk("1.25"), mk("bad")}
@@ -54,4 +55,35 @@ func mustVersion(t *testing.T, s string) Version {
 		t.Fatal(err)
 	}
 	return v
+}
+
+func TestHops(t *testing.T) {
+	mk := func(api, removed string) Blocker {
+		return Blocker{Key: Key{RuleID: "removed-api", Resource: api, RemovedIn: removed}}
+	}
+	bs := []Blocker{mk("a", "1.38"), mk("b", "1.22"), mk("c", "1.36"), mk("d", "1.38"), mk("e", "1.35")}
+	MarkFailingNow(bs, mustVersion(t, "1.35"))
+	hops := Hops(bs, mustVersion(t, "1.35"), mustVersion(t, "1.38"))
+	got := ""
+	for _, h := range hops {
+		got += h.Release.String() + ":"
+		for _, b := range h.Blockers {
+			got += b.Resource
+		}
+		got += " "
+	}
+	if want := "1.36:c 1.37: 1.38:ad "; got != want {
+		t.Errorf("hops %q, want %q", got, want)
+	}
+	// The first hop's blockers come first, then the later hops', then what fails already.
+	order := ""
+	for _, b := range bs {
+		order += b.Resource
+	}
+	if order != "cadbe" {
+		t.Errorf("order %q, want cadbe", order)
+	}
+	if Hops(bs, Version{}, mustVersion(t, "1.38")) != nil || Hops(bs, mustVersion(t, "1.38"), mustVersion(t, "1.38")) != nil {
+		t.Error("hops without a release to start from, or without a step")
+	}
 }

@@ -142,11 +142,11 @@ type Result struct {
 	FailingNow  int            `json:"failing_now"`
 	// Hops is, for an upgrade that skips releases (1.35 to 1.38), what each release on the
 	// way removes that is still in use, in order; empty for one step or an unknown release.
-	Hops []Hop `json:"hops,omitempty"`
-	State       string         `json:"state"`
-	Ready       bool           `json:"ready"`
-	Reason      string         `json:"reason"`
-	Message     string         `json:"message"`
+	Hops    []Hop  `json:"hops,omitempty"`
+	State   string `json:"state"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 	// WindowStart and WindowEnd bound what was looked at: [start, end).
 	WindowStart time.Time `json:"window_start"`
 	WindowEnd   time.Time `json:"window_end"`

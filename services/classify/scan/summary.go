@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
@@ -526,7 +527,39 @@ func (s *summary) writeBlockers(o textOut, u Upgrade) {
 		}
 	}
 	list(breaksHead, breaks, true)
+	for _, h := range hopsOf(breaks, u) {
+		what := "nothing in use"
+		if len(h.entries) > 0 {
+			what = countOf(h.entries)
+		}
+		o.line(fmt.Sprintf("    hop to %s removes %s", h.release, what), 6)
+	}
 	list(failingHead, failing, false)
+}
+
+// hop is one release of an upgrade that skips releases and what it removes that is in use.
+type hop struct {
+	release kubeversion.Version
+	entries []blockerEntry
+}
+
+// hopsOf is, for an upgrade from a known release that skips releases (1.35 to 1.38), each
+// release on the way and the blockers of breaks it removes, in order; nil for one step.
+func hopsOf(breaks []blockerEntry, u Upgrade) []hop {
+	if u.Current.IsZero() || u.Target.Major != u.Current.Major || u.Target.Minor-u.Current.Minor < 2 {
+		return nil
+	}
+	var hops []hop
+	for v := u.Current.Next(); !u.Target.Less(v); v = v.Next() {
+		h := hop{release: v}
+		for _, e := range breaks {
+			if r, err := kubeversion.Parse(e.api.removedIn); err == nil && r == v {
+				h.entries = append(h.entries, e)
+			}
+		}
+		hops = append(hops, h)
+	}
+	return hops
 }
 
 // countOf is "N blockers, M findings" of a list of blockers.

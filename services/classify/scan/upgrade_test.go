@@ -70,6 +70,12 @@ func TestFailingNowApartFromTheUpgrade(t *testing.T) {
 		t.Errorf("--current-version 1.36: where the releases came from:\n%s", out)
 	}
 
+	// Skipping releases: what each hop removes.
+	_, out, _ = run(t, "", "--format", "wide", "--current-version", "1.35", "--target-version", "1.38", f)
+	if !strings.Contains(out, "    hop to 1.36 removes nothing in use\n    hop to 1.37 removes nothing in use\n    hop to 1.38 removes 1 blocker, 1 finding\n") {
+		t.Errorf("1.35 to 1.38: the hops:\n%s", out)
+	}
+
 	// A target at or before a given current release is no upgrade.
 	if code, _, errOut := run(t, "", "--current-version", "1.37", "--target-version", "1.36", f); code != ExitError ||
 		!strings.Contains(errOut, "--target-version 1.36 is not after --current-version 1.37") {

@@ -2,6 +2,7 @@ package page
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -384,32 +385,9 @@ func TestConsoleNewestEvent(t *testing.T) {
 // heartbeats) and lists what the upgrade to the next release breaks first, then what fails
 // already, counted apart; the target is the release after the cluster's.
 func TestIndexFailingNowApart(t *testing.T) {
-	_, st := chtest.ServerStore(t)
-	removed := func(id, group, version, resource, removedIn string) *auditlensv1.Finding {
-		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(consoleNow.Add(-time.Hour)),
-			ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removedIn, Username: "ci", UserAgent: "kubectl/v1.20.0"}
-	}
-	ctx := context.Background()
-	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
-		removed("a", "extensions", "v1beta1", "ingresses", "1.22"),
-		removed("b", "extensions", "v1beta1", "ingresses", "1.22"),
-		removed("c", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
-		removed("d", "policy", "v1beta1", "poddisruptionbudgets", "1.25"),
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
-		{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 28}, Seen: consoleNow.Add(-2 * time.Hour)},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	h := &Handler{DB: st.DB(), Cluster: "default", Releases: []weekly.Version{{Major: 1, Minor: 22}, {Major: 1, Minor: 25}, {Major: 1, Minor: 29}},
-		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
-	mux := http.NewServeMux()
-	h.Register(mux)
-	srv := httptest.NewServer(access.Loopback(mux))
-	t.Cleanup(srv.Close)
-	_, index := fetch(t, http.MethodGet, srv.URL+"/")
+	index := indexOfRelease(t, "1.28", "/", []string{"a extensions/v1beta1 ingresses 1.22", "b extensions/v1beta1 ingresses 1.22",
+		"c flowcontrol.apiserver.k8s.io/v1beta2 flowschemas 1.29", "d policy/v1beta1 poddisruptionbudgets 1.25"},
+		weekly.Version{Major: 1, Minor: 22}, weekly.Version{Major: 1, Minor: 25}, weekly.Version{Major: 1, Minor: 29})
 	for _, want := range []string{
 		"Target 1.29: the release after 1.28, the cluster&#39;s.",
 		`<span class="blocker-count">3</span> blockers for 1.29 (<span class="new-count">1</span> new, <span class="failing-count">2</span> failing now)`,
@@ -433,33 +411,10 @@ func TestIndexFailingNowApart(t *testing.T) {
 // An upgrade that skips releases (1.28 to 1.31, chosen): each hop's blockers under its own
 // title, in order, and the hops that need nothing named.
 func TestIndexHops(t *testing.T) {
-	_, st := chtest.ServerStore(t)
-	removed := func(id, group, version, resource, removedIn string) *auditlensv1.Finding {
-		return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(consoleNow.Add(-time.Hour)),
-			ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removedIn, Username: "ci", UserAgent: "kubectl/v1.20.0"}
-	}
-	ctx := context.Background()
-	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
-		removed("a", "storage.k8s.io", "v1beta1", "csistoragecapacities", "1.27"),
-		removed("b", "flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas", "1.32"),
-		removed("c", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
-		removed("d", "flowcontrol.apiserver.k8s.io", "v1beta2", "flowschemas", "1.29"),
-		removed("e", "resource.k8s.io", "v1alpha2", "resourceclaims", "1.31"),
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
-		{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 28}, Seen: consoleNow.Add(-2 * time.Hour)},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	h := &Handler{DB: st.DB(), Cluster: "default", Releases: []weekly.Version{{Major: 1, Minor: 29}, {Major: 1, Minor: 30}, {Major: 1, Minor: 31}, {Major: 1, Minor: 32}},
-		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
-	mux := http.NewServeMux()
-	h.Register(mux)
-	srv := httptest.NewServer(access.Loopback(mux))
-	t.Cleanup(srv.Close)
-	_, index := fetch(t, http.MethodGet, srv.URL+"/?target-version=1.31")
+	index := indexOfRelease(t, "1.28", "/?target-version=1.31", []string{"a storage.k8s.io/v1beta1 csistoragecapacities 1.27",
+		"b flowcontrol.apiserver.k8s.io/v1beta3 flowschemas 1.32", "c flowcontrol.apiserver.k8s.io/v1beta2 flowschemas 1.29",
+		"d flowcontrol.apiserver.k8s.io/v1beta2 flowschemas 1.29", "e resource.k8s.io/v1alpha2 resourceclaims 1.31"},
+		weekly.Version{Major: 1, Minor: 29}, weekly.Version{Major: 1, Minor: 30}, weekly.Version{Major: 1, Minor: 31}, weekly.Version{Major: 1, Minor: 32})
 	for _, want := range []string{
 		`<span class="blocker-count">3</span> blockers for 1.31 (<span class="new-count">2</span> new, <span class="failing-count">1</span> failing now)`,
 		`<p class="meta hops">On the way to 1.31, 1.30 removes nothing in use.</p>`,
@@ -473,4 +428,42 @@ func TestIndexHops(t *testing.T) {
 	if i, j, k := strings.Index(index, "v1beta2"), strings.Index(index, "resourceclaims"), strings.Index(index, "csistoragecapacities"); i < 0 || j < i || k < j {
 		t.Errorf("order: 1.29's at %d, 1.31's at %d, the failing one at %d", i, j, k)
 	}
+}
+
+// indexOfRelease is the first screen (path) over findings of cluster prod, each "id
+// group/version resource removed-in", an hour before consoleNow, its apiserver naming current,
+// with the catalogue's releases given.
+func indexOfRelease(t *testing.T, current, path string, findings []string, releases ...weekly.Version) string {
+	t.Helper()
+	_, st := chtest.ServerStore(t)
+	ctx := context.Background()
+	var fs []*auditlensv1.Finding
+	for _, f := range findings {
+		var id, gv, resource, removedIn string
+		if _, err := fmt.Sscan(f, &id, &gv, &resource, &removedIn); err != nil {
+			t.Fatal(err)
+		}
+		group, version, _ := strings.Cut(gv, "/")
+		fs = append(fs, &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: id, EventTime: timestamppb.New(consoleNow.Add(-time.Hour)),
+			ApiGroup: group, ApiVersion: version, Resource: resource, RemovedIn: removedIn, Username: "ci", UserAgent: "kubectl/v1.20.0"})
+	}
+	if err := st.WriteFindings(ctx, fs); err != nil {
+		t.Fatal(err)
+	}
+	v, err := weekly.ParseVersion(current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+		{Cluster: "prod", Component: "kube-apiserver", Version: v, Seen: consoleNow.Add(-2 * time.Hour)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{DB: st.DB(), Cluster: "default", Releases: releases, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(access.Loopback(mux))
+	t.Cleanup(srv.Close)
+	_, index := fetch(t, http.MethodGet, srv.URL+path)
+	return index
 }

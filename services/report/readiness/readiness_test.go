@@ -379,18 +379,8 @@ func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 // report agree on both lists, on both engines.
 func TestFailingNowApartOnBothEngines(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		s := newSeed()
-		s.write(ctx, t, st)
 		// prod's apiserver said 1.29 on the first day and 1.30 since (it was upgraded).
-		if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
-			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(2 * time.Hour)},
-			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 30}, Seen: s.start.Add(50 * time.Hour)},
-			{Cluster: "prod", Component: "kube-scheduler", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(60 * time.Hour)},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		ctx, s := seedReleases(t, st, "kube-apiserver 1.29 2h", "kube-apiserver 1.30 50h", "kube-scheduler 1.29 60h")
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		target := weekly.Version{Major: 1, Minor: 32}
 		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: now})
@@ -440,16 +430,8 @@ func TestFailingNowApartOnBothEngines(t *testing.T) {
 // An upgrade that skips releases: what each hop removes, in order, on both engines.
 func TestHopsOnBothEngines(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		s := newSeed()
-		s.write(ctx, t, st)
 		// prod runs 1.29; the seed's blockers are removed in 1.22, 1.25 (failing now) and 1.32.
-		if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
-			{Cluster: "prod", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 29}, Seen: s.start.Add(2 * time.Hour)},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		ctx, s := seedReleases(t, st, "kube-apiserver 1.29 2h")
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 32}, Now: now})
 		if err != nil {
@@ -481,4 +463,31 @@ func TestHopsOnBothEngines(t *testing.T) {
 			t.Errorf("one step: hops %v (%v)", g.Hops, err)
 		}
 	})
+}
+
+// seedReleases writes the seed, and the control plane's sightings of prod, each
+// "component X.Y hours-after-the-week's-start" ("kube-apiserver 1.30 50h").
+func seedReleases(t *testing.T, st *store.Store, sightings ...string) (context.Context, seed) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s := newSeed()
+	s.write(ctx, t, st)
+	var ss []store.ControlPlaneSighting
+	for _, x := range sightings {
+		var component, release, hours string
+		if _, err := fmt.Sscan(x, &component, &release, &hours); err != nil {
+			t.Fatalf("sighting %q: %v", x, err)
+		}
+		v, err := weekly.ParseVersion(release)
+		after, err2 := time.ParseDuration(hours)
+		if err != nil || err2 != nil {
+			t.Fatalf("sighting %q: %v %v", x, err, err2)
+		}
+		ss = append(ss, store.ControlPlaneSighting{Cluster: "prod", Component: component, Version: v, Seen: s.start.Add(after)})
+	}
+	if err := st.WriteControlPlaneSightings(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, s
 }

@@ -21,6 +21,21 @@ type TemplateData struct {
 	Component string
 	// ReplacementUnknown: see Match.ReplacementUnknown.
 	ReplacementUnknown bool
+	// ControlPlane: the caller is the control plane itself (the apiserver's loopback client,
+	// the controller manager or the scheduler): it moves with the control plane's upgrade,
+	// not by changing a tool.
+	ControlPlane bool
+}
+
+// controlPlaneCaller reports whether user (with agent ua) is the control plane's own client:
+// system:apiserver, system:kube-controller-manager, system:kube-scheduler, or a kube-system
+// service account of the controller manager's controllers.
+func controlPlaneCaller(user, ua string) bool {
+	switch user {
+	case "system:apiserver", "system:kube-controller-manager", "system:kube-scheduler":
+		return true
+	}
+	return strings.HasPrefix(user, "system:serviceaccount:kube-system:") && strings.HasPrefix(ua, "kube-controller-manager/")
 }
 
 // Finding turns a match on ev into a Finding (contract fields, evidence, message). Every
@@ -142,6 +157,7 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 		DeprecatedIn: f.DeprecatedIn, RemovedIn: f.RemovedIn, Replacement: f.Replacement,
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
 		Source: source, ReplacementUnknown: m.ReplacementUnknown, Component: m.Component,
+		ControlPlane: source == "" && controlPlaneCaller(f.Username, f.UserAgent),
 	}
 	if m.Rule.msg != nil {
 		return render(m.Rule.msg, m.Origin, &d)

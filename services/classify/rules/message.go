@@ -42,6 +42,7 @@ var templateFields = map[string]func(*TemplateData) string{
 
 var templateBoolFields = map[string]func(*TemplateData) bool{
 	"ReplacementUnknown": func(d *TemplateData) bool { return d.ReplacementUnknown },
+	"ControlPlane":       func(d *TemplateData) bool { return d.ControlPlane },
 }
 
 // compileMessage returns the steps of t, or false when t uses more than the subset above.

@@ -479,3 +479,46 @@ func TestCollapseSpace(t *testing.T) {
 		}
 	}
 }
+
+// The advice of a removed-API finding depends on the caller: a tool is told to move (upgrade
+// it, re-apply its manifests); the control plane's own client is told it moves with the
+// control plane's upgrade. A user who merely sends the controller manager's agent is a tool.
+func TestRemovedAPIAdviceByCaller(t *testing.T) {
+	cat, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(cat)
+	messageOf := func(user, ua string) string {
+		ev := `{"auditID":"1","stage":"ResponseComplete","verb":"list","user":{"username":"` + user + `"},"userAgent":"` + ua +
+			`","objectRef":{"resource":"poddisruptionbudgets","apiGroup":"policy","apiVersion":"v1beta1"}}`
+		msg := ""
+		if err := auditevent.NewDecoder(0).Decode([]byte(ev), func(ev *auditevent.Event) error {
+			for _, m := range e.Classify(ev, nil) {
+				if m.Rule.ID == RemovedAPI {
+					msg = e.Finding(ev, &m, "c", "").Message
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	const plane, tool = "This client is the control plane itself: it moves to policy/v1 when the control plane is upgraded", "upgrade the tool or controller with this user agent"
+	for _, c := range []struct {
+		user, ua string
+		plane    bool
+	}{
+		{"system:kube-controller-manager", "kube-controller-manager/v1.21.0 (linux/amd64) kubernetes/abc", true},
+		{"system:serviceaccount:kube-system:disruption-controller", "kube-controller-manager/v1.21.0 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:disruption-controller", true},
+		{"system:apiserver", "kube-apiserver/v1.21.0 (linux/amd64) kubernetes/abc", true},
+		{"alice", "kube-controller-manager/v1.21.0 (linux/amd64) kubernetes/abc", false},
+		{"system:serviceaccount:kube-system:argo", "argocd-application-controller/v2.4.0", false},
+	} {
+		msg := messageOf(c.user, c.ua)
+		if strings.Contains(msg, plane) != c.plane || strings.Contains(msg, tool) == c.plane {
+			t.Errorf("%s (%s): %q", c.user, c.ua, msg)
+		}
+	}
+}

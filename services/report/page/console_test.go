@@ -63,10 +63,16 @@ func seedConsole(t *testing.T, st *store.Store) {
 	}
 }
 
+// testLimits are the console's limits in the tests of what its pages say: the default
+// lookback and concurrency, and a deadline that a CI machine busy with other suites cannot
+// reach (the default 5 s is a bound for production load, not a speed test; the bounds are
+// tested by TestConsoleBoundsRequests).
+var testLimits = Limits{Lookback: DefaultLimits().Lookback, MaxQueries: DefaultLimits().MaxQueries, QueryTimeout: time.Minute}
+
 func consoleServer(t *testing.T, st *store.Store) *httptest.Server {
 	h := &Handler{DB: st.DB(), Cluster: "default", DefaultTarget: weekly.Version{Major: 1, Minor: 33},
 		Releases: []weekly.Version{{Major: 1, Minor: 16}, {Major: 1, Minor: 22}, {Major: 1, Minor: 25}},
-		Log:      slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
+		Log:      slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }, Limits: testLimits}
 	mux := http.NewServeMux()
 	h.Register(mux)
 	srv := httptest.NewServer(access.Loopback(mux))
@@ -459,7 +465,8 @@ func indexOfRelease(t *testing.T, current, path string, findings []string, relea
 	}); err != nil {
 		t.Fatal(err)
 	}
-	h := &Handler{DB: st.DB(), Cluster: "default", Releases: releases, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }}
+	h := &Handler{DB: st.DB(), Cluster: "default", Releases: releases, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow },
+		Limits: testLimits}
 	mux := http.NewServeMux()
 	h.Register(mux)
 	srv := httptest.NewServer(access.Loopback(mux))

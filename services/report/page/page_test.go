@@ -38,7 +38,7 @@ func TestReportPage(t *testing.T) {
 		}
 	}
 	h := &Handler{DB: st.DB(), Cluster: "default", Log: slog.New(slog.DiscardHandler),
-		Now: func() time.Time { return consoleNow.AddDate(0, 0, -2).Add(-7 * time.Hour) }} // Monday 08:00
+		Now: func() time.Time { return consoleNow.AddDate(0, 0, -2).Add(-7 * time.Hour) }, Limits: testLimits} // Monday 08:00
 	srv := httptest.NewServer(access.Loopback(h))
 	defer srv.Close()
 	get := func(q string) (*http.Response, string) {

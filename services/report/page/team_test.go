@@ -32,6 +32,7 @@ func TestReportByTeamAndAccepted(t *testing.T) {
 	accept := false
 	h := &Handler{DB: st.DB(), Cluster: "prod", DefaultTarget: weekly.Version{Major: 1, Minor: 33}, Log: slog.New(slog.DiscardHandler),
 		Now:    func() time.Time { return consoleNow },
+		Limits: testLimits,
 		Owners: func() TeamFilter { return own },
 		Accept: func(cluster string) weekly.Acceptor {
 			if !accept {

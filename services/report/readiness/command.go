@@ -17,6 +17,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/printable"
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -30,10 +31,11 @@ const (
 )
 
 // CommandSynopsis is the head of `report readiness --help`.
-const CommandSynopsis = `report readiness --cluster NAME --target-version X.Y [flags]
+const CommandSynopsis = `report readiness --cluster NAME [--target-version X.Y] [flags]
 
-Judges whether cluster NAME is ready for the upgrade to X.Y: blocked when something removed at
-or before X.Y was used in the window (--readiness-window) and is not accepted in
+Judges whether cluster NAME is ready for the upgrade to X.Y (default: the release after the
+cluster's, from --current-version or the control plane's user agents in the store): blocked
+when something removed at or before X.Y was used in the window (--readiness-window) and is not accepted in
 --acknowledgements-file; unknown when nothing blocks but the cluster sent no events for longer
 than --readiness-max-silence within the window (counted from its first event ever, when that
 is inside the window: a cluster installed an hour ago is judged on that hour); else ready. A
@@ -81,7 +83,7 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	fs.SetOutput(stderr)
 	c := CommandConfig{Window: DefaultWindow, MaxSilence: DefaultMaxSilence, Format: "text", Timeout: 2 * time.Minute, Console: DefaultConsole}
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "the `cluster` to judge")
-	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y of the upgrade")
+	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y of the upgrade (default: the release after the cluster's, --current-version or read from the store)")
 	fs.Var(&c.Current, "current-version", "Kubernetes `version` X.Y the cluster runs: blockers removed at or before it are named as failing now "+
 		"(default: the release its control plane's user agents named last, else its newest kubelet's or controller manager's among the findings)")
 	fs.DurationVar(&c.Window, "readiness-window", c.Window, "how far back to look for blockers")
@@ -112,9 +114,7 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 		return usage(fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0)))
 	case c.Cluster == "":
 		return usage(errors.New("--cluster is required"))
-	case c.Target.IsZero():
-		return usage(errors.New("--target-version is required"))
-	case !c.Current.IsZero() && !c.Current.Less(c.Target):
+	case !c.Current.IsZero() && !c.Target.IsZero() && !c.Current.Less(c.Target):
 		return usage(fmt.Errorf("--target-version %s is not after --current-version %s: an upgrade goes to a later release", c.Target, c.Current))
 	case c.Format != "text" && c.Format != "json":
 		return usage(fmt.Errorf("--format %q: want text or json", c.Format))
@@ -140,8 +140,14 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	if c.Target.IsZero() && !c.Current.IsZero() {
+		c.Target = c.Current.Next()
+	}
 	st, err := eng.Open(ctx)
 	if err != nil && c.Console != "" && eng.Embedded != nil && eng.Embedded() {
+		if c.Target.IsZero() {
+			return usage(fmt.Errorf("--target-version is required: the embedded store is held by a running auditlens (%w), and the cluster's release cannot be read", err))
+		}
 		// A running auditlens holds the embedded store: its judgement, from its console.
 		r, aerr := Ask(ctx, c.Console, c.Cluster, c.Target)
 		if aerr != nil {
@@ -160,6 +166,23 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 		return ExitError
 	}
 	defer st.Close()
+	if c.Target.IsZero() {
+		// One default for every command: the release after the cluster's.
+		now := time.Now
+		if eng.Now != nil {
+			now = eng.Now
+		}
+		v, why, err := (console.Reader{DB: st.DB()}).ClusterRelease(ctx, c.Cluster, now())
+		if err != nil {
+			fmt.Fprintf(stderr, "report readiness: %v\n", err)
+			return ExitError
+		}
+		if v.IsZero() {
+			return usage(fmt.Errorf("--target-version is required: the release of cluster %q is unknown (no control-plane user agent seen; --current-version gives it)", c.Cluster))
+		}
+		c.Target = v.Next()
+		fmt.Fprintf(stderr, "report readiness: target %s, the release after the cluster's %s (%s)\n", c.Target, v, printable.String(why))
+	}
 	o := Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now}
 	if !c.Current.IsZero() {
 		o.Current, o.CurrentWhy = c.Current, "--current-version"

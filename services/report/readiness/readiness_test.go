@@ -491,3 +491,38 @@ func seedReleases(t *testing.T, st *store.Store, sightings ...string) (context.C
 	}
 	return ctx, s
 }
+
+// Without --target-version the command judges the release after the cluster's (read from
+// the store, or --current-version); a cluster whose release is unknown needs the flag.
+func TestCommandDefaultTarget(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		_, s := seedReleases(t, st, "kube-apiserver 1.31 2h")
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		eng := readiness.Engine{Open: func(context.Context) (readiness.Store, error) { return openStore{st}, nil }, Now: now}
+		for _, c := range []struct {
+			args       []string
+			code       int
+			target     string
+			stderrPart string
+		}{
+			// prod runs 1.31: 1.32 removes flowschemas v1beta3, the seed's blocker of 1.32.
+			{[]string{"--cluster", "prod"}, readiness.ExitBlocked, "1.32", "target 1.32, the release after the cluster's 1.31 (the kube-apiserver"},
+			{[]string{"--cluster", "prod", "--current-version", "1.32"}, readiness.ExitBlocked, "1.33", ""},
+			{[]string{"--cluster", "clean"}, readiness.ExitUsage, "", `--target-version is required: the release of cluster "clean" is unknown`},
+			{[]string{"--cluster", "prod", "--current-version", "1.32", "--target-version", "1.32"}, readiness.ExitUsage, "", "is not after --current-version 1.32"},
+		} {
+			var out, errb bytes.Buffer
+			code := readiness.Main(append(c.args, "--format", "json"), &out, &errb, eng, nil, nil)
+			if code != c.code || !strings.Contains(errb.String(), c.stderrPart) {
+				t.Errorf("%v: exit %d, want %d; stderr %q, want %q", c.args, code, c.code, errb.String(), c.stderrPart)
+				continue
+			}
+			if c.target != "" {
+				var r readiness.Result
+				if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Target.String() != c.target {
+					t.Errorf("%v: target %s (%v), want %s", c.args, r.Target, err, c.target)
+				}
+			}
+		}
+	})
+}

@@ -106,7 +106,9 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	// The live apiserver stamps its events with the wall clock: so does the judgement.
+	// The live apiserver stamps its events with the wall clock, so the judgement's window ends
+	// at the wall clock (its 7 days hold requests made a moment ago whatever the date; the
+	// test clock, testkit.Now, may be set to another day for the date-sensitive suites).
 	target := kubeversion.MustParse("1.38")
 	var g *readiness.Result
 	waitFor(t, 120*time.Second, "the gate to see the four blockers and the release", func() bool {
@@ -122,8 +124,9 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 		t.Errorf("gate message: %s", g.Message)
 	}
 
-	now := time.Now()
-	week := weekly.Date{Time: weekly.LastWeekEnding(now).AddDate(0, 0, 7)}
+	// The week of the requests themselves (their newest use, stamped by the apiserver), not of
+	// a clock read after them: the test may run across a week's end.
+	week := weekly.Date{Time: weekly.LastWeekEnding(g.Blockers[0].LastSeen).AddDate(0, 0, 7)}
 	rep, err := weekly.Build(ctx, db, weekly.Options{Cluster: "upgrade", Target: target, WeekEnding: week, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)

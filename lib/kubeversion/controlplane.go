@@ -111,14 +111,23 @@ func (c *ControlPlane) Version() Version {
 
 // CurrentOf is ControlPlane.Version of sightings (one per component, as the store keeps them).
 func CurrentOf(sightings []Sighting) Version {
-	var best Version
+	s, _ := CurrentSighting(sightings)
+	return s.Version
+}
+
+// CurrentSighting is the sighting the control plane's release is read from: the
+// kube-apiserver's, else the one of the newest release among the other components (the
+// newest of those when several name it); false when there is none.
+func CurrentSighting(sightings []Sighting) (Sighting, bool) {
+	var best Sighting
+	found := false
 	for _, s := range sightings {
 		if s.Component == "kube-apiserver" {
-			return s.Version
+			return s, true
 		}
-		if best.Less(s.Version) {
-			best = s.Version
+		if !found || best.Version.Less(s.Version) || s.Version == best.Version && s.At.After(best.At) {
+			best, found = s, true
 		}
 	}
-	return best
+	return best, found
 }

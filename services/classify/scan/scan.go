@@ -354,13 +354,11 @@ func (s *scanner) judge() {
 
 // controlPlaneWhy names the sighting the cluster's release was read from.
 func controlPlaneWhy(cp *kubeversion.ControlPlane) string {
-	v := cp.Version()
-	for _, s := range cp.Sightings() {
-		if s.Version == v && (s.Component == "kube-apiserver" || !slices.ContainsFunc(cp.Sightings(), func(o kubeversion.Sighting) bool { return o.Component == "kube-apiserver" })) {
-			return fmt.Sprintf("the %s user agent of %s", s.Component, s.At.UTC().Format(time.RFC3339))
-		}
+	s, ok := kubeversion.CurrentSighting(cp.Sightings())
+	if !ok {
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("the %s user agent of %s", s.Component, s.At.UTC().Format(time.RFC3339))
 }
 
 // emit counts and writes a finding; line is its JSON line when a worker has encoded it

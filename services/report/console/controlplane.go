@@ -85,7 +85,7 @@ func (r Reader) ClusterRelease(ctx context.Context, cluster string, until time.T
 		return kubeversion.Version{}, "", err
 	}
 	if v := kubeversion.CurrentOf(ss); !v.IsZero() {
-		return v, sightingWhy(ss, v), nil
+		return v, sightingWhy(ss), nil
 	}
 	v, err = r.ClusterVersion(ctx, cluster, Window{From: until.Add(-releaseWindow), To: until})
 	if err != nil || v.IsZero() {
@@ -94,18 +94,8 @@ func (r Reader) ClusterRelease(ctx context.Context, cluster string, until time.T
 	return v, "the newest kubelet or controller manager agent among the findings", nil
 }
 
-// sightingWhy names the sighting of ss that v, their current release, came from: the
-// kube-apiserver's, else the newest sighting of v.
-func sightingWhy(ss []kubeversion.Sighting, v kubeversion.Version) string {
-	var from kubeversion.Sighting
-	for _, s := range ss {
-		if s.Component == "kube-apiserver" {
-			from = s
-			break
-		}
-		if s.Version == v && s.At.After(from.At) {
-			from = s
-		}
-	}
+// sightingWhy names the sighting of ss that their current release came from.
+func sightingWhy(ss []kubeversion.Sighting) string {
+	from, _ := kubeversion.CurrentSighting(ss)
 	return fmt.Sprintf("the %s's user agent, seen %s", from.Component, from.At.UTC().Format("2006-01-02 15:04 UTC"))
 }

@@ -172,12 +172,6 @@ func hopNotes(bs []blockerRow, current, target weekly.Version) string {
 	return "On the way to " + target.String() + ", " + strings.Join(nothing, ", ") + " " + verb + " nothing in use."
 }
 
-// failingNow reports whether removedIn is at or before current (zero: unknown, never).
-func failingNow(removedIn string, current weekly.Version) bool {
-	v, err := weekly.ParseVersion(removedIn)
-	return !current.IsZero() && err == nil && !current.Less(v)
-}
-
 // indexParallel is how many clusters the first screen reads at once.
 const indexParallel = 2
 
@@ -222,7 +216,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		}
 	}
 	for _, b := range bs {
-		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...), FailingNow: failingNow(b.RemovedIn, row.Current)}
+		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...), FailingNow: weekly.FailingAt(b.RemovedIn, row.Current)}
 		for _, tc := range b.Top {
 			br.Top = append(br.Top, callerLink{Caller: tc, Requests: s.link("/requests", callerQuery(b.Key, tc.ID)...)})
 		}

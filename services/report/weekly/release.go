@@ -6,6 +6,13 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
+// FailingAt reports whether removedIn is at or before current, the release the cluster runs
+// (zero: unknown, never; a removal that does not parse, never).
+func FailingAt(removedIn string, current Version) bool {
+	removed, err := kubeversion.Parse(removedIn)
+	return !current.IsZero() && err == nil && !current.Less(removed)
+}
+
 // MarkFailingNow marks the blockers removed at or before current, the release the cluster
 // runs (zero: unknown, nothing is marked): those calls already fail, answered 404, whatever
 // the upgrade. It orders bs stably: what the upgrade breaks first, by the release that
@@ -14,8 +21,7 @@ import (
 func MarkFailingNow(bs []Blocker, current Version) (breaks, failing int) {
 	for i := range bs {
 		b := &bs[i]
-		removed, err := kubeversion.Parse(b.RemovedIn)
-		b.FailingNow = !current.IsZero() && err == nil && !current.Less(removed)
+		b.FailingNow = FailingAt(b.RemovedIn, current)
 		if b.FailingNow {
 			failing++
 		}

@@ -1,0 +1,533 @@
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
+)
+
+// familiesFixture is the genuine audit log the rule families' tests read (classify's rules
+// package), rewritten by -update.
+const familiesFixture = "../../services/classify/rules/testdata/families-1.37.log"
+
+// familiesNS holds the namespaced objects of TestRuleFamilyEventsOnARealAPIServer.
+const familiesNS = "families"
+
+// familyUser is a static-token user of the apiserver.
+type familyUser struct{ name, token, groups string }
+
+var (
+	nodeOld        = familyUser{"system:node:node-old", "families-node-old", "system:nodes"}
+	nodeNew        = familyUser{"system:node:node-new", "families-node-new", "system:nodes"}
+	kubeProxy      = familyUser{"system:kube-proxy", "families-kube-proxy", ""}
+	alice          = familyUser{"alice", "families-alice", ""}
+	controllerMgr  = familyUser{"system:kube-controller-manager", "families-controller-manager", ""}
+	scheduler      = familyUser{"system:kube-scheduler", "families-scheduler", ""}
+	mallory        = familyUser{"mallory", "families-mallory", ""}
+	ingressNginx   = familyUser{"system:serviceaccount:ingress-nginx:ingress-nginx", "families-ingress-nginx", "system:serviceaccounts,system:serviceaccounts:ingress-nginx"}
+	drainer        = familyUser{"drainer", "families-drainer", ""}
+	metricsScraper = familyUser{"metrics-scraper", "families-metrics-scraper", ""}
+	familyUsers    = []familyUser{nodeOld, nodeNew, kubeProxy, alice, controllerMgr, scheduler, mallory, ingressNginx, drainer, metricsScraper}
+)
+
+func (u familyUser) tokenLine() string {
+	line := u.token + "," + u.name + "," + strings.ReplaceAll(u.name, ":", "-") + "-uid"
+	if u.groups != "" {
+		line += `,"` + u.groups + `"`
+	}
+	return line
+}
+
+// The user agents of the version-skew case (the cluster runs 1.37; the rules' target is 1.38).
+const (
+	agentKubeletOld  = "kubelet/v1.33.4 (linux/amd64) kubernetes/74cdb42"
+	agentKubeletNew  = "kubelet/v1.37.2 (linux/amd64) kubernetes/5f0ab2c"
+	agentKubeProxy   = "kube-proxy/v1.34.1 (linux/amd64) kubernetes/93248f9"
+	agentKubectlOld  = "kubectl/v1.35.0 (linux/amd64) kubernetes/66452049"
+	agentKubectlNew  = "kubectl/v1.37.1 (darwin/arm64) kubernetes/5f0ab2c"
+	agentCM          = "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/5f0ab2c/system:kube-controller-manager"
+	agentScheduler   = "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/5f0ab2c/scheduler"
+	agentFakeKubelet = "kubelet/v1.20.0 (linux/amd64) kubernetes/abc"
+	agentIngress     = "nginx-ingress-controller/v1.11.2 (linux/amd64) ingress-nginx/abcdef"
+	agentDrain       = "kubectl/v1.37.1 (linux/amd64) kubernetes/5f0ab2c"
+	agentPrometheus  = "prometheus/2.53.0"
+	agentAdmin       = "auditlens-families-test/1.0"
+)
+
+// TestRuleFamilyEventsOnARealAPIServer drives a real kube-apiserver 1.37 through the requests
+// of the rule families (version skew of clients, node runtimes, request bodies, drains blocked
+// by a PodDisruptionBudget, webhooks failing open, nodes/proxy), each with near misses, and
+// checks on its own audit log the facts the rules are built on. With -update the log becomes
+// the rules' fixture, every line as the apiserver wrote it.
+func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	var tokens []string
+	for _, u := range familyUsers {
+		tokens = append(tokens, u.tokenLine())
+	}
+	s := kubeapiserver.Start(t, kubeapiserver.Options{AuditPolicy: "../audit-policy.yaml", AuditLog: auditLog, Tokens: tokens})
+	ctx := context.Background()
+	w := &warnings{}
+	as := func(u familyUser, agent string) *kubernetes.Clientset {
+		cfg := s.Config(w)
+		cfg.UserAgent = agent
+		if u.token != "" {
+			cfg.BearerToken = u.token
+		}
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	admin := as(familyUser{}, agentAdmin)
+	// warned holds the warnings the apiserver answered each create(what, ...) with.
+	warned := map[string][]string{}
+	create := func(what string, err error) {
+		t.Helper()
+		must("create "+what, err)
+		warned[what] = w.take()
+	}
+
+	// Setup: the namespaces (no controller manager creates their default service accounts)
+	// and the RBAC of the users whose requests should succeed.
+	for _, ns := range []string{familiesNS, "families-other"} {
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		must("create namespace", err)
+		_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		must("create default service account", err)
+	}
+	grant := func(u familyUser, rules ...rbacv1.PolicyRule) {
+		t.Helper()
+		name := "families-" + strings.ReplaceAll(u.name, ":", "-")
+		_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		must("create cluster role", err)
+		_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u.name}}}, metav1.CreateOptions{})
+		must("create cluster role binding", err)
+	}
+	grant(alice, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}})
+	grant(ingressNginx, rbacv1.PolicyRule{APIGroups: []string{networkingv1.GroupName}, Resources: []string{"ingresses", "ingressclasses"}, Verbs: []string{"get", "list"}})
+	grant(drainer, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}})
+	grant(metricsScraper, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}})
+
+	// The webhooks first, so that the apiserver's informers know them long before the
+	// ConfigMap and Secret of case 4 are created. Nobody listens on the port.
+	down := "https://" + freeAddr(t)
+	ignore, none := admissionv1.Ignore, admissionv1.SideEffectClassNone
+	timeout := int32(2)
+	inFamilies := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: familiesNS}}
+	hookRule := func(resource string) []admissionv1.RuleWithOperations {
+		return []admissionv1.RuleWithOperations{{Operations: []admissionv1.OperationType{admissionv1.Create},
+			Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}}}
+	}
+	validateURL, mutateURL := down+"/validate", down+"/mutate"
+	_, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "unreachable-policy.example.com"},
+		Webhooks: []admissionv1.ValidatingWebhook{{Name: "unreachable-policy.example.com", ClientConfig: admissionv1.WebhookClientConfig{URL: &validateURL},
+			Rules: hookRule("configmaps"), FailurePolicy: &ignore, SideEffects: &none, TimeoutSeconds: &timeout,
+			NamespaceSelector: inFamilies, AdmissionReviewVersions: []string{"v1"}}},
+	}, metav1.CreateOptions{})
+	must("create validating webhook", err)
+	_, err = admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "unreachable-mutator.example.com"},
+		Webhooks: []admissionv1.MutatingWebhook{{Name: "unreachable-mutator.example.com", ClientConfig: admissionv1.WebhookClientConfig{URL: &mutateURL},
+			Rules: hookRule("secrets"), FailurePolicy: &ignore, SideEffects: &none, TimeoutSeconds: &timeout,
+			NamespaceSelector: inFamilies, AdmissionReviewVersions: []string{"v1"}}},
+	}, metav1.CreateOptions{})
+	must("create mutating webhook", err)
+	w.take()
+
+	// 1. Version skew: each client names its release in its user agent.
+	skew := []struct {
+		user  familyUser
+		agent string
+		paths []string
+	}{
+		{nodeOld, agentKubeletOld, []string{"/api/v1/nodes/node-old", "/api/v1/namespaces/default/pods"}},
+		{nodeNew, agentKubeletNew, []string{"/api/v1/nodes/node-new", "/api/v1/namespaces/default/pods"}},
+		{kubeProxy, agentKubeProxy, []string{"/api/v1/services", "/api/v1/nodes/node-old"}},
+		{alice, agentKubectlOld, []string{"/api/v1/namespaces/default/pods", "/api/v1/namespaces/families/pods"}},
+		{alice, agentKubectlNew, []string{"/api/v1/namespaces/default/pods", "/api/v1/namespaces/families/pods"}},
+		{controllerMgr, agentCM, []string{"/api/v1/namespaces", "/api/v1/nodes"}},
+		{scheduler, agentScheduler, []string{"/api/v1/nodes", "/api/v1/namespaces/default/pods"}},
+		{mallory, agentFakeKubelet, []string{"/api/v1/nodes/node-old", "/api/v1/namespaces/default/pods"}},
+	}
+	for _, c := range skew {
+		for _, p := range c.paths {
+			// Any audited answer will do (the node and mallory are forbidden some of these).
+			_ = as(c.user, c.agent).RESTClient().Get().AbsPath(p).Do(ctx).Error()
+		}
+	}
+	w.take()
+
+	// 2. Node runtimes, registered by admin with the status a kubelet reports.
+	for _, n := range []struct{ name, runtime, kubelet string }{
+		{"node-containerd1", "containerd://1.7.22", "v1.33.4"},
+		{"node-containerd2", "containerd://2.1.4", "v1.37.2"},
+	} {
+		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{ContainerRuntimeVersion: n.runtime, KubeletVersion: n.kubelet,
+				OperatingSystem: "linux", Architecture: "amd64"}}}, metav1.CreateOptions{})
+		create("node "+n.name, err)
+	}
+
+	// 3. Request bodies.
+	port := []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}
+	preferClose, sameZone := "PreferClose", "PreferSameZone"
+	for _, svc := range []corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "external-ips"}, Spec: corev1.ServiceSpec{Ports: port, ExternalIPs: []string{"203.0.113.10"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "prefer-close"}, Spec: corev1.ServiceSpec{Ports: port, TrafficDistribution: &preferClose}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "near-miss-same-zone"}, Spec: corev1.ServiceSpec{Ports: port, TrafficDistribution: &sameZone}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "near-miss-plain"}, Spec: corev1.ServiceSpec{Ports: port, Type: corev1.ServiceTypeClusterIP}},
+	} {
+		_, err := admin.CoreV1().Services(familiesNS).Create(ctx, &svc, metav1.CreateOptions{})
+		create("service "+svc.Name, err)
+	}
+	gitRepo := corev1.Volume{Name: "src", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/repo.git"}}}
+	withVolume := func(v corev1.Volume) corev1.PodSpec {
+		return corev1.PodSpec{Volumes: []corev1.Volume{v}, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: v.Name, MountPath: "/src"}}}}}
+	}
+	_, err = admin.CoreV1().Pods(familiesNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "git-repo"}, Spec: withVolume(gitRepo)}, metav1.CreateOptions{})
+	create("pod git-repo", err)
+	labels := map[string]string{"app": "git-repo-deploy"}
+	_, err = admin.AppsV1().Deployments(familiesNS).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "git-repo-deploy"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: withVolume(gitRepo)}}}, metav1.CreateOptions{})
+	create("deployment git-repo-deploy", err)
+	emptyDir := corev1.Volume{Name: "src", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	_, err = admin.CoreV1().Pods(familiesNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "near-miss-emptydir"}, Spec: withVolume(emptyDir)}, metav1.CreateOptions{})
+	create("pod near-miss-emptydir", err)
+	for _, ic := range []networkingv1.IngressClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "nginx"}, Spec: networkingv1.IngressClassSpec{Controller: "k8s.io/ingress-nginx"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "near-miss-traefik"}, Spec: networkingv1.IngressClassSpec{Controller: "traefik.io/ingress-controller"}},
+	} {
+		_, err := admin.NetworkingV1().IngressClasses().Create(ctx, &ic, metav1.CreateOptions{})
+		create("ingressclass "+ic.Name, err)
+	}
+	_, err = as(ingressNginx, agentIngress).NetworkingV1().Ingresses("").List(ctx, metav1.ListOptions{})
+	must("list ingresses as ingress-nginx", err)
+	w.take()
+
+	// 4. Drains: a PDB that allows no disruption, as its controller would report it, over a
+	// running, ready pod (pending pods are evicted whatever the budget).
+	_, err = admin.PolicyV1().PodDisruptionBudgets(familiesNS).Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "block-drain"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "drain"}}}},
+		metav1.CreateOptions{})
+	must("create PDB", err)
+	pdb, err := admin.PolicyV1().PodDisruptionBudgets(familiesNS).Get(ctx, "block-drain", metav1.GetOptions{})
+	must("get PDB", err)
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	_, err = admin.PolicyV1().PodDisruptionBudgets(familiesNS).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	must("update PDB status", err)
+	for _, p := range []struct{ name, app string }{{"drain-me", "drain"}, {"near-miss-no-pdb", "no-pdb"}} {
+		pod, err := admin.CoreV1().Pods(familiesNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Labels: map[string]string{"app": p.app}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}, metav1.CreateOptions{})
+		must("create pod "+p.name, err)
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = admin.CoreV1().Pods(familiesNS).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		must("update pod status "+p.name, err)
+	}
+	evict := func(pod string) error {
+		return as(drainer, agentDrain).CoreV1().Pods(familiesNS).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: familiesNS}})
+	}
+	if err := evict("drain-me"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("evicting drain-me past block-drain: %v, want 429", err)
+	}
+	must("evict near-miss-no-pdb", evict("near-miss-no-pdb"))
+
+	// Webhooks failing open: the validating one on a ConfigMap in families, the mutating one
+	// on a Secret there; near miss: a ConfigMap in another namespace.
+	_, err = admin.CoreV1().ConfigMaps(familiesNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unreachable-webhook"}}, metav1.CreateOptions{})
+	create("configmap unreachable-webhook", err)
+	_, err = admin.CoreV1().Secrets(familiesNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unreachable-mutator"}}, metav1.CreateOptions{})
+	create("secret unreachable-mutator", err)
+	_, err = admin.CoreV1().ConfigMaps("families-other").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "near-miss-webhook"}}, metav1.CreateOptions{})
+	create("configmap near-miss-webhook", err)
+
+	// 5. nodes/proxy, which no kubelet answers here; near miss: the node itself.
+	var proxyCode int
+	as(metricsScraper, agentPrometheus).RESTClient().Get().AbsPath("/api/v1/nodes/node-containerd2/proxy/metrics").Do(ctx).StatusCode(&proxyCode)
+	_, err = as(metricsScraper, agentPrometheus).CoreV1().Nodes().Get(ctx, "node-containerd2", metav1.GetOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("metrics-scraper get node: %v, want forbidden (it may only proxy)", err)
+	}
+
+	raw, err := os.ReadFile(auditLog)
+	must("read audit log", err)
+	// A line the apiserver may be writing as we read is not one yet.
+	raw = raw[:bytes.LastIndexByte(raw, '\n')+1]
+	checkFamilyPremises(t, parseAudit(t, raw), warned, proxyCode)
+	if *update && !t.Failed() {
+		must("write fixture", os.WriteFile(familiesFixture, raw, 0o644))
+	}
+}
+
+// auditEvent holds the fields of an audit.k8s.io/v1 Event the premises read.
+type auditEvent struct {
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
+	Verb       string `json:"verb"`
+	User       struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"user"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		APIGroup    string `json:"apiGroup"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	ResponseStatus *metav1.Status    `json:"responseStatus"`
+	RequestObject  json.RawMessage   `json:"requestObject"`
+	Annotations    map[string]string `json:"annotations"`
+	Level          string            `json:"level"`
+}
+
+func (e auditEvent) ref() string {
+	if e.ObjectRef == nil {
+		return ""
+	}
+	r := e.ObjectRef
+	return strings.Join([]string{r.APIGroup, r.Resource, r.Namespace, r.Name, r.Subresource}, "/")
+}
+
+func (e auditEvent) code() int32 {
+	if e.ResponseStatus == nil {
+		return 0
+	}
+	return e.ResponseStatus.Code
+}
+
+func parseAudit(t *testing.T, raw []byte) []auditEvent {
+	t.Helper()
+	var evs []auditEvent
+	for i, line := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+		var e auditEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit log line %d: %v", i+1, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// checkFamilyPremises checks, on the apiserver's own events, the facts each rule family reads.
+func checkFamilyPremises(t *testing.T, evs []auditEvent, warned map[string][]string, proxyCode int) {
+	t.Helper()
+	// one is the single ResponseComplete event of verb on ref ("group/resource/ns/name/sub")
+	// sent by user.
+	one := func(user, verb, ref string) auditEvent {
+		t.Helper()
+		var got []auditEvent
+		for _, e := range evs {
+			if e.Stage == "ResponseComplete" && e.User.Username == user && e.Verb == verb && e.ref() == ref {
+				got = append(got, e)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("%d events of %s %s %s, want 1", len(got), user, verb, ref)
+		}
+		return got[0]
+	}
+	body := func(e auditEvent) map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal(e.RequestObject, &m); err != nil {
+			t.Fatalf("requestObject of %s %s: %v (level %s)", e.Verb, e.ref(), err, e.Level)
+		}
+		return m
+	}
+
+	// 1. Each skew client's agent is on its events, with the groups that say what it is.
+	for _, c := range []struct {
+		user   familyUser
+		agent  string
+		node   bool
+		events int
+	}{
+		{nodeOld, agentKubeletOld, true, 2}, {nodeNew, agentKubeletNew, true, 2}, {kubeProxy, agentKubeProxy, false, 2},
+		{alice, agentKubectlOld, false, 2}, {alice, agentKubectlNew, false, 2}, {controllerMgr, agentCM, false, 2},
+		{scheduler, agentScheduler, false, 2}, {mallory, agentFakeKubelet, false, 2},
+	} {
+		n := 0
+		for _, e := range evs {
+			if e.User.Username != c.user.name || e.UserAgent != c.agent {
+				continue
+			}
+			n++
+			if isNode := slices.Contains(e.User.Groups, "system:nodes"); isNode != c.node {
+				t.Errorf("%s (%s): groups %v", c.user.name, c.agent, e.User.Groups)
+			}
+		}
+		if n != c.events {
+			t.Errorf("%s with %q: %d events, want %d", c.user.name, c.agent, n, c.events)
+		}
+	}
+
+	// 2. The node's create carries the runtime and kubelet it registers with.
+	for _, n := range []struct{ name, runtime, kubelet string }{
+		{"node-containerd1", "containerd://1.7.22", "v1.33.4"}, {"node-containerd2", "containerd://2.1.4", "v1.37.2"},
+	} {
+		e := one("admin", "create", "/nodes//"+n.name+"/")
+		info := dig(body(e), "status", "nodeInfo")
+		if e.code() != http.StatusCreated || info == nil || info.(map[string]any)["containerRuntimeVersion"] != n.runtime ||
+			info.(map[string]any)["kubeletVersion"] != n.kubelet {
+			t.Errorf("create node %s: %d, nodeInfo %v", n.name, e.code(), info)
+		}
+	}
+
+	// 3. Bodies: what the rules read is in requestObject, and the apiserver accepted it.
+	for _, c := range []struct {
+		ref, path string
+		want      any
+	}{
+		{"/services/families/external-ips/", "spec.externalIPs", []any{"203.0.113.10"}},
+		{"/services/families/prefer-close/", "spec.trafficDistribution", "PreferClose"},
+		{"/services/families/near-miss-same-zone/", "spec.trafficDistribution", "PreferSameZone"},
+		{"/services/families/near-miss-plain/", "spec.externalIPs", nil},
+		{"/services/families/near-miss-plain/", "spec.trafficDistribution", nil},
+		{"/pods/families/git-repo/", "spec.volumes", []any{map[string]any{"name": "src", "gitRepo": map[string]any{"repository": "https://example.com/repo.git"}}}},
+		{"apps/deployments/families/git-repo-deploy/", "spec.template.spec.volumes", []any{map[string]any{"name": "src", "gitRepo": map[string]any{"repository": "https://example.com/repo.git"}}}},
+		{"/pods/families/near-miss-emptydir/", "spec.volumes", []any{map[string]any{"name": "src", "emptyDir": map[string]any{}}}},
+		{"networking.k8s.io/ingressclasses//nginx/", "spec.controller", "k8s.io/ingress-nginx"},
+		{"networking.k8s.io/ingressclasses//near-miss-traefik/", "spec.controller", "traefik.io/ingress-controller"},
+	} {
+		e := one("admin", "create", c.ref)
+		if got := dig(body(e), strings.Split(c.path, ".")...); e.code() != http.StatusCreated || !jsonEqual(got, c.want) {
+			t.Errorf("create %s: %d, %s = %v, want %v", c.ref, e.code(), c.path, got, c.want)
+		}
+	}
+	if e := one(ingressNginx.name, "list", "networking.k8s.io/ingresses///"); e.UserAgent != agentIngress || e.code() != http.StatusOK ||
+		!slices.Contains(e.User.Groups, "system:serviceaccounts:ingress-nginx") {
+		t.Errorf("ingress-nginx list: %s, %d, groups %v", e.UserAgent, e.code(), e.User.Groups)
+	}
+
+	// 4. The eviction past the budget is answered 429 naming it; the one no budget covers is
+	// carried out.
+	e := one(drainer.name, "create", "/pods/families/drain-me/eviction")
+	if st := e.ResponseStatus; e.code() != http.StatusTooManyRequests || st.Reason != metav1.StatusReasonTooManyRequests ||
+		st.Message != "Cannot evict pod as it would violate the pod's disruption budget." || st.Details == nil ||
+		!slices.ContainsFunc(st.Details.Causes, func(c metav1.StatusCause) bool {
+			return c.Type == policyv1.DisruptionBudgetCause && c.Message == "The disruption budget block-drain needs 1 healthy pods and has 1 currently"
+		}) || e.UserAgent != agentDrain {
+		t.Errorf("eviction of drain-me: %s %+v", e.UserAgent, st)
+	}
+	if e := one(drainer.name, "create", "/pods/families/near-miss-no-pdb/eviction"); e.code() != http.StatusCreated {
+		t.Errorf("eviction of near-miss-no-pdb: %+v", e.ResponseStatus)
+	}
+	// The webhooks that nobody answers fail open, and the apiserver says so on the event.
+	// The mutating one also leaves the annotation every mutating webhook call does.
+	for _, c := range []struct {
+		ref  string
+		want map[string]string
+	}{
+		{"/configmaps/families/unreachable-webhook/", map[string]string{
+			"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "unreachable-policy.example.com"}},
+		{"/secrets/families/unreachable-mutator/", map[string]string{
+			"failed-open.mutation.webhook.admission.k8s.io/round_0_index_0": "unreachable-mutator.example.com",
+			"mutation.webhook.admission.k8s.io/round_0_index_0": `{"configuration":"unreachable-mutator.example.com",` +
+				`"webhook":"unreachable-mutator.example.com","mutated":false}`}},
+	} {
+		e := one("admin", "create", c.ref)
+		if e.code() != http.StatusCreated {
+			t.Errorf("create %s: %d", c.ref, e.code())
+		}
+		for k, v := range c.want {
+			if e.Annotations[k] != v {
+				t.Errorf("create %s: annotation %s = %q, want %q (all: %v)", c.ref, k, e.Annotations[k], v, e.Annotations)
+			}
+		}
+	}
+	if e := one("admin", "create", "/configmaps/families-other/near-miss-webhook/"); hasPrefixKey(e.Annotations, "failed-open.") {
+		t.Errorf("the near miss was sent to a webhook: %v", e.Annotations)
+	}
+
+	// 5. nodes/proxy is its own subresource, logged twice (a proxied request is long-running:
+	// ResponseStarted, then ResponseComplete); the node's get is not.
+	var stages []string
+	for _, e := range evs {
+		if e.User.Username == metricsScraper.name && e.ObjectRef != nil && e.ObjectRef.Subresource == "proxy" {
+			stages = append(stages, e.Stage)
+		}
+	}
+	if !slices.Equal(stages, []string{"ResponseStarted", "ResponseComplete"}) {
+		t.Errorf("nodes/proxy stages: %v", stages)
+	}
+	if e := one(metricsScraper.name, "get", "/nodes//node-containerd2/proxy"); e.UserAgent != agentPrometheus || int(e.code()) != proxyCode ||
+		!strings.HasSuffix(e.RequestURI, "/proxy/metrics") {
+		t.Errorf("nodes/proxy: %s %s %d (client saw %d)", e.UserAgent, e.RequestURI, e.code(), proxyCode)
+	}
+	if e := one(metricsScraper.name, "get", "/nodes//node-containerd2/"); e.code() != http.StatusForbidden {
+		t.Errorf("get node as metrics-scraper: %d", e.code())
+	}
+
+	// The apiserver accepts the deprecated fields (201 above) and warns the client.
+	gitRepoWarning := "volumes[0].gitRepo: deprecated in v1.11, and disabled by default in v1.33+"
+	wantWarnings := map[string][]string{
+		"service external-ips":       {"spec.externalIPs is deprecated and may no longer be implemented in some clusters"},
+		"service prefer-close":       {`spec.trafficDistribution: "PreferClose" is deprecated; use "PreferSameZone"`},
+		"pod git-repo":               {"spec." + gitRepoWarning},
+		"deployment git-repo-deploy": {"spec.template.spec." + gitRepoWarning},
+	}
+	for what, got := range warned {
+		if !slices.Equal(got, wantWarnings[what]) {
+			t.Errorf("warnings on create %s: %q, want %q", what, got, wantWarnings[what])
+		}
+	}
+}
+
+// dig is the value at path in a decoded JSON object (nil when absent).
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func jsonEqual(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return errors.Join(err1, err2) == nil && bytes.Equal(x, y)
+}
+
+func hasPrefixKey(m map[string]string, prefix string) bool {
+	for k := range m {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}

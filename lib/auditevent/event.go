@@ -73,6 +73,10 @@ type Status struct {
 	Message string
 	Reason  string
 	Code    int32
+	// Details is the exact JSON text of responseStatus.details (an eviction's refusal names
+	// its PodDisruptionBudget there), nil when absent; like RequestObjectRaw it points into
+	// the decoded line and lives as long as the event.
+	Details []byte
 }
 
 // Annotation is one audit annotation.

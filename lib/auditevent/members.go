@@ -202,7 +202,11 @@ func (s *scanner) statusMember(st *Status, k string) error {
 			f = 3
 		case "code":
 			f = 4
-		case "metadata", "details", "kind", "apiVersion":
+		case "details":
+			raw, err := s.skip(2)
+			st.Details = raw
+			return err
+		case "metadata", "kind", "apiVersion":
 		default:
 			f = foldField(k, statusFields)
 		}

@@ -367,7 +367,8 @@ func TestActionRuns(t *testing.T) {
 	}
 
 	// Audit logs: a directory in scan mode.
-	res, outputs = r.run(map[string]string{"path": "logs", "mode": "scan", "target-version": "1.21", "sarif-file": "scan.sarif"}, notBuild)
+	// Target 1.16: before the leases' removal (1.22) and the 1.14 kubelets' (1.17, the version-skew policy).
+	res, outputs = r.run(map[string]string{"path": "logs", "mode": "scan", "target-version": "1.16", "sarif-file": "scan.sarif"}, notBuild)
 	if f := res["Fail on findings"]; f.code != 2 || outputs["classify"]["exit-code"] != "2" {
 		t.Errorf("scan, removal after the target: last step %d, outputs %v\n%s", f.code, outputs, res["Run classify"].output)
 	}

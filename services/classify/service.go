@@ -388,7 +388,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	matches = s.engine.Classify(ev, matches)
 	for i := range matches {
 		m := &matches[i]
-		out = append(out, found{dedup.Key(cluster, ev.AuditID, m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
+		out = append(out, found{dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
 	}
 	return out, at, matches, nil
 }

@@ -66,10 +66,11 @@ func (c *Config) Validate() error {
 
 // Entry is one line of the checklist.
 type Entry struct {
-	// Change is "removed" (stops being served, or stops working, in Release) or "deprecated".
+	// Change is "removed" (stops being served, or stops working, in Release), "deprecated",
+	// or "checked" (tied to no release: drains, webhooks, a client's skew; Release "-").
 	Change       string `json:"change"`
 	Release      string `json:"release"`
-	What         string `json:"what"` // "api", "subresource body" or "feature"
+	What         string `json:"what"` // "api", "subresource body", "feature" or "version skew"
 	Group        string `json:"group,omitempty"`
 	Version      string `json:"version,omitempty"`
 	Resource     string `json:"resource,omitempty"`
@@ -84,7 +85,7 @@ type Entry struct {
 
 // API is the entry's API ("group/version resource"), or its rule for a feature.
 func (e Entry) API() string {
-	if e.What == "feature" {
+	if e.What == "feature" || e.What == "version skew" {
 		return e.Rule
 	}
 	gv := e.Version
@@ -131,7 +132,18 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 		if r.Disabled || r.ID == rules.RemovedAPI || r.ID == rules.DeprecatedAPI {
 			continue
 		}
-		add(Entry{What: "feature", Rule: r.ID, DeprecatedIn: r.DeprecatedIn, RemovedIn: r.RemovedIn, Replacement: r.Replacement})
+		if r.DeprecatedIn == "" && r.RemovedIn == "" && !skewRule(c, r.ID) && !runtimeRule(c, r.ID) && !entryRule(c, r.ID) {
+			// Tied to no release (drains, webhooks, a retired controller): checked on every log.
+			out = append(out, Entry{Change: "checked", Release: "-", What: "feature", Rule: r.ID, Replacement: r.Replacement, Source: r.Source})
+			continue
+		}
+		add(Entry{What: "feature", Rule: r.ID, DeprecatedIn: r.DeprecatedIn, RemovedIn: r.RemovedIn, Replacement: r.Replacement, Source: r.Source})
+	}
+	for _, rt := range c.Runtimes {
+		add(Entry{What: "feature", Rule: rt.Rule, Kind: "container runtime " + rt.Prefix + "*", RemovedIn: rt.RemovedIn, Replacement: rt.Replacement, Source: rt.Source})
+	}
+	for _, sk := range c.VersionSkew {
+		out = append(out, skewEntry(sk, to))
 	}
 	for _, group := range []struct {
 		rule string
@@ -157,6 +169,49 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 		return strings.Compare(a.API(), b.API())
 	})
 	return out
+}
+
+// skewEntry is what the version-skew policy of one component requires at to: the node
+// components' releases that to no longer supports (a removal at to), or the range a client
+// must be in (checked, blocking nothing).
+func skewEntry(sk rules.SkewSpec, to kubeversion.Version) Entry {
+	e := Entry{What: "version skew", Rule: sk.Rule, Resource: sk.Component, Source: sk.Source}
+	if sk.Newer > 0 {
+		lo := kubeversion.Version{Major: to.Major, Minor: max(to.Minor-sk.Older, 0)}
+		hi := kubeversion.Version{Major: to.Major, Minor: to.Minor + sk.Newer}
+		e.Change, e.Release = "checked", "-"
+		e.Kind = fmt.Sprintf("%s outside %s to %s", sk.Component, lo, hi)
+		e.Replacement = fmt.Sprintf("%s %s to %s", sk.Component, lo, hi)
+		return e
+	}
+	// The oldest release of the component that to still supports.
+	oldest := to
+	for oldest.Minor > 0 {
+		prev := kubeversion.Version{Major: oldest.Major, Minor: oldest.Minor - 1}
+		if sk.Supports(prev).Less(to) {
+			break
+		}
+		oldest = prev
+	}
+	e.Change, e.Release, e.RemovedIn = "removed", to.String(), to.String()
+	e.Kind = fmt.Sprintf("%s before %s", sk.Component, oldest)
+	e.Replacement = fmt.Sprintf("%s %s or later on every node before the control plane goes to %s", sk.Component, oldest, to)
+	return e
+}
+
+func skewRule(c *rules.Catalogue, id string) bool {
+	return slices.ContainsFunc(c.VersionSkew, func(s rules.SkewSpec) bool { return s.Rule == id })
+}
+
+// entryRule reports whether rule id has entries with their own releases (labels, annotations).
+func entryRule(c *rules.Catalogue, id string) bool {
+	has := func(a rules.AnnotationSpec) bool { return a.Rule == id }
+	return slices.ContainsFunc(c.Labels, func(l rules.LabelSpec) bool { return l.Rule == id }) ||
+		slices.ContainsFunc(c.ObjectAnnotations, has)
+}
+
+func runtimeRule(c *rules.Catalogue, id string) bool {
+	return slices.ContainsFunc(c.Runtimes, func(r rules.RuntimeSpec) bool { return r.Rule == id })
 }
 
 // Main runs `classify catalogue` with args (after "catalogue") and returns the exit code.
@@ -241,7 +296,9 @@ func writeTable(w io.Writer, width int, entries []Entry, from, to kubeversion.Ve
 	if err := g.Write(w, width); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s.\n", count(entries, "removed"), count(entries, "deprecated"), span(from, to))
+	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s; %d more checked in every log whatever the release (drains, webhooks, clients).\n"+
+		"Each entry's source: --format json or markdown.\n",
+		count(entries, "removed"), count(entries, "deprecated"), span(from, to), count(entries, "checked"))
 	return err
 }
 
@@ -251,8 +308,9 @@ func writeMarkdown(w io.Writer, entries []Entry, from, to kubeversion.Version) e
 		title = "Kubernetes " + from.String() + " to " + to.String()
 	}
 	fmt.Fprintf(w, "# Upgrade checklist: %s\n\n", title)
-	for _, change := range []string{"removed", "deprecated"} {
-		heading := map[string]string{"removed": "Removed (no longer served or no longer working)", "deprecated": "Deprecated (still served)"}[change]
+	for _, change := range []string{"removed", "deprecated", "checked"} {
+		heading := map[string]string{"removed": "Removed (no longer served or no longer working)", "deprecated": "Deprecated (still served)",
+			"checked": "Checked in every log, whatever the release"}[change]
 		fmt.Fprintf(w, "## %s\n\n", heading)
 		n := 0
 		for _, e := range entries {
@@ -260,10 +318,10 @@ func writeMarkdown(w io.Writer, entries []Entry, from, to kubeversion.Version) e
 				continue
 			}
 			if n == 0 {
-				fmt.Fprintf(w, "| release | API or feature | kind | removal | replacement |\n|---|---|---|---|---|\n")
+				fmt.Fprintf(w, "| release | API or feature | kind | removal | replacement | source |\n|---|---|---|---|---|---|\n")
 			}
 			n++
-			fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s |\n", e.Release, md(e.API()), md(e.Kind), removal(e), md(e.Replacement))
+			fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s | %s |\n", e.Release, md(e.API()), md(e.Kind), removal(e), md(e.Replacement), md(dash(e.Source)))
 		}
 		if n == 0 {
 			fmt.Fprintf(w, "Nothing %s.\n", span(from, to))

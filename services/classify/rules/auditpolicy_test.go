@@ -17,6 +17,7 @@ var bodyGroups = map[string][]string{
 	"deployments": {"apps", "extensions"}, "daemonsets": {"apps", "extensions"}, "replicasets": {"apps", "extensions"}, "statefulsets": {"apps"},
 	"jobs": {"batch"}, "cronjobs": {"batch"}, "certificatesigningrequests": {"certificates.k8s.io"},
 	"storageclasses": {"storage.k8s.io"}, "runtimeclasses": {"node.k8s.io"},
+	"ingressclasses": {"networking.k8s.io"},
 }
 
 // TestAuditPolicy loads deploy/audit-policy.yaml with the apiserver's own policy loader

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"text/template"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // SchemaVersion is the catalogue schema this binary reads.
@@ -28,6 +30,19 @@ const (
 	PodSecurityViolation     = "pod-security-violation"
 	LegacyAuthProviderClient = "legacy-auth-provider-client"
 	LegacySAToken            = "legacy-sa-token"
+
+	// What else breaks an upgrade (issue 39): the node fleet, request bodies, drains and
+	// admission webhooks.
+	VersionSkew          = "version-skew"
+	KubectlVersionSkew   = "kubectl-version-skew"
+	NodeContainerRuntime = "node-container-runtime"
+	GitRepoVolume        = "gitrepo-volume"
+	ServiceExternalIPs   = "service-external-ips"
+	ServicePreferClose   = "service-prefer-close"
+	IngressNginx         = "ingress-nginx"
+	EvictionBlocked      = "eviction-blocked"
+	WebhookFailedOpen    = "webhook-failed-open"
+	NodesProxy           = "nodes-proxy"
 )
 
 // BuiltinRuleIDs are the rules whose logic is in this package; the catalogue must define each.
@@ -35,6 +50,8 @@ var BuiltinRuleIDs = []string{
 	RemovedAPI, DeprecatedAPI, PSP, SeccompAlphaAnnotation, AppArmorAnnotation,
 	CSRKeyEnciphermentNonRSA, BetaNodeLabel, NodeRoleMasterLabel, ServiceTopologyKeys,
 	PodSecurityViolation, LegacyAuthProviderClient, LegacySAToken,
+	VersionSkew, KubectlVersionSkew, NodeContainerRuntime, GitRepoVolume, ServiceExternalIPs,
+	ServicePreferClose, IngressNginx, EvictionBlocked, WebhookFailedOpen, NodesProxy,
 }
 
 //go:embed catalogue.yaml
@@ -75,6 +92,11 @@ type Catalogue struct {
 	Labels            []LabelSpec      `yaml:"labels"`
 	BodyKinds         []BodyKindSpec   `yaml:"body_kinds"`
 	Served            []ServedSpec     `yaml:"served"`
+	// VersionSkew is the version-skew policy by component (version-skew, kubectl-version-skew).
+	VersionSkew []SkewSpec `yaml:"version_skew"`
+	// Runtimes are container runtime releases a kubelet stops supporting
+	// (node-container-runtime).
+	Runtimes []RuntimeSpec `yaml:"runtimes"`
 }
 
 // RuleSpec describes one rule: how its findings are rated and worded.
@@ -92,6 +114,15 @@ type RuleSpec struct {
 	// IgnoreUsers lists usernames whose requests never produce this rule's findings; a
 	// trailing '*' matches a prefix.
 	IgnoreUsers []string `yaml:"ignore_users"`
+	// Family groups the rules for the docs and the catalogue listing: api, security, node,
+	// request-body, version-skew, drain, webhook.
+	Family string `yaml:"family"`
+	// Level is the audit level the rule needs to see anything: Metadata, or Request (it
+	// reads request bodies, which deploy/audit-policy.yaml logs for writes of some resources).
+	Level string `yaml:"level"`
+	// Source is where the rule's facts come from: a KEP, a pull request, a release note or
+	// a documentation page (every rule of the embedded catalogue has one; TestRuleSources).
+	Source string `yaml:"source"`
 
 	tmpl *template.Template
 	// msg is tmpl compiled (message.go), nil when it uses more than fields and ifs.
@@ -173,6 +204,56 @@ type LabelSpec struct {
 	DeprecatedIn string `yaml:"deprecated_in"`
 	RemovedIn    string `yaml:"removed_in"`
 	Replacement  string `yaml:"replacement"`
+}
+
+// SkewSpec is the version-skew policy of one component: how many minor releases it may trail
+// kube-apiserver, known from the user agent it sends (kubelet/v1.33.4 ...).
+type SkewSpec struct {
+	Component string `yaml:"component"`
+	Rule      string `yaml:"rule"`
+	// Agent is the user agent's prefix before the version ("kubelet/").
+	Agent string `yaml:"agent"`
+	// Users may send the agent; a trailing '*' matches a prefix; empty: anyone. An agent
+	// from anyone else is not believed (any client can write any user agent).
+	Users []string `yaml:"users"`
+	// Older is how many minor releases the component may trail kube-apiserver; releases of
+	// the component before OlderBefore may trail it by OlderThen only.
+	Older       int    `yaml:"older"`
+	OlderBefore string `yaml:"older_before"`
+	OlderThen   int    `yaml:"older_then"`
+	// Newer is how many minor releases it may be ahead of kube-apiserver: a client (kubectl,
+	// 1) is then reported with the releases it supports and blocks no upgrade; a component
+	// that may never be newer (0: kubelet, kube-proxy) blocks the first release that no
+	// longer supports it.
+	Newer  int    `yaml:"newer"`
+	Source string `yaml:"source"`
+}
+
+// Supports returns the last kube-apiserver release that supports the component at release
+// v, by the policy.
+func (s SkewSpec) Supports(v kubeversion.Version) kubeversion.Version {
+	older := s.Older
+	if b, err := kubeversion.Parse(s.OlderBefore); err == nil && v.Less(b) {
+		older = s.OlderThen
+	}
+	return kubeversion.Version{Major: v.Major, Minor: v.Minor + older}
+}
+
+func (s SkewSpec) believes(user string) bool {
+	if len(s.Users) == 0 {
+		return true
+	}
+	return (&RuleSpec{IgnoreUsers: s.Users}).ignores(user)
+}
+
+// RuntimeSpec is a container runtime line (its status.nodeInfo.containerRuntimeVersion prefix,
+// "containerd://1.") that kubelets stop supporting in RemovedIn.
+type RuntimeSpec struct {
+	Prefix      string `yaml:"prefix"`
+	Rule        string `yaml:"rule"`
+	RemovedIn   string `yaml:"removed_in"`
+	Replacement string `yaml:"replacement"`
+	Source      string `yaml:"source"`
 }
 
 // Source is one catalogue document: its name for messages and its bytes.

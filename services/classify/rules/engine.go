@@ -55,6 +55,20 @@ type Match struct {
 	// request sent (kubectl's last-applied-configuration: the applied manifest).
 	Origin   string
 	Evidence []Evidence
+	// ID keys a sighting (fleet.go): the finding's audit_id is this instead of the request's,
+	// so one caller seen all day is one finding. Empty for a finding about one request.
+	ID string
+	// Since and Until are the kube-apiserver releases a component's version-skew policy
+	// supports (Since only for a client, which may be newer than the apiserver).
+	Since, Until string
+}
+
+// AuditID is the audit_id of the finding m makes of ev: m.ID for a sighting, else ev's.
+func (m *Match) AuditID(auditID string) string {
+	if m.ID != "" {
+		return m.ID
+	}
+	return auditID
 }
 
 // Engine matches audit events against a catalogue. It is safe for concurrent use.
@@ -124,7 +138,8 @@ func NewEngine(c *Catalogue) *Engine {
 // "kubernetes.io/" covers every built-in key, catalogue additions bring their own.
 func bodyNeedles(e *Engine) [][]byte {
 	const common = "kubernetes.io/"
-	set := map[string]bool{common: true}
+	// gitRepo volumes and a node's container runtime carry no such key.
+	set := map[string]bool{common: true, `"gitRepo"`: true, "containerRuntimeVersion": true}
 	for _, a := range e.objAnnotations {
 		set[a.Key+a.Prefix] = true
 	}
@@ -221,6 +236,12 @@ func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 		m.body()
 	}
 	m.authProviderClient()
+	m.agent()
+	m.nodesProxy()
+	m.eviction()
+	if r := ev.ObjectRef; r != nil && r.Resource == "nodes" && r.Subresource == "status" && ev.RequestObjectRaw != nil {
+		m.nodeStatus()
+	}
 	m.out = append(m.out[:first], onePSP(m.out[first:])...)
 	return m.out
 }

@@ -41,6 +41,8 @@ var knownFields = func() map[string]map[string]bool {
 		"labels":             fields(LabelSpec{}),
 		"body_kinds":         fields(BodyKindSpec{}),
 		"served":             fields(ServedSpec{}),
+		"version_skew":       fields(SkewSpec{}),
+		"runtimes":           fields(RuntimeSpec{}),
 	}
 }()
 

@@ -25,6 +25,9 @@ type TemplateData struct {
 	// the controller manager or the scheduler): it moves with the control plane's upgrade,
 	// not by changing a tool.
 	ControlPlane bool
+	// Since and Until are the kube-apiserver releases a component's version-skew policy
+	// supports (version-skew, kubectl-version-skew).
+	Since, Until string
 }
 
 // controlPlaneCaller reports whether user (with agent ua) is the control plane's own client:
@@ -58,7 +61,7 @@ func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, sour
 	// one unit: they live and die together), not one each.
 	var c copier
 	c.add(&f.Cluster, cluster)
-	c.add(&f.AuditId, ev.AuditID)
+	c.add(&f.AuditId, m.AuditID(ev.AuditID))
 	c.add(&f.Verb, ev.Verb)
 	c.add(&f.RequestUri, ev.RequestURI)
 	c.add(&f.ApiGroup, m.APIGroup)
@@ -158,6 +161,7 @@ func (e *Engine) message(f *auditlensv1.Finding, m *Match, source string) string
 		Detail: m.Detail, Value: m.Value, Plugin: m.Plugin,
 		Source: source, ReplacementUnknown: m.ReplacementUnknown, Component: m.Component,
 		ControlPlane: source == "" && controlPlaneCaller(f.Username, f.UserAgent),
+		Since:        m.Since, Until: m.Until,
 	}
 	if m.Rule.msg != nil {
 		return render(m.Rule.msg, m.Origin, &d)

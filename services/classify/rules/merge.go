@@ -17,6 +17,8 @@ func (c *Catalogue) merge(o *Catalogue) {
 	c.Annotations = mergeBy(c.Annotations, o.Annotations, annotation)
 	c.ObjectAnnotations = mergeBy(c.ObjectAnnotations, o.ObjectAnnotations, annotation)
 	c.Labels = mergeBy(c.Labels, o.Labels, func(l LabelSpec) string { return l.Key })
+	c.VersionSkew = mergeBy(c.VersionSkew, o.VersionSkew, func(s SkewSpec) string { return s.Component })
+	c.Runtimes = mergeBy(c.Runtimes, o.Runtimes, func(r RuntimeSpec) string { return r.Prefix })
 }
 
 // mergeBy replaces each entry of dst that has the key of an entry of src with it, and
@@ -61,6 +63,16 @@ func (c *Catalogue) complete() error {
 	for _, l := range c.Labels {
 		if !defined[l.Rule] {
 			return fmt.Errorf("catalogue: labels entry %s names undefined rule %q", l.Key, l.Rule)
+		}
+	}
+	for _, s := range c.VersionSkew {
+		if !defined[s.Rule] {
+			return fmt.Errorf("catalogue: version_skew entry %s names undefined rule %q", s.Component, s.Rule)
+		}
+	}
+	for _, r := range c.Runtimes {
+		if !defined[r.Rule] {
+			return fmt.Errorf("catalogue: runtimes entry %s names undefined rule %q", r.Prefix, r.Rule)
 		}
 	}
 	return nil

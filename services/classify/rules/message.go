@@ -38,6 +38,7 @@ var templateFields = map[string]func(*TemplateData) string{
 	"Replacement": func(d *TemplateData) string { return d.Replacement }, "Detail": func(d *TemplateData) string { return d.Detail },
 	"Value": func(d *TemplateData) string { return d.Value }, "Plugin": func(d *TemplateData) string { return d.Plugin },
 	"Source": func(d *TemplateData) string { return d.Source }, "Component": func(d *TemplateData) string { return d.Component },
+	"Since": func(d *TemplateData) string { return d.Since }, "Until": func(d *TemplateData) string { return d.Until },
 }
 
 var templateBoolFields = map[string]func(*TemplateData) bool{

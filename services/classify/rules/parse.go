@@ -111,6 +111,11 @@ func parse(src Source) (*Catalogue, error) {
 		if err := checkVersions(p, [2]string{"deprecated_in", r.DeprecatedIn}, [2]string{"removed_in", r.RemovedIn}); err != nil {
 			return nil, err
 		}
+		switch r.Level {
+		case "", "Metadata", "Request":
+		default:
+			return nil, at(p+".level", "rule %s: level %q: want Metadata or Request, the audit level the rule needs", r.ID, r.Level)
+		}
 		if strings.TrimSpace(r.Message) == "" && !r.Disabled {
 			return nil, at(p, "rule %s: message is empty: say what the operator should do", r.ID)
 		}
@@ -200,6 +205,27 @@ func parse(src Source) (*Catalogue, error) {
 			return nil, at(p+".severity", "severity %q: want info, warning or critical", l.Severity)
 		}
 		if err := checkVersions(p, [2]string{"deprecated_in", l.DeprecatedIn}, [2]string{"removed_in", l.RemovedIn}); err != nil {
+			return nil, err
+		}
+	}
+	for i, sk := range c.VersionSkew {
+		p := fmt.Sprintf("$.version_skew[%d]", i)
+		if sk.Component == "" || sk.Rule == "" || sk.Agent == "" {
+			return nil, at(p, "version_skew entry needs component, rule and agent")
+		}
+		if sk.Older < 0 || sk.OlderThen < 0 || sk.Newer < 0 || sk.Older > 9 || sk.OlderThen > 9 || sk.Newer > 9 {
+			return nil, at(p, "version_skew %s: older, older_then and newer are minor releases, 0 to 9", sk.Component)
+		}
+		if err := checkVersions(p, [2]string{"older_before", sk.OlderBefore}); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range c.Runtimes {
+		p := fmt.Sprintf("$.runtimes[%d]", i)
+		if r.Prefix == "" || r.Rule == "" || r.RemovedIn == "" {
+			return nil, at(p, "runtimes entry needs prefix, rule and removed_in")
+		}
+		if err := checkVersions(p, [2]string{"removed_in", r.RemovedIn}); err != nil {
 			return nil, err
 		}
 	}

@@ -66,7 +66,7 @@ func TestSARIFOnTheRealWorldCorpus(t *testing.T) {
 		if err := validateSARIF(t, []byte(out)); err != nil {
 			t.Fatalf("not valid SARIF 2.1.0: %v\n%s", err, out)
 		}
-		if !strings.Contains(errOut, "classify scan: 32 events in 3 inputs, 9 findings, 3 blocking an upgrade from 1.20 to 1.25 (3 new in 1.25, 0 failing") ||
+		if !strings.Contains(errOut, "classify scan: 32 events in 3 inputs, 16 findings, 10 blocking an upgrade from 1.20 to 1.25 (7 new in 1.25, 3 failing") ||
 			!strings.Contains(errOut, "removed-api (critical): 3 findings") {
 			t.Errorf("summary missing from stderr:\n%s", errOut)
 		}
@@ -82,12 +82,14 @@ func TestSARIFOnTheRealWorldCorpus(t *testing.T) {
 				t.Errorf("rule %s: no short description", r.ID)
 			}
 		}
-		if strings.Join(ids, ",") != "removed-api,legacy-sa-token" {
-			t.Errorf("rules %v, want removed-api and legacy-sa-token", ids)
+		if strings.Join(ids, ",") != "removed-api,version-skew,legacy-sa-token" {
+			t.Errorf("rules %v, want removed-api, version-skew (the kubelets 1.14 and 1.19) and legacy-sa-token", ids)
 		}
 		res := d.Runs[0].Results
-		if len(res) != 8 { // 9 findings: elasticsearch-operator called prometheusrules twice
-			t.Fatalf("%d results, want 8", len(res))
+		// 9 API and token findings (elasticsearch-operator called prometheusrules twice) and 7
+		// kubelets out of the version-skew policy of 1.25 (one finding each).
+		if len(res) != 15 {
+			t.Fatalf("%d results, want 15", len(res))
 		}
 		levels := map[string]int{}
 		found := false
@@ -110,7 +112,7 @@ func TestSARIFOnTheRealWorldCorpus(t *testing.T) {
 			if who.FullyQualifiedName != who.Name+" ("+fmt.Sprint(who.Properties["userAgent"])+")" {
 				t.Errorf("fullyQualifiedName %q", who.FullyQualifiedName)
 			}
-			if who.Name == "system:node:gce-scale-cluster-minion-group-2-v1fj" {
+			if who.Name == "system:node:gce-scale-cluster-minion-group-2-v1fj" && r.RuleID == "removed-api" {
 				found = true
 				if file != gce || loc.PhysicalLocation.Region.StartLine != 2 || r.RuleID != "removed-api" || r.Level != "error" ||
 					r.Properties["api"] != "coordination.k8s.io/v1beta1 leases" || r.Properties["count"] != float64(1) ||
@@ -126,18 +128,19 @@ func TestSARIFOnTheRealWorldCorpus(t *testing.T) {
 		if !found {
 			t.Error("no result for system:node:gce-scale-cluster-minion-group-2-v1fj")
 		}
-		if levels["removed-api error"] != 3 || levels["legacy-sa-token warning"] != 5 || len(levels) != 2 {
+		if levels["removed-api error"] != 3 || levels["legacy-sa-token warning"] != 5 || levels["version-skew error"] != 7 || len(levels) != 3 {
 			t.Errorf("levels %v", levels)
 		}
 	}
-	// Before the removal: a warning, and exit 2, as in the other formats.
-	code, out, _ := run(t, "", "--format", "sarif", "--target-version", "1.21", gce)
+	// Before the removals (the leases' 1.22, the 1.14 kubelets' 1.17): a warning, and exit 2,
+	// as in the other formats.
+	code, out, _ := run(t, "", "--format", "sarif", "--target-version", "1.16", gce)
 	if code != ExitFindings {
 		t.Fatalf("exit %d, want %d", code, ExitFindings)
 	}
 	for _, r := range parseSARIF(t, out).Runs[0].Results {
 		if r.Level != "warning" {
-			t.Errorf("removed in 1.22, target 1.21: level %s", r.Level)
+			t.Errorf("removed in 1.17 and 1.22, target 1.16: level %s", r.Level)
 		}
 	}
 }

@@ -164,7 +164,7 @@ type chunkSink struct {
 
 func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match, at position) {
 	cluster := k.s.cfg.Cluster
-	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), at: at, key: dedup.Key(cluster, ev.AuditID, m.Rule.ID)}
+	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), at: at, key: dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)}
 	if k.json {
 		start := len(k.c.json)
 		k.c.json = appendJSON(k.c.json, r.f)

@@ -1,0 +1,152 @@
+package rules
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"hash/fnv"
+	"strings"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
+)
+
+// A sighting rule reports who does something, not each request that does it: a kubelet's
+// release, a client of nodes/proxy, the ingress-nginx controller's agent. Its findings are
+// keyed (Match.ID) by the caller, what was seen and the UTC day instead of the request's
+// audit ID, so the de-duplication that merges the stages of one request (package dedup, the
+// bus's message ids, the store's (cluster, audit_id, rule_id) key) also keeps one finding per
+// caller and day: a fleet of kubelets polling every ten seconds is a few findings a day, not
+// millions, and a replay after a crash repeats the same keys.
+
+// sightingID is the key of a sighting of what by the event's caller on the event's UTC day.
+func (m *matcher) sightingID(rule, what string) string {
+	h := fnv.New64a()
+	for _, s := range [...]string{rule, what, m.ev.User.Username} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	var sum [8]byte
+	binary.BigEndian.PutUint64(sum[:], h.Sum64())
+	day := "0000-00-00"
+	if t := m.ev.EventTime(); !t.IsZero() {
+		day = t.UTC().Format("2006-01-02")
+	}
+	return "sighting-" + day + "-" + hex.EncodeToString(sum[:])
+}
+
+// agent finds the components and programs known by their user agent: the version skew of
+// kubelets, kube-proxies and kubectl, and the retired ingress-nginx controller.
+func (m *matcher) agent() {
+	ua := m.ev.UserAgent
+	if ua == "" {
+		return
+	}
+	if strings.HasPrefix(ua, ingressNginxAgent) && m.e.rules[IngressNginx] != nil {
+		m.add(IngressNginx, Match{
+			ID:     m.sightingID(IngressNginx, ingressNginxAgent),
+			Detail: "the ingress-nginx controller's user agent", Value: ua,
+			Evidence: []Evidence{{"userAgent", ua}, {"user.username", m.ev.User.Username}, {"auditID", m.ev.AuditID}},
+		})
+		return
+	}
+	for i := range m.e.cat.VersionSkew {
+		s := &m.e.cat.VersionSkew[i]
+		if !strings.HasPrefix(ua, s.Agent) || m.e.rules[s.Rule] == nil {
+			continue
+		}
+		if !s.believes(m.ev.User.Username) {
+			return // an agent anyone can write: believed only from the component's own user
+		}
+		_, v, ok := kubeversion.Agent(ua)
+		if !ok || !strings.HasPrefix(ua[len(s.Agent):], "v") {
+			return
+		}
+		release := ua[len(s.Agent)+1:]
+		if i := strings.IndexByte(release, ' '); i >= 0 {
+			release = release[:i]
+		}
+		last := s.Supports(v)
+		mt := Match{
+			ID: m.sightingID(s.Rule, s.Component+" "+v.String()),
+			// The blocker is the component at a release ("kubelet 1.33"), its callers the
+			// nodes or users that run it.
+			APIGroup: "", APIVersion: "", Resource: s.Component + " " + v.String(),
+			Detail: s.Component, Value: release, Until: last.String(),
+			Evidence: []Evidence{{"userAgent", ua}, {"user.username", m.ev.User.Username}, {"auditID", m.ev.AuditID}},
+		}
+		if s.Newer > 0 {
+			// A client (kubectl): supported against kube-apiserver from Newer releases before
+			// its own to Older after; it blocks no upgrade of the cluster, so no removal.
+			mt.Since = kubeversion.Version{Major: v.Major, Minor: max(v.Minor-s.Newer, 0)}.String()
+		} else {
+			mt.RemovedIn = last.Next().String()
+		}
+		m.add(s.Rule, mt)
+		return
+	}
+}
+
+// ingressNginxAgent starts the user agent of the ingress-nginx controller.
+const ingressNginxAgent = "nginx-ingress-controller/"
+
+// nodesProxy reports a client of the nodes/proxy subresource, once a day: it reaches every
+// kubelet API (exec included) where nodes/metrics, nodes/pods or nodes/healthz would do
+// (fine-grained kubelet authorization).
+func (m *matcher) nodesProxy() {
+	r := m.ev.ObjectRef
+	if r == nil || r.Resource != "nodes" || r.Subresource != "proxy" || m.e.rules[NodesProxy] == nil {
+		return
+	}
+	m.add(NodesProxy, Match{
+		ID:     m.sightingID(NodesProxy, "nodes/proxy"),
+		Detail: r.Name, Value: m.ev.RequestURI,
+		Evidence: []Evidence{{"objectRef.subresource", "proxy"}, {"objectRef.name", r.Name}, {"auditID", m.ev.AuditID}},
+	})
+}
+
+// eviction reports an eviction refused with 429: a PodDisruptionBudget (or one not yet
+// processed) blocks the drain of the pod's node.
+func (m *matcher) eviction() {
+	r := m.ev.ObjectRef
+	st := m.ev.ResponseStatus
+	if r == nil || r.Subresource != "eviction" || st == nil || st.Code != 429 || m.e.rules[EvictionBlocked] == nil {
+		return
+	}
+	ev := []Evidence{{"objectRef.subresource", "eviction"}, {"responseStatus.code", "429"}, {"responseStatus.message", st.Message}}
+	why, pdb := st.Message, disruptionBudget(st.Message)
+	// The apiserver names the budget in a cause: {"reason":"DisruptionBudget","message":"The
+	// disruption budget web-pdb needs 2 healthy pods and has 2 currently"}.
+	if d, err := fastjson.ParseBytes(st.Details); err == nil {
+		for i, c := range d.GetArray("causes") {
+			if string(c.GetStringBytes("reason")) != "DisruptionBudget" {
+				continue
+			}
+			msg := string(c.GetStringBytes("message"))
+			if name := disruptionBudget(msg); name != "" {
+				why, pdb = strings.TrimSuffix(st.Message, ".")+": "+msg, name
+				ev = append(ev, Evidence{"responseStatus.details.causes[" + itoa(i) + "].message", msg})
+				break
+			}
+		}
+	}
+	m.add(EvictionBlocked, Match{Detail: pdb, Value: why, Evidence: ev})
+}
+
+// disruptionBudget is the PodDisruptionBudget an eviction's refusal names ("The disruption
+// budget web-pdb needs 2 healthy pods ..."), or "".
+func disruptionBudget(msg string) string {
+	const lead = "disruption budget "
+	i := strings.Index(msg, lead)
+	if i < 0 {
+		return ""
+	}
+	name := msg[i+len(lead):]
+	if j := strings.IndexAny(name, " ,.:;\"'"); j >= 0 {
+		name = name[:j]
+	}
+	if name == "" || name == "is" || name == "for" {
+		return ""
+	}
+	return name
+}

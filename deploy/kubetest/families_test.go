@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -286,6 +287,55 @@ func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
 	checkFamilyPremises(t, parseAudit(t, raw), warned, proxyCode)
 	if *update && !t.Failed() {
 		must("write fixture", os.WriteFile(familiesFixture, raw, 0o644))
+	}
+	scanFamilies(t, auditLog)
+}
+
+// scanFamilies runs classify scan on the live log for an upgrade from 1.37 to 1.38: the
+// kube-proxy 1.34 is what 1.38 breaks; the kubelet 1.33, the gitRepo volumes and the
+// containerd 1.7 node fail already at 1.37; the deprecations (externalIPs, PreferClose) and
+// the checks tied to no release (drains, webhooks, nodes/proxy, ingress-nginx, kubectl) are
+// findings that block nothing.
+func scanFamilies(t *testing.T, auditLog string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "classify")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/classify")
+	build.Dir = filepath.Join("..", "..", "services", "classify")
+	build.Env = append(os.Environ(), "GOWORK=off")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build classify: %v\n%s", err, b)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "scan", "--current-version", "1.37", "--target-version", "1.38", "--format", "json", auditLog)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if code := exitCode(cmd.Run()); code != 3 {
+		t.Fatalf("classify scan: exit %d, want 3\n%s", code, stderr.String())
+	}
+	rulesSeen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var f struct {
+			RuleID string `json:"rule_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("classify scan line %q: %v", line, err)
+		}
+		rulesSeen[f.RuleID]++
+	}
+	for rule, n := range map[string]int{"version-skew": 3, "kubectl-version-skew": 3, "node-container-runtime": 1, "gitrepo-volume": 2,
+		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 2, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1} {
+		if rulesSeen[rule] != n {
+			t.Errorf("classify scan: %d %s findings, want %d (all: %v)", rulesSeen[rule], rule, n, rulesSeen)
+		}
+	}
+	for _, want := range []string{
+		"blocking an upgrade from 1.37 to 1.38 (1 new in 1.38, 4 failing now)",
+		"Breaks on the upgrade to 1.38 (removed after 1.37, the cluster's release, at or before 1.38): 1 blocker, 1 finding\n" +
+			"  kube-proxy 1.34 (version-skew)",
+		"kubelet 1.33 (version-skew)",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("classify scan's summary lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }
 

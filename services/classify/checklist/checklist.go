@@ -296,7 +296,7 @@ func writeTable(w io.Writer, width int, entries []Entry, from, to kubeversion.Ve
 	if err := g.Write(w, width); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s; %d more checked in every log whatever the release (drains, webhooks, clients).\n"+
+	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s;\n%d more checked in every log whatever the release (drains, webhooks, clients).\n"+
 		"Each entry's source: --format json or markdown.\n",
 		count(entries, "removed"), count(entries, "deprecated"), span(from, to), count(entries, "checked"))
 	return err

@@ -492,7 +492,7 @@ func blockerHeads(u Upgrade) (breaks, failing string) {
 	default:
 		breaks = fmt.Sprintf("Breaks on the upgrade to %s (removed after %s, the cluster's release, at or before %s)", u.Target, u.Current, u.Target)
 	}
-	failing = fmt.Sprintf("Failing now (removed at or before %s, the cluster's release: these requests are answered 404 today)", u.Current)
+	failing = fmt.Sprintf("Failing now (removed at or before %s, the cluster's release: these callers fail today: a removed API answers 404)", u.Current)
 	return breaks, failing
 }
 

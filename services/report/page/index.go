@@ -47,6 +47,9 @@ type clusterRow struct {
 	EarlierUntil weekly.Date
 	// Silent is set when a live cluster's newest finding is older than a day.
 	Silent bool
+	// Fleet is the window's version spread of kubelets, kube-proxies and kubectl, as
+	// "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)"; "" when none was seen.
+	Fleet string
 }
 
 // blockerRow is one blocker of a cluster on the index, with links to its callers.
@@ -197,6 +200,11 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		return row, err
 	}
 	row.Current, row.CurrentWhy = v, why
+	fleet, err := h.reader().Fleet(ctx, c.Name, win)
+	if err != nil {
+		return row, err
+	}
+	row.Fleet = fleetLine(fleet)
 	if chosen.IsZero() {
 		row.Target, row.TargetWhy = h.clusterTarget(v)
 	}
@@ -251,7 +259,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 			row.Hops = hopNotes(row.Blockers[:row.New], row.Current, row.Target)
 		}
 		if row.Failing > 0 {
-			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers get 404 today): %d",
+			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers fail today: a removed API answers 404): %d",
 				row.Current, row.Failing)
 		}
 	}
@@ -265,6 +273,24 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		row.Formats = append(row.Formats, render.Link{Label: format, URL: link("/report", append(q, "format", format)...)})
 	}
 	return row, nil
+}
+
+// fleetLine writes the version spread as "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)":
+// per component, each release with its callers (nodes, or users for kubectl).
+func fleetLine(fs []console.FleetRelease) string {
+	var b strings.Builder
+	for i, f := range fs {
+		switch {
+		case i == 0:
+			b.WriteString(f.Component + " ")
+		case f.Component != fs[i-1].Component:
+			b.WriteString(" · " + f.Component + " ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%d)", f.Release, f.Callers)
+	}
+	return b.String()
 }
 
 // defaultWeek is the week a cluster's report shows when none is asked for: the last full

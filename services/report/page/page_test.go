@@ -13,9 +13,11 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/console"
 )
 
 const hostile = `<script>alert(1)</script>"'`
@@ -83,5 +85,21 @@ func TestReportPage(t *testing.T) {
 		if resp, body := get(q); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, strings.Split(q, "=")[0]) {
 			t.Errorf("%s: %d %q", q, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestFleetLine: the version spread reads per component, releases with their callers.
+func TestFleetLine(t *testing.T) {
+	v := kubeversion.MustParse
+	got := fleetLine([]console.FleetRelease{
+		{Component: "kube-proxy", Release: v("1.34"), Callers: 3},
+		{Component: "kubelet", Release: v("1.33"), Callers: 1},
+		{Component: "kubelet", Release: v("1.37"), Callers: 12},
+	})
+	if want := "kube-proxy 1.34 (3) · kubelet 1.33 (1), 1.37 (12)"; got != want {
+		t.Errorf("fleet line %q, want %q", got, want)
+	}
+	if fleetLine(nil) != "" {
+		t.Error("no sighting: a line")
 	}
 }

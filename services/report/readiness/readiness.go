@@ -264,12 +264,18 @@ func names(bs []weekly.Blocker) string {
 	return strings.Join(out, ", ") + more
 }
 
-// name is what a message calls a blocker: its API, else its rule.
+// name is what a message calls a blocker: its API for the API rules ("extensions/v1beta1
+// ingresses"), its rule and subject for the others ("gitrepo-volume v1 pods", "version-skew
+// kubelet 1.33"), else its rule.
 func name(k weekly.Key) string {
-	if a := k.API(); a != "" {
+	a := k.API()
+	switch {
+	case a == "":
+		return k.RuleID
+	case k.RuleID == "removed-api" || k.RuleID == "deprecated-api" || k.RuleID == "psp":
 		return a
 	}
-	return k.RuleID
+	return k.RuleID + " " + a
 }
 
 // stream reads the minutes of the window with events and finds the longest silence,

@@ -526,3 +526,72 @@ func TestCommandDefaultTarget(t *testing.T) {
 		}
 	})
 }
+
+// The new rule families block as the API rules do: by the release that stops supporting what
+// they name (a kube-proxy 1.34 at 1.38, a kubelet 1.33 at 1.37 and gitRepo volumes at 1.33:
+// failing now on a 1.37 cluster), and never for a deprecation or a check tied to no release
+// (externalIPs, an old kubectl, a drain a PodDisruptionBudget refused).
+func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		at := func(h int) time.Time { return s.start.Add(time.Duration(h) * time.Hour) }
+		fs := []*auditlensv1.Finding{
+			f("fleet", "version-skew", "sk1", "", "", "kube-proxy 1.34", "1.38", "system:kube-proxy", "kube-proxy/v1.34.1", "", at(5)),
+			f("fleet", "version-skew", "sk2", "", "", "kubelet 1.33", "1.37", "system:node:node-old", "kubelet/v1.33.4", "", at(6)),
+			f("fleet", "gitrepo-volume", "g1", "", "v1", "pods", "1.33", "admin", "kubectl/v1.37.1", "families", at(7)),
+			f("fleet", "service-external-ips", "e1", "", "v1", "services", "", "admin", "kubectl/v1.37.1", "families", at(8)),
+			f("fleet", "kubectl-version-skew", "k1", "", "", "kubectl 1.35", "", "alice", "kubectl/v1.35.0", "", at(9)),
+			f("fleet", "eviction-blocked", "ev1", "", "v1", "pods", "", "drainer", "kubectl/v1.37.1", "families", at(10)),
+		}
+		for i, at := 0, s.start; at.Before(s.end); i, at = i+1, at.Add(50*time.Minute) {
+			// A live stream: the gate judges it, not "unknown".
+			fs = append(fs, f("fleet", "deprecated-api", fmt.Sprintf("d%d", i), "", "v1", "componentstatuses", "", "prober", "curl/8", "", at))
+		}
+		if err := st.WriteFindings(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteControlPlaneSightings(ctx, []store.ControlPlaneSighting{
+			{Cluster: "fleet", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 37}, Seen: at(1)}}); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		target := weekly.Version{Major: 1, Minor: 38}
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: target, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "fleet", Target: target, WeekEnding: s.week, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "+version-skew kube-proxy 1.34 !version-skew kubelet 1.33 !gitrepo-volume v1 pods "
+		for what, bs := range map[string][]weekly.Blocker{"gate": g.Blockers, "weekly": rep.Blockers} {
+			got := ""
+			for _, b := range bs {
+				mark := "+"
+				if b.FailingNow {
+					mark = "!"
+				}
+				got += mark + b.RuleID + " " + b.API() + " "
+			}
+			if got != want {
+				t.Errorf("%s: blockers %q, want %q", what, got, want)
+			}
+		}
+		if g.Ready || g.NewBlockers != 1 || g.FailingNow != 2 {
+			t.Errorf("gate: ready %v, new %d, failing now %d: %s", g.Ready, g.NewBlockers, g.FailingNow, g.Message)
+		}
+		if want := "version-skew kube-proxy 1.34"; !strings.Contains(g.Message, want) {
+			t.Errorf("message %q lacks %q", g.Message, want)
+		}
+		// Judged against 1.36 (a target before the cluster's, but a target like any): the
+		// kube-proxy and the kubelet are supported, the gitRepo volumes fail, the
+		// deprecations still block nothing.
+		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: weekly.Version{Major: 1, Minor: 36}, Now: now})
+		if err != nil || len(g.Blockers) != 1 || !strings.Contains(g.Message, "gitrepo-volume v1 pods") {
+			t.Errorf("target 1.36: %d blockers (%v): %s", len(g.Blockers), err, g.Message)
+		}
+	})
+}

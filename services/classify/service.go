@@ -388,7 +388,14 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	matches = s.engine.Classify(ev, matches)
 	for i := range matches {
 		m := &matches[i]
-		out = append(out, found{dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID), s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
+		key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)
+		if m.ID != "" && s.seen.Seen(key) {
+			// A sighting already reported today (a kubelet's every request): no finding to
+			// build; the batch's check below would drop it as a duplicate anyway.
+			s.met.duplicates.Inc()
+			continue
+		}
+		out = append(out, found{key, s.engine.Finding(ev, m, cluster, d.Header[bus.HeaderNode])})
 	}
 	return out, at, matches, nil
 }

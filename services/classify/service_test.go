@@ -3,6 +3,7 @@ package classify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -438,4 +439,46 @@ func configWith(set func(*Config)) Config {
 	c := DefaultConfig()
 	set(&c)
 	return c
+}
+
+// TestSightingsThroughEmbeddedNATS: a kubelet polling all day is one version-skew finding per
+// day, however many requests it sends, including those redelivered after a restart.
+func TestSightingsThroughEmbeddedNATS(t *testing.T) {
+	b := openNATS(t)
+	reg := prometheus.NewRegistry()
+	svc, err := newService(configWith(func(c *Config) { c.Workers = 2; c.BatchWait = 5 * time.Millisecond }), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = svc.Run(ctx) }()
+	kubelet := func(id, at string) bus.Message {
+		data := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"` + id + `","stage":"ResponseComplete",` +
+			`"requestReceivedTimestamp":"` + at + `","verb":"update","requestURI":"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",` +
+			`"user":{"username":"system:node:n1","groups":["system:nodes"]},"userAgent":"kubelet/v1.33.4 (linux/amd64) kubernetes/74cdb42",` +
+			`"objectRef":{"resource":"leases","namespace":"kube-node-lease","name":"n1","apiGroup":"coordination.k8s.io","apiVersion":"v1"},"responseStatus":{"code":200}}`
+		return bus.Message{Stream: bus.Events, Cluster: "prod", ID: id, Data: []byte(data)}
+	}
+	var msgs []bus.Message
+	for i := range 200 {
+		msgs = append(msgs, kubelet("k"+itoa(i), fmt.Sprintf("2026-12-05T%02d:%02d:00Z", i/60, i%60)))
+	}
+	msgs = append(msgs, kubelet("next-day", "2026-12-06T00:00:10Z"), kubelet("k7-again", "2026-12-05T00:07:00Z"))
+	if err := b.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "all events classified", func() bool {
+		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= float64(len(msgs))
+	})
+	days := map[string]int{}
+	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 2, 300*time.Millisecond)) {
+		if f.RuleId != rules.VersionSkew || f.Resource != "kubelet 1.33" || f.RemovedIn != "1.37" {
+			t.Errorf("finding %s %s %s removed in %s", f.RuleId, f.AuditId, f.Resource, f.RemovedIn)
+		}
+		days[f.EventTime.AsTime().Format(time.DateOnly)]++
+	}
+	if days["2026-12-05"] != 1 || days["2026-12-06"] != 1 || len(days) != 2 {
+		t.Errorf("version-skew findings by day %v, want one on each of 2026-12-05 and 2026-12-06", days)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -126,5 +127,71 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		NewEngine(c)
+	}
+}
+
+// BenchmarkFamilies measures what the rule families of issue 39 (skew, runtimes, bodies,
+// drains, webhooks) cost: the genuine corpus and the 1.37 families log classified by the
+// catalogue without them ("before", the rules and rows switched off) and with them, in the
+// same run. As classify scan does, a finding is built only for a key not seen before (the
+// stages of one request, a caller's sightings of the day). Compare the two events/s
+// (benchstat, or the ratio): the issue allows 10%.
+func BenchmarkFamilies(b *testing.B) {
+	var lines [][]byte
+	files, _ := filepath.Glob(corpusDir + "/*.jsonl")
+	files = append(files, "testdata/families-1.37.log")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range bytes.Split(data, []byte("\n")) {
+			if len(bytes.TrimSpace(l)) > 0 {
+				lines = append(lines, l)
+			}
+		}
+	}
+	before, err := Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range before.Rules {
+		switch before.Rules[i].Family {
+		case "version-skew", "drain", "webhook":
+			before.Rules[i].Disabled = true
+		}
+		switch before.Rules[i].ID {
+		case NodeContainerRuntime, GitRepoVolume, ServiceExternalIPs, ServicePreferClose, IngressNginx:
+			before.Rules[i].Disabled = true
+		}
+	}
+	before.VersionSkew, before.Runtimes = nil, nil
+	for _, c := range []struct {
+		name string
+		e    *Engine
+	}{{"before", NewEngine(before)}, {"with-families", mustEngine(b)}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer reportCPU(b)()
+			d := auditevent.NewDecoder(4 << 20)
+			var matches []Match
+			events := 0
+			for b.Loop() {
+				seen := map[string]bool{}
+				for _, l := range lines {
+					_ = d.Decode(l, func(ev *auditevent.Event) error {
+						events++
+						matches = c.e.Classify(ev, matches[:0])
+						for i := range matches {
+							if k := matches[i].AuditID(ev.AuditID) + "/" + matches[i].Rule.ID; !seen[k] {
+								seen[k] = true
+								c.e.Finding(ev, &matches[i], "bench", "")
+							}
+						}
+						return nil
+					})
+				}
+			}
+			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
 }

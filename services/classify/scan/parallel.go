@@ -97,7 +97,7 @@ func (s *scanner) runParallel(files []string, stdin io.Reader, n int) {
 		w := s.newWorker(out)
 		wg.Go(func() {
 			for c := range work {
-				out.c = c
+				out.c, out.sighted = c, nil
 				for _, l := range c.lines {
 					w.read(c.name, l.n, c.data[l.start:l.end], l.tooLong)
 				}
@@ -160,11 +160,25 @@ type chunkSink struct {
 	s    *scanner
 	c    *chunk
 	json bool // --format json: the lines are written into the chunk
+	// sighted holds the sighting keys of the chunk's findings so far.
+	sighted map[string]bool
 }
 
 func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match, at position) {
 	cluster := k.s.cfg.Cluster
-	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), at: at, key: dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)}
+	key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)
+	if m.ID != "" {
+		// A sighting (a kubelet's release, once a day): its first in the chunk stands for
+		// the chunk's others, which would be dropped in input order anyway.
+		if k.sighted[key] {
+			return
+		}
+		if k.sighted == nil {
+			k.sighted = map[string]bool{}
+		}
+		k.sighted[key] = true
+	}
+	r := record{f: k.s.engine.Finding(ev, m, cluster, ""), at: at, key: key}
 	if k.json {
 		start := len(k.c.json)
 		k.c.json = appendJSON(k.c.json, r.f)

@@ -94,7 +94,7 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 		"blocking an upgrade from 1.37 to 1.38 (1 new in 1.38, 3 failing now)",
 		"Breaks on the upgrade to 1.38 (removed after 1.37, the cluster's release, at or before 1.38): 1 blocker, 1 finding\n" +
 			"  resource.k8s.io/v1beta1 deviceclasses (removed-api)",
-		"Failing now (removed at or before 1.37, the cluster's release: these callers fail today: a removed API answers 404): 3 blockers, 3 findings",
+		"Failing now (removed at or before 1.37, the cluster's release: these callers fail today, a removed API with 404): 3 blockers, 3 findings",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("classify scan lacks %q:\n%s", want, out)

@@ -471,14 +471,26 @@ func TestSightingsThroughEmbeddedNATS(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "all events classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= float64(len(msgs))
 	})
-	days := map[string]int{}
+	// Two workers may both build the day's first sighting before either is remembered (as
+	// two stages of one request may): the same key, which the store keeps once. Few repeats
+	// reach the bus, and never a second key for a day.
+	keys := map[string]map[string]bool{}
+	n := 0
 	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 2, 300*time.Millisecond)) {
 		if f.RuleId != rules.VersionSkew || f.Resource != "kubelet 1.33" || f.RemovedIn != "1.37" {
 			t.Errorf("finding %s %s %s removed in %s", f.RuleId, f.AuditId, f.Resource, f.RemovedIn)
 		}
-		days[f.EventTime.AsTime().Format(time.DateOnly)]++
+		day := f.EventTime.AsTime().Format(time.DateOnly)
+		if keys[day] == nil {
+			keys[day] = map[string]bool{}
+		}
+		keys[day][f.AuditId] = true
+		n++
 	}
-	if days["2026-12-05"] != 1 || days["2026-12-06"] != 1 || len(days) != 2 {
-		t.Errorf("version-skew findings by day %v, want one on each of 2026-12-05 and 2026-12-06", days)
+	if len(keys["2026-12-05"]) != 1 || len(keys["2026-12-06"]) != 1 || len(keys) != 2 {
+		t.Errorf("version-skew finding keys by day %v, want one on each of 2026-12-05 and 2026-12-06", keys)
+	}
+	if n > 4 {
+		t.Errorf("%d version-skew findings published for 202 requests on 2 days, want a few at most", n)
 	}
 }

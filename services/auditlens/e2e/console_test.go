@@ -39,23 +39,26 @@ func TestFirstHour(t *testing.T) {
 		t.Fatalf("the log says to open %q, want %q", url, want)
 	}
 
-	// The sample is from 2017 to 2025: the first screen names its blockers (from the window of
-	// their newest use, older than the lookback before its newest event) with their callers,
-	// once its findings are stored.
+	// The sample is from 2017 to 2025: once classify's heartbeats have named the cluster's
+	// release (1.20, its controller manager's agent), the first screen judges the release after
+	// it, 1.21, and names what blocks it: the two kubelets 1.14 out of the version-skew policy
+	// (failing already), from the window of their newest use, older than the lookback before
+	// its newest finding, with their callers.
 	var next, index string
-	testkit.Eventually(t, 60*time.Second, "the sample's blockers on the first screen", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the sample's release and blockers on the first screen", func() bool {
 		index = get(t, url)
 		next = href(index, "callers-link")
-		return next != ""
+		return next != "" && strings.Contains(index, `<span class="current">1.20</span>`)
 	})
-	for _, want := range []string{"coordination.k8s.io/v1beta1 leases", "system:node:gce-scale-cluster-minion-group-", `class="blocker-week"`} {
+	for _, want := range []string{"kubelet 1.14", "version-skew", "system:node:gce-scale-cluster-minion-group-", `class="blocker-week"`, `<span class="failing-count">1</span> failing now`} {
 		if !strings.Contains(index, want) {
 			t.Errorf("the first screen lacks %q:\n%.3000s", want, index)
 		}
 	}
 	// classify's heartbeats reach the console: its newest event is the sample's newest event
-	// (2025-10-07T16:19:19.643609Z, to the minute), years after its newest finding (2021-03-12).
-	const newestEvent, newestFinding = `<span class="newest-event">2025-10-07 16:19:00Z</span>`, `<span class="newest-finding">2021-03-12 15:11:04Z</span>`
+	// (2025-10-07T16:19:19.643609Z, to the minute), months after its newest finding (a kubectl
+	// 1.26 seen 2025-03-04).
+	const newestEvent, newestFinding = `<span class="newest-event">2025-10-07 16:19:00Z</span>`, `<span class="newest-finding">2025-03-04 06:22:18Z</span>`
 	testkit.Eventually(t, 60*time.Second, "the sample's newest event on the first screen", func() bool {
 		index = get(t, url)
 		return strings.Contains(index, newestEvent)
@@ -71,7 +74,7 @@ func TestFirstHour(t *testing.T) {
 		}
 	}
 	body := get(t, url+strings.TrimPrefix(next, "/"))
-	for _, want := range []string{`id="audit-id"`, "coordination.k8s.io/v1beta1 leases", "system:node:gce-scale-cluster-minion-group-"} {
+	for _, want := range []string{`id="audit-id"`, "kubelet 1.14", "system:node:gce-scale-cluster-minion-group-"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the request page lacks %q:\n%.3000s", want, body)
 		}

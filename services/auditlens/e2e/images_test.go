@@ -205,7 +205,9 @@ func TestAllInOneImage(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("coordination.k8s.io/v1beta1 leases")) {
+	// Its blockers: the sample's kubelets out of the version-skew policy (1.14 for 1.21, the release
+	// after the cluster's once a heartbeat named it; 1.19 for the catalogue's newest before).
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("version-skew")) {
 		t.Errorf("GET %s: %d, want the first screen naming the sample's blocker: %.300s", url, resp.StatusCode, page)
 	}
 	stop()

@@ -154,6 +154,16 @@ var ruleSummaries = map[string]string{
 	rules.PodSecurityViolation:     "A workload violates its namespace's audited Pod Security level",
 	rules.LegacyAuthProviderClient: "A client may use an in-tree auth-provider removed in kubectl and client-go 1.26",
 	rules.LegacySAToken:            "A legacy secret-based service-account token is used",
+	rules.VersionSkew:              "A kubelet or kube-proxy the version-skew policy stops supporting at some control-plane release",
+	rules.KubectlVersionSkew:       "A kubectl supported against a range of kube-apiserver releases only",
+	rules.NodeContainerRuntime:     "A node runs a container runtime that kubelets stop supporting",
+	rules.GitRepoVolume:            "A pod or template mounts a gitRepo volume, whose driver is disabled",
+	rules.ServiceExternalIPs:       "A Service sets the deprecated spec.externalIPs",
+	rules.ServicePreferClose:       "A Service sets the deprecated trafficDistribution PreferClose",
+	rules.IngressNginx:             "The retired ingress-nginx controller is in use",
+	rules.EvictionBlocked:          "An eviction was refused by a PodDisruptionBudget: node drains wait on it",
+	rules.WebhookFailedOpen:        "An admission webhook failed and was ignored",
+	rules.NodesProxy:               "A client uses nodes/proxy, which reaches every kubelet API",
 }
 
 // sarifRule describes rule id from the catalogue: a short description, its releases and

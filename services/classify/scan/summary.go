@@ -11,6 +11,7 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // summary groups findings by rule, API and caller. Every string it holds comes from an event
@@ -26,6 +27,8 @@ type ruleSum struct {
 }
 
 type apiSum struct {
+	// rule is the rule of the findings (one per apiSum: they are kept by rule).
+	rule                                               string
 	api, removedIn, deprecatedIn, replacement, message string
 	count                                              int
 	// notFound counts the findings answered 404: a removed API the cluster no longer serves.
@@ -89,7 +92,7 @@ func (s *summary) add(f *auditlensv1.Finding) {
 	if a == nil {
 		// A finding's strings share one allocation: what the summary keeps is cloned, so it
 		// does not keep whole findings alive.
-		a = &apiSum{api: strings.Clone(api), removedIn: strings.Clone(printable.String(f.RemovedIn)), deprecatedIn: printable.String(f.DeprecatedIn),
+		a = &apiSum{rule: strings.Clone(f.RuleId), api: strings.Clone(api), removedIn: strings.Clone(printable.String(f.RemovedIn)), deprecatedIn: printable.String(f.DeprecatedIn),
 			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[caller]*tally{}}
 		r.apis[apiKey{a.api, strings.Clone(f.RemovedIn)}] = a
 	}
@@ -184,12 +187,25 @@ func (a *apiSum) facts() string {
 		b.WriteString(", deprecated in " + a.deprecatedIn)
 	}
 	if a.removedIn != "" {
-		b.WriteString(", removed in " + a.removedIn)
+		b.WriteString(", " + RemovalWord(a.rule) + " " + a.removedIn)
 	}
 	if a.replacement != "" {
 		b.WriteString(", use " + a.replacement)
 	}
 	return b.String()
+}
+
+// RemovalWord is how a finding's removed_in reads for its rule: an API is "removed in" a
+// release, a kubelet or a runtime "unsupported from" it (the version-skew policy, the
+// runtimes kubelets support), a gitRepo volume "disabled from" it.
+func RemovalWord(rule string) string {
+	switch rule {
+	case rules.VersionSkew, rules.NodeContainerRuntime:
+		return "unsupported from"
+	case rules.GitRepoVolume:
+		return "disabled from"
+	}
+	return "removed in"
 }
 
 // blockMark is the tag of a blocking API in the text summary: new in the target, or failing
@@ -492,7 +508,7 @@ func blockerHeads(u Upgrade) (breaks, failing string) {
 	default:
 		breaks = fmt.Sprintf("Breaks on the upgrade to %s (removed after %s, the cluster's release, at or before %s)", u.Target, u.Current, u.Target)
 	}
-	failing = fmt.Sprintf("Failing now (removed at or before %s, the cluster's release: these callers fail today: a removed API answers 404)", u.Current)
+	failing = fmt.Sprintf("Failing now (removed at or before %s, the cluster's release: these callers fail today, a removed API with 404)", u.Current)
 	return breaks, failing
 }
 

@@ -44,7 +44,7 @@ func TestFailingNowApartFromTheUpgrade(t *testing.T) {
 			"the cluster's release: 1.37 (the kube-apiserver user agent of 2026-11-29T10:00:00Z); target: 1.38 (the release after 1.37, the cluster's)",
 			"Breaks on the upgrade to 1.38 (removed after 1.37, the cluster's release, at or before 1.38): 1 blocker, 1 finding\n" +
 				"  resource.k8s.io/v1beta1 deviceclasses (removed-api): 1 finding by 1 caller, deprecated in 1.35, removed in 1.38, use resource.k8s.io/v1\n",
-			"Failing now (removed at or before 1.37, the cluster's release: these callers fail today: a removed API answers 404): 2 blockers, 3 findings\n" +
+			"Failing now (removed at or before 1.37, the cluster's release: these callers fail today, a removed API with 404): 2 blockers, 3 findings\n" +
 				"  extensions/v1beta1 ingresses (removed-api): 2 findings by 1 caller",
 			"answered 404",
 			"[failing now: removed at or before 1.37]",

@@ -422,3 +422,32 @@ func bounded(ctx context.Context, q string) string {
 	secs := max(1, int((time.Until(d)+time.Second-1)/time.Second))
 	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
 }
+
+// NewestBlocker is the time of cluster's newest finding that blocks target (zero: none): the
+// index asks it for a cluster judged against its own target (the release after its own),
+// which ClusterList, judging every cluster against one target, cannot tell.
+func (r Reader) NewestBlocker(ctx context.Context, cluster string, target kubeversion.Version) (time.Time, error) {
+	t, err := r.table()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if cluster == "" || target.IsZero() {
+		return time.Time{}, invalid("cluster and target version are required")
+	}
+	tables := rollup.TablesFor(t)
+	var day string
+	err = each(ctx, r.DB, "newest blocker", `SELECT toString(maxIf(day, `+blocking+`))
+FROM `+tables.State+`
+WHERE cluster = ?`, []any{target.Key(), cluster}, func(rows *sql.Rows) error { return rows.Scan(&day) })
+	if err != nil || day <= rollup.Day(firstDay) {
+		return time.Time{}, err
+	}
+	var last uint32
+	err = each(ctx, r.DB, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+blocking+`))
+FROM `+tables.State+`
+WHERE cluster = ? AND day = toDate(?)`, []any{target.Key(), cluster, day}, func(rows *sql.Rows) error { return rows.Scan(&last) })
+	if err != nil || last == 0 {
+		return time.Time{}, err
+	}
+	return unix(last), nil
+}

@@ -65,3 +65,26 @@ func TestFleet(t *testing.T) {
 		}
 	})
 }
+
+// TestNewestBlocker: the newest use of what blocks one cluster's own target.
+func TestNewestBlocker(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		at := func(d int) time.Time { return weekStart.AddDate(0, 0, d).Add(9 * time.Hour) }
+		fs := []*auditlensv1.Finding{
+			{RuleId: "version-skew", Cluster: "prod", AuditId: "k1", EventTime: timestamppb.New(at(0)), Username: "system:node:a", Resource: "kubelet 1.33", RemovedIn: "1.37"},
+			{RuleId: "version-skew", Cluster: "prod", AuditId: "p1", EventTime: timestamppb.New(at(2)), Username: "system:kube-proxy", Resource: "kube-proxy 1.34", RemovedIn: "1.38"},
+			{RuleId: "version-skew", Cluster: "other", AuditId: "o1", EventTime: timestamppb.New(at(4)), Username: "system:node:o", Resource: "kubelet 1.30", RemovedIn: "1.34"},
+		}
+		if err := st.WriteFindings(context.Background(), fs); err != nil {
+			t.Fatal(err)
+		}
+		r := console.Reader{DB: st.DB()}
+		v := kubeversion.MustParse
+		for target, want := range map[string]time.Time{"1.37": at(0), "1.38": at(2), "1.36": {}} {
+			got, err := r.NewestBlocker(context.Background(), "prod", v(target))
+			if err != nil || !got.Equal(want) {
+				t.Errorf("newest blocker of %s: %v (%v), want %v", target, got, err, want)
+			}
+		}
+	})
+}

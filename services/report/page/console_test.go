@@ -399,7 +399,7 @@ func TestIndexFailingNowApart(t *testing.T) {
 		`<span class="blocker-count">3</span> blockers for 1.29 (<span class="new-count">1</span> new, <span class="failing-count">2</span> failing now)`,
 		`The cluster runs <span class="current">1.28</span> (the kube-apiserver`,
 		`<tr class="part"><th colspan="8">Breaks on the upgrade to 1.29 (removed after 1.28): 1</th></tr>`,
-		`<tr class="part"><th colspan="8">Failing now (removed at or before 1.28, the release the cluster runs: these callers fail today: a removed API answers 404): 2</th></tr>`,
+		`<tr class="part"><th colspan="8">Failing now (removed at or before 1.28, the release the cluster runs: these callers fail today, a removed API with 404): 2</th></tr>`,
 	} {
 		if !strings.Contains(index, want) {
 			t.Errorf("index: %q not in\n%.6000s", want, index)

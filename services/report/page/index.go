@@ -207,6 +207,11 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	row.Fleet = fleetLine(fleet)
 	if chosen.IsZero() {
 		row.Target, row.TargetWhy = h.clusterTarget(v)
+		// The list judged every cluster against one target; this one has its own.
+		if c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target); err != nil {
+			return row, err
+		}
+		row.NewestBlocker = c.NewestBlocker
 	}
 	s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
 	bs, err := h.reader().Blockers(ctx, c.Name, win, row.Target)
@@ -259,7 +264,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 			row.Hops = hopNotes(row.Blockers[:row.New], row.Current, row.Target)
 		}
 		if row.Failing > 0 {
-			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers fail today: a removed API answers 404): %d",
+			row.Blockers[row.New].PartHead = fmt.Sprintf("Failing now (removed at or before %s, the release the cluster runs: these callers fail today, a removed API with 404): %d",
 				row.Current, row.Failing)
 		}
 	}

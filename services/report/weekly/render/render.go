@@ -250,7 +250,7 @@ func Text(w io.Writer, r *weekly.Report) error {
 	}
 	for i, bl := range r.Blockers {
 		if i == len(breaks) {
-			p("\nFAILING NOW (removed at or before %s, the release the cluster runs: these callers fail today: a removed API answers 404): %d\n", r.Current, len(failing))
+			p("\nFAILING NOW (removed at or before %s, the release the cluster runs: these callers fail today, a removed API with 404): %d\n", r.Current, len(failing))
 		}
 		p("\n%d. %s %s, removed in %s", i+1, clean(bl.RuleID), clean(bl.API()), clean(bl.RemovedIn))
 		if bl.Replacement != "" {

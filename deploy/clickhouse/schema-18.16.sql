@@ -335,3 +335,13 @@ CREATE TABLE IF NOT EXISTS auditlens.control_plane_sightings (
     seen      DateTime('UTC')
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, component, version, toDate(seen));
+
+-- migration 9: coverage sightings
+CREATE TABLE IF NOT EXISTS auditlens.coverage_sightings (
+    cluster String,
+    input   String,
+    level   String,
+    writes  String,
+    seen    DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, input, level, writes, toDate(seen));

@@ -336,5 +336,15 @@ CREATE TABLE IF NOT EXISTS auditlens.control_plane_sightings (
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, component, version, toDate(seen));
 
+-- migration 9: coverage sightings
+CREATE TABLE IF NOT EXISTS auditlens.coverage_sightings (
+    cluster LowCardinality(String),
+    input   LowCardinality(String),
+    level   LowCardinality(String),
+    writes  LowCardinality(String),
+    seen    DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, input, level, writes, toDate(seen));
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -37,6 +37,9 @@ const (
 	HeaderCluster = "Auditlens-Cluster"
 	HeaderNode    = "Auditlens-Node"
 	HeaderMsgID   = "Auditlens-Msg-Id"
+	// HeaderInput names the ingest input an event arrived by: file, webhook, firehose,
+	// cloudwatch, pubsub or kafka (classify reports which inputs a verdict rests on).
+	HeaderInput = "Auditlens-Input"
 	// HeaderSource says where a dead letter came from, e.g. "/var/log/audit.log:1234" or "webhook".
 	HeaderSource = "Auditlens-Source"
 	// HeaderReason says why a message went to the dead-letter stream.

@@ -77,10 +77,20 @@ type heartbeats struct {
 	mu       sync.Mutex
 	clusters map[string]map[int64]*minuteCount // cluster -> minute (Unix seconds) -> count
 	planes   map[string]map[sightingKey]*sighting
+	// coverage holds, per cluster, the kinds of events seen (input, level, body) like the
+	// control plane's releases: each sent when new or seen in a later minute.
+	coverage map[string]map[coverageKey]*sighting
+}
+
+// coverageKey is one kind of event: the input it came by, its audit level, and for a write a
+// request-body rule reads, whether its body was logged ("body", "no-body"; "" otherwise).
+type coverageKey struct {
+	input, level, writes string
 }
 
 func newHeartbeats() *heartbeats {
-	return &heartbeats{clusters: map[string]map[int64]*minuteCount{}, planes: map[string]map[sightingKey]*sighting{}}
+	return &heartbeats{clusters: map[string]map[int64]*minuteCount{}, planes: map[string]map[sightingKey]*sighting{},
+		coverage: map[string]map[coverageKey]*sighting{}}
 }
 
 // add counts the events of a settled batch: per cluster, minute (Unix seconds) -> events.
@@ -110,21 +120,51 @@ func (h *heartbeats) add(counts map[string]map[int64]uint64, now time.Time) {
 func (h *heartbeats) sighted(cluster string, ss []kubeversion.Sighting, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.planes[cluster]
-	if c == nil {
-		c = map[sightingKey]*sighting{}
-		h.planes[cluster] = c
-	}
 	for _, s := range ss {
-		k := sightingKey{s.Component, s.Version}
-		sg := c[k]
-		if sg == nil {
-			sg = &sighting{}
-			c[k] = sg
-		}
-		sg.minute = max(sg.minute, s.At.Truncate(time.Minute).Unix())
-		sg.touched = now
+		see(h.planes, cluster, sightingKey{s.Component, s.Version}, s.At.Truncate(time.Minute).Unix(), now)
 	}
+}
+
+// covered keeps the kinds of cluster's events of a settled batch, each with the newest
+// minute (Unix seconds) of event time it was seen in.
+func (h *heartbeats) covered(cluster string, kinds map[coverageKey]int64, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, minute := range kinds {
+		see(h.coverage, cluster, k, minute, now)
+	}
+}
+
+// see records that cluster's k was seen in minute (h.mu held).
+func see[K comparable](all map[string]map[K]*sighting, cluster string, k K, minute int64, now time.Time) {
+	c := all[cluster]
+	if c == nil {
+		c = map[K]*sighting{}
+		all[cluster] = c
+	}
+	sg := c[k]
+	if sg == nil {
+		sg = &sighting{}
+		c[k] = sg
+	}
+	sg.minute = max(sg.minute, minute)
+	sg.touched = now
+}
+
+// dirtyKeys returns the keys of p changed since their last publish, forgetting the published
+// ones untouched for heartbeatKeep and the oldest beyond heartbeatMaxSightings (h.mu held).
+func dirtyKeys[K comparable](p map[K]*sighting, now time.Time) []K {
+	var keys []K
+	for k, sg := range p {
+		switch {
+		case sg.dirty():
+			keys = append(keys, k)
+		case now.Sub(sg.touched) > heartbeatKeep:
+			delete(p, k)
+		}
+	}
+	trimSightings(p)
+	return keys
 }
 
 // pending returns the Heartbeat messages of the minutes and sightings changed since their
@@ -143,8 +183,11 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 	for cluster := range h.planes {
 		names[cluster] = true
 	}
+	for cluster := range h.coverage {
+		names[cluster] = true
+	}
 	for cluster := range names {
-		c, p := h.clusters[cluster], h.planes[cluster]
+		c, p, cov := h.clusters[cluster], h.planes[cluster], h.coverage[cluster]
 		var minutes []int64
 		for m, mc := range c {
 			switch {
@@ -158,19 +201,24 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 		if len(c) == 0 {
 			delete(h.clusters, cluster)
 		}
-		var keys []sightingKey
-		for k, sg := range p {
-			switch {
-			case sg.dirty():
-				keys = append(keys, k)
-			case now.Sub(sg.touched) > heartbeatKeep:
-				delete(p, k)
-			}
-		}
-		trimSightings(p)
+		keys := dirtyKeys(p, now)
 		if len(p) == 0 {
 			delete(h.planes, cluster)
 		}
+		kinds := dirtyKeys(cov, now)
+		if len(cov) == 0 {
+			delete(h.coverage, cluster)
+		}
+		sort.Slice(kinds, func(i, j int) bool {
+			a, b := kinds[i], kinds[j]
+			if a.input != b.input {
+				return a.input < b.input
+			}
+			if a.level != b.level {
+				return a.level < b.level
+			}
+			return a.writes < b.writes
+		})
 		sort.Slice(minutes, func(i, j int) bool { return minutes[i] < minutes[j] })
 		sort.Slice(keys, func(i, j int) bool {
 			if keys[i].component != keys[j].component {
@@ -178,11 +226,13 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 			}
 			return keys[i].version.Less(keys[j].version)
 		})
-		for len(minutes) > 0 || len(keys) > 0 {
+		for len(minutes) > 0 || len(keys) > 0 || len(kinds) > 0 {
 			part := minutes[:min(len(minutes), heartbeatMinutesPerMessage)]
 			minutes = minutes[len(part):]
 			seen := keys[:min(len(keys), heartbeatSightingsPerMessage)]
 			keys = keys[len(seen):]
+			kind := kinds[:min(len(kinds), heartbeatSightingsPerMessage)]
+			kinds = kinds[len(kind):]
 			hb := &auditlensv1.Heartbeat{Cluster: cluster, Minutes: make([]*auditlensv1.EventMinute, 0, len(part))}
 			sum := sha256.New()
 			sum.Write([]byte(cluster))
@@ -205,6 +255,18 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 				binary.BigEndian.PutUint64(buf[8:], uint64(m))
 				sum.Write(buf[:])
 				done.sightings = append(done.sightings, sentSighting{cluster, k, m})
+			}
+			for _, k := range kind {
+				m := cov[k].minute
+				hb.Coverage = append(hb.Coverage, &auditlensv1.CoverageSighting{
+					Input: k.input, Level: k.level, Writes: k.writes, Seen: timestamppb.New(time.Unix(m, 0))})
+				for _, s := range [...]string{k.input, k.level, k.writes} {
+					sum.Write([]byte{1})
+					sum.Write([]byte(s))
+				}
+				binary.BigEndian.PutUint64(buf[:8], uint64(m))
+				sum.Write(buf[:8])
+				done.coverage = append(done.coverage, sentCoverage{cluster, k, m})
 			}
 			data, err := proto.Marshal(hb)
 			if err != nil {
@@ -237,11 +299,11 @@ func (h *heartbeats) trim(c map[int64]*minuteCount) {
 
 // trimSightings drops the oldest published sightings of p beyond heartbeatMaxSightings
 // (h.mu held).
-func trimSightings(p map[sightingKey]*sighting) {
+func trimSightings[K comparable](p map[K]*sighting) {
 	if len(p) <= heartbeatMaxSightings {
 		return
 	}
-	var clean []sightingKey
+	var clean []K
 	for k, sg := range p {
 		if !sg.dirty() {
 			clean = append(clean, k)
@@ -257,6 +319,14 @@ func trimSightings(p map[sightingKey]*sighting) {
 type receipt struct {
 	minutes   []sent
 	sightings []sentSighting
+	coverage  []sentCoverage
+}
+
+// sentCoverage is one published kind of event: its minute.
+type sentCoverage struct {
+	cluster string
+	key     coverageKey
+	minute  int64
 }
 
 // sent is one published minute count.
@@ -288,6 +358,11 @@ func (h *heartbeats) published(done *receipt) {
 	}
 	for _, s := range done.sightings {
 		if sg := h.planes[s.cluster][s.key]; sg != nil {
+			sg.sent = max(sg.sent, s.minute)
+		}
+	}
+	for _, s := range done.coverage {
+		if sg := h.coverage[s.cluster][s.key]; sg != nil {
 			sg.sent = max(sg.sent, s.minute)
 		}
 	}

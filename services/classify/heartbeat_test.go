@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -435,4 +436,70 @@ func (h *heartbeats) sent(n uint64) bool {
 		}
 	}
 	return events >= n
+}
+
+// TestHeartbeatsCarryTheCoverage: the kinds of events a cluster sent (the input of each
+// message, the managed envelope's cloud, the audit level, and for the writes a request-body
+// rule reads whether the body was logged) reach report in the heartbeats, each with its
+// newest minute and sent once per minute.
+func TestHeartbeatsCarryTheCoverage(t *testing.T) {
+	b := openNATS(t)
+	svc, err := newService(configWith(func(c *Config) {
+		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
+	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+	read := `"requestURI":"/api/v1/pods","verb":"list","user":{"username":"alice"},"objectRef":{"resource":"pods","apiVersion":"v1"}`
+	write := `"requestURI":"/api/v1/namespaces/a/pods","verb":"create","user":{"username":"alice"},"objectRef":{"resource":"pods","namespace":"a","apiVersion":"v1"}`
+	withBody := strings.Replace(write, `"verb"`, `"requestObject":{"kind":"Pod"},"verb"`, 1)
+	eks := read + `,"annotations":{"auditlens.io/envelope":"eks/cloudwatch-subscription"}`
+	msg := func(id, input, at, body string) bus.Message {
+		return bus.Message{Stream: bus.Events, Cluster: "prod", ID: id, Data: eventAt(id, "2026-11-29T"+at+"Z", body),
+			Header: map[string]string{bus.HeaderInput: input}}
+	}
+	requestLevel := func(data []byte) []byte {
+		return []byte(strings.Replace(string(data), `"level":"Metadata"`, `"level":"Request"`, 1))
+	}
+	w := msg("w2", "webhook", "10:02:00", withBody)
+	w.Data = requestLevel(w.Data)
+	if err := b.Publish(context.Background(),
+		msg("r1", "file", "10:00:05", read), msg("r2", "file", "10:00:50", read),
+		msg("w1", "file", "10:01:00", write), w,
+		msg("e1", "firehose", "10:03:00", eks),
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "old", Data: eventAt("old", "2026-11-29T10:04:00Z", read)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "6 events settled and sent", func() bool { return svc.beats.sent(6) })
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range collect(t, b, bus.Findings, 1, 300*time.Millisecond) {
+		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
+			continue
+		}
+		var hb auditlensv1.Heartbeat
+		if err := proto.Unmarshal(d.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range hb.Coverage {
+			got[fmt.Sprintf("%s|%s|%s|%s", c.Input, c.Level, c.Writes, c.Seen.AsTime().Format("15:04"))]++
+		}
+	}
+	want := map[string]int{
+		"file|Metadata||10:00":         1,
+		"file|Metadata|no-body|10:01":  1,
+		"webhook|Request|body|10:02":   1,
+		"firehose eks|Metadata||10:03": 1,
+		"unknown|Metadata||10:04":      1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("coverage (messages carrying each):\n got %v\nwant %v", got, want)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,17 +174,50 @@ type work struct {
 	nplanes int
 }
 
-// clusterPlane is the control plane of one cluster's events in a settle.
+// clusterPlane is the control plane of one cluster's events in a settle, and the kinds of
+// those events (coverage: input, level, body), each with its newest minute.
 type clusterPlane struct {
 	cluster string
 	cp      kubeversion.ControlPlane
+	kinds   map[coverageKey]int64
 }
 
-// plane returns the control plane of cluster's events in this settle.
-func (w *work) plane(cluster string) *kubeversion.ControlPlane {
+// observe keeps what ev (of delivery d, at at) says for the heartbeats: a release the control
+// plane names, and the kind of event it is.
+func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Time) {
+	p.cp.Observe(ev.User.Username, ev.UserAgent, at)
+	k := coverageKey{input: d.Header[bus.HeaderInput], level: ev.Level}
+	if k.input == "" {
+		k.input = "unknown"
+	}
+	if env, ok := ev.Annotation(auditevent.EnvelopeAnnotation); ok {
+		// "eks/cloudwatch-subscription": the cloud whose envelope it came in.
+		cloud, _, _ := strings.Cut(env, "/")
+		k.input += " " + cloud
+	}
+	if rules.NeedsBody(ev) {
+		k.writes = "no-body"
+		if ev.RequestObjectRaw != nil {
+			k.writes = "body"
+		}
+	}
+	if len(k.input) > 64 || len(k.level) > 32 {
+		return // not what ingest or the apiserver write: no kind to keep
+	}
+	if p.kinds == nil {
+		p.kinds = map[coverageKey]int64{}
+	}
+	m := at.Truncate(time.Minute).Unix()
+	if m > p.kinds[k] {
+		p.kinds[k] = m
+	}
+}
+
+// plane returns what the heartbeats keep of cluster's events in this settle.
+func (w *work) plane(cluster string) *clusterPlane {
 	for i := range w.planes[:w.nplanes] {
 		if w.planes[i].cluster == cluster {
-			return &w.planes[i].cp
+			return &w.planes[i]
 		}
 	}
 	if w.nplanes == len(w.planes) {
@@ -192,9 +226,10 @@ func (w *work) plane(cluster string) *kubeversion.ControlPlane {
 	p := &w.planes[w.nplanes]
 	w.nplanes++
 	// A sighting allocates the ControlPlane's map; most settles have none, so most resets
-	// free nothing.
+	// free nothing. The kinds of events are few: their map is kept and cleared.
 	p.cluster, p.cp = cluster, kubeversion.ControlPlane{}
-	return &p.cp
+	clear(p.kinds)
+	return p
 }
 
 // events returns the events of delivery i of a settle: one for a single-event message, every
@@ -270,7 +305,7 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 			continue
 		}
 		batched := eventbatch.IsBatch(d.Header)
-		var cp *kubeversion.ControlPlane
+		var cp *clusterPlane
 		if s.cfg.HeartbeatInterval > 0 {
 			cp = w.plane(cluster)
 		}
@@ -343,6 +378,9 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 		if ss := p.cp.Sightings(); len(ss) > 0 {
 			s.beats.sighted(p.cluster, ss, now)
 		}
+		if len(p.kinds) > 0 {
+			s.beats.covered(p.cluster, p.kinds, now)
+		}
 	}
 }
 
@@ -360,8 +398,9 @@ var errPanic = reason.New("panic while classifying", reason.Panic)
 // for the dead-letter stream: one event never stops the others nor, redelivered for ever,
 // restarts the service.
 // It returns the event's time (for the heartbeats) and matches (its scratch space) for the
-// next call. A release the control plane names in the event is kept in cp (when not nil).
-func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match, cp *kubeversion.ControlPlane) (out []found, at time.Time, _ []rules.Match, err error) {
+// next call. What the heartbeats keep of the event (the control plane's release, its kind)
+// goes to cp (when not nil).
+func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte, cluster string, now time.Time, matches []rules.Match, cp *clusterPlane) (out []found, at time.Time, _ []rules.Match, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, at, err = nil, time.Time{}, fmt.Errorf("%w: %v", errPanic, p)
@@ -378,7 +417,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	}
 	at = ev.EventTime().UTC()
 	if cp != nil && !at.IsZero() {
-		cp.Observe(ev.User.Username, ev.UserAgent, at)
+		cp.observe(ev, d, at)
 	}
 	if !ev.StageTimestamp.IsZero() {
 		lag := now.Sub(ev.StageTimestamp).Seconds()

@@ -40,7 +40,11 @@ type Heartbeat struct {
 	Minutes []*EventMinute `protobuf:"bytes,2,rep,name=minutes,proto3" json:"minutes,omitempty"`
 	// Releases of the control plane seen in the events (lib/kubeversion.ControlPlane: only a
 	// component's own identity counts), each with the newest minute it was seen in.
-	ControlPlane  []*ControlPlaneSighting `protobuf:"bytes,3,rep,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	ControlPlane []*ControlPlaneSighting `protobuf:"bytes,3,rep,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	// What the events were, for the coverage of a verdict: per input and audit level (and,
+	// for the writes that request-body rules read, whether their body was logged), the newest
+	// minute such events were seen in.
+	Coverage      []*CoverageSighting `protobuf:"bytes,4,rep,name=coverage,proto3" json:"coverage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +96,13 @@ func (x *Heartbeat) GetMinutes() []*EventMinute {
 func (x *Heartbeat) GetControlPlane() []*ControlPlaneSighting {
 	if x != nil {
 		return x.ControlPlane
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetCoverage() []*CoverageSighting {
+	if x != nil {
+		return x.Coverage
 	}
 	return nil
 }
@@ -222,22 +233,105 @@ func (x *ControlPlaneSighting) GetSeen() *timestamppb.Timestamp {
 	return nil
 }
 
+// CoverageSighting is one kind of event a cluster sent: the ingest input it came by, its audit
+// level, and for a write of a resource whose body some rule reads (rules.NeedsBody) whether
+// the body was logged; with the newest minute of event time such an event was seen in.
+type CoverageSighting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Input is the ingest input (bus header Auditlens-Input: file, webhook, firehose,
+	// cloudwatch, pubsub, kafka), with the cloud of a managed envelope ("firehose eks"), or
+	// "unknown" when the message does not say.
+	Input string `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
+	// Level is the event's audit level: Metadata, Request, RequestResponse.
+	Level string `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
+	// Writes is "body" for a write a request-body rule reads that carried its requestObject,
+	// "no-body" for one that did not (logged at Metadata), "" for any other event.
+	Writes        string                 `protobuf:"bytes,3,opt,name=writes,proto3" json:"writes,omitempty"`
+	Seen          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=seen,proto3" json:"seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoverageSighting) Reset() {
+	*x = CoverageSighting{}
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoverageSighting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoverageSighting) ProtoMessage() {}
+
+func (x *CoverageSighting) ProtoReflect() protoreflect.Message {
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoverageSighting.ProtoReflect.Descriptor instead.
+func (*CoverageSighting) Descriptor() ([]byte, []int) {
+	return file_auditlens_v1_heartbeat_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CoverageSighting) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *CoverageSighting) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *CoverageSighting) GetWrites() string {
+	if x != nil {
+		return x.Writes
+	}
+	return ""
+}
+
+func (x *CoverageSighting) GetSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
 var File_auditlens_v1_heartbeat_proto protoreflect.FileDescriptor
 
 const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\n" +
-	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
+	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x123\n" +
 	"\aminutes\x18\x02 \x03(\v2\x19.auditlens.v1.EventMinuteR\aminutes\x12G\n" +
-	"\rcontrol_plane\x18\x03 \x03(\v2\".auditlens.v1.ControlPlaneSightingR\fcontrolPlane\"Y\n" +
+	"\rcontrol_plane\x18\x03 \x03(\v2\".auditlens.v1.ControlPlaneSightingR\fcontrolPlane\x12:\n" +
+	"\bcoverage\x18\x04 \x03(\v2\x1e.auditlens.v1.CoverageSightingR\bcoverage\"Y\n" +
 	"\vEventMinute\x122\n" +
 	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x16\n" +
 	"\x06events\x18\x02 \x01(\x04R\x06events\"~\n" +
 	"\x14ControlPlaneSighting\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
-	"\x04seen\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04seenB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
+	"\x04seen\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04seen\"\x86\x01\n" +
+	"\x10CoverageSighting\x12\x14\n" +
+	"\x05input\x18\x01 \x01(\tR\x05input\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\tR\x05level\x12\x16\n" +
+	"\x06writes\x18\x03 \x01(\tR\x06writes\x12.\n" +
+	"\x04seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04seenB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
 
 var (
 	file_auditlens_v1_heartbeat_proto_rawDescOnce sync.Once
@@ -251,23 +345,26 @@ func file_auditlens_v1_heartbeat_proto_rawDescGZIP() []byte {
 	return file_auditlens_v1_heartbeat_proto_rawDescData
 }
 
-var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_auditlens_v1_heartbeat_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: auditlens.v1.Heartbeat
 	(*EventMinute)(nil),           // 1: auditlens.v1.EventMinute
 	(*ControlPlaneSighting)(nil),  // 2: auditlens.v1.ControlPlaneSighting
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*CoverageSighting)(nil),      // 3: auditlens.v1.CoverageSighting
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_auditlens_v1_heartbeat_proto_depIdxs = []int32{
 	1, // 0: auditlens.v1.Heartbeat.minutes:type_name -> auditlens.v1.EventMinute
 	2, // 1: auditlens.v1.Heartbeat.control_plane:type_name -> auditlens.v1.ControlPlaneSighting
-	3, // 2: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
-	3, // 3: auditlens.v1.ControlPlaneSighting.seen:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 2: auditlens.v1.Heartbeat.coverage:type_name -> auditlens.v1.CoverageSighting
+	4, // 3: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
+	4, // 4: auditlens.v1.ControlPlaneSighting.seen:type_name -> google.protobuf.Timestamp
+	4, // 5: auditlens.v1.CoverageSighting.seen:type_name -> google.protobuf.Timestamp
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_auditlens_v1_heartbeat_proto_init() }
@@ -281,7 +378,7 @@ func file_auditlens_v1_heartbeat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auditlens_v1_heartbeat_proto_rawDesc), len(file_auditlens_v1_heartbeat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

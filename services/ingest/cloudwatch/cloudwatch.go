@@ -206,7 +206,7 @@ func NewWithAPI(cfg Config, api API, env *input.Env) (*Source, error) {
 		cluster = c
 	}
 	return &Source{cfg: cfg, env: env, em: env.Emitter(Input), api: api, store: st, pos: pos, cluster: cluster,
-		header: env.Header(), dec: envelope.NewDecoder(0), added: map[string]int64{}}, nil
+		header: env.Header(Input), dec: envelope.NewDecoder(0), added: map[string]int64{}}, nil
 }
 
 // Position is the current position (what a restart would resume from).

@@ -82,7 +82,7 @@ func New(cfg Config, env *input.Env) (*Input, error) {
 	}
 	em := env.Emitter(metrics.File)
 	in := &Input{cfg: cfg, env: env, em: em, cluster: env.Cluster, log: em.Logger(), store: store,
-		eventHeader: env.Header(),
+		eventHeader: env.Header(metrics.File),
 		saveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_ingest_checkpoint_save_errors_total", Help: "Failed saves of the audit log checkpoint (retried until one succeeds)."}),
 	}
 	if reg := env.Registry; reg != nil {

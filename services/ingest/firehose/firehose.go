@@ -299,7 +299,7 @@ type deadRecord struct {
 func (s *Server) newDecoding(lim *envelope.Limit) *decoding {
 	d := s.decoders.Get().(*envelope.Decoder)
 	d.SetLimit(lim)
-	return &decoding{s: s, d: d, header: s.env.Header(), events: s.em.Stream(64)}
+	return &decoding{s: s, d: d, header: s.env.Header(Input), events: s.em.Stream(64)}
 }
 
 // close gives the decoder back.

@@ -89,14 +89,16 @@ func MustEnv(e Env) *Env {
 	return env
 }
 
-// Header is a new header of event messages: the node. An input makes one and shares it
-// between its event messages.
-func (e *Env) Header() map[string]string { return map[string]string{bus.HeaderNode: e.Node} }
+// Header is a new header of the event messages of input (its name, "file", "webhook", ...):
+// the node and the input. An input makes one and shares it between its event messages.
+func (e *Env) Header(input string) map[string]string {
+	return map[string]string{bus.HeaderNode: e.Node, bus.HeaderInput: input}
+}
 
 // DeadLetter is the dead letter of data that input (the dead letter's stage) could not use
 // for cause, named id, read from source.
 func (e *Env) DeadLetter(cluster, input, id, source string, cause error, data []byte) bus.Message {
-	return bus.NewDeadLetter(cluster, input, id, source, cause, data, e.Header())
+	return bus.NewDeadLetter(cluster, input, id, source, cause, data, e.Header(input))
 }
 
 // Limit is a fresh limit of what one request, message or poll decodes to, within the shared

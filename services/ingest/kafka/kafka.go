@@ -231,7 +231,7 @@ func New(cfg Config, env *input.Env) (*Source, error) {
 			log.Warn("the Kafka source: "+fmt.Sprintf(msg, args...), "source", conn.description)
 		}),
 	})
-	return &Source{cfg: cfg, conn: conn, env: env, em: em, reader: reader, dec: envelope.NewDecoder(0), header: env.Header()}, nil
+	return &Source{cfg: cfg, conn: conn, env: env, em: em, reader: reader, dec: envelope.NewDecoder(0), header: env.Header(Input)}, nil
 }
 
 // Ready reports an error while publishing fails (retried, or answered with a retryable

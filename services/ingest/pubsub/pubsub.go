@@ -88,7 +88,7 @@ func New(ctx context.Context, cfg Config, env *input.Env) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to Pub/Sub: %w", err)
 	}
-	s := &Source{cfg: cfg, env: env, em: env.Emitter(Input), client: client, header: env.Header()}
+	s := &Source{cfg: cfg, env: env, em: env.Emitter(Input), client: client, header: env.Header(Input)}
 	s.sub = client.Subscriber(cfg.Subscription)
 	s.sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
 	// The messages held at once (up to 10 MB each) are bounded in bytes too; what they

@@ -168,7 +168,7 @@ func New(cfg Config, env *input.Env) (*Server, error) {
 		return nil, err
 	}
 	em := env.Emitter(Input)
-	s := &Server{cfg: cfg, env: env, em: em, log: em.Logger(), eventHeader: env.Header(),
+	s := &Server{cfg: cfg, env: env, em: em, log: em.Logger(), eventHeader: env.Header(Input),
 		reading: map[*http.ResponseController]bool{}}
 	if len(cfg.ClientAllow) > 0 {
 		s.allow = map[string]bool{}

@@ -88,3 +88,36 @@ func TestNewestBlocker(t *testing.T) {
 		}
 	})
 }
+
+// TestCoverage: the kinds of events of a window, from classify's heartbeats: the inputs, the
+// levels, and whether a request-body rule saw a body; nothing outside the window or of another
+// cluster.
+func TestCoverage(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		at := func(d int) time.Time { return weekStart.AddDate(0, 0, d).Add(9 * time.Hour) }
+		if err := st.WriteCoverageSightings(context.Background(), []store.CoverageSighting{
+			{Cluster: "prod", Input: "file", Level: "Metadata", Seen: at(0)},
+			{Cluster: "prod", Input: "file", Level: "Metadata", Writes: "no-body", Seen: at(1)},
+			{Cluster: "prod", Input: "webhook", Level: "Metadata", Seen: at(2)},
+			{Cluster: "prod", Input: "firehose eks", Level: "Request", Writes: "body", Seen: at(-3)},
+			{Cluster: "staging", Input: "file", Level: "Request", Writes: "body", Seen: at(1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := console.Reader{DB: st.DB()}
+		got, err := r.Coverage(context.Background(), "prod", week)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := console.Coverage{Known: true, Inputs: []string{"file", "webhook"}, Levels: []string{"Metadata"}, Bodies: console.BodiesMetadataOnly}
+		if !reflect.DeepEqual(got, want) || got.Unchecked() == "" {
+			t.Errorf("prod: %+v (unchecked %q), want %+v", got, got.Unchecked(), want)
+		}
+		if got, err := r.Coverage(context.Background(), "staging", week); err != nil || got.Bodies != console.BodiesSeen || got.Unchecked() != "" {
+			t.Errorf("staging: %+v %v", got, err)
+		}
+		if got, err := r.Coverage(context.Background(), "nosuch", week); err != nil || got.Known || got.Unchecked() != "" {
+			t.Errorf("a cluster without heartbeats: %+v %v", got, err)
+		}
+	})
+}

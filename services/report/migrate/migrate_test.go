@@ -39,7 +39,7 @@ func TestMigrate(t *testing.T) {
 		if code := Main([]string{"--clickhouse-dsn", srv.DSN("auditlens")}, &out); code != 0 {
 			t.Fatalf("migrate run %d: exit %d\n%s", i+1, code, out.String())
 		}
-		want := "applied [1 2 3 4 5 6 7 8]"
+		want := "applied [1 2 3 4 5 6 7 8 9]"
 		if i == 1 {
 			want = "applied []"
 		}
@@ -92,7 +92,7 @@ func TestMigrateCluster(t *testing.T) {
 		if code := Main([]string{"--clickhouse-dsn", c.DSN("auditlens"), "--clickhouse-cluster", c.Name}, &out); code != 0 {
 			t.Fatalf("migrate run %d: exit %d\n%s", i+1, code, out.String())
 		}
-		want := "applied [1 2 3 4 5 6 7 8]"
+		want := "applied [1 2 3 4 5 6 7 8 9]"
 		if i == 1 {
 			want = "applied []"
 		}

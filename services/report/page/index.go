@@ -47,6 +47,9 @@ type clusterRow struct {
 	EarlierUntil weekly.Date
 	// Silent is set when a live cluster's newest finding is older than a day.
 	Silent bool
+	// Coverage says what the window's events were (inputs, levels, bodies) and Unchecked what
+	// the verdict could not check ("" when nothing).
+	Coverage, Unchecked string
 	// Fleet is the window's version spread of kubelets, kube-proxies and kubectl, as
 	// "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)"; "" when none was seen.
 	Fleet string
@@ -205,6 +208,11 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		return row, err
 	}
 	row.Fleet = fleetLine(fleet)
+	cov, err := h.reader().Coverage(ctx, c.Name, win)
+	if err != nil {
+		return row, err
+	}
+	row.Coverage, row.Unchecked = cov.String(), cov.Unchecked()
 	if chosen.IsZero() {
 		row.Target, row.TargetWhy = h.clusterTarget(v)
 		// The list judged every cluster against one target; this one has its own.

@@ -556,6 +556,14 @@ func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
 			{Cluster: "fleet", Component: "kube-apiserver", Version: weekly.Version{Major: 1, Minor: 37}, Seen: at(1)}}); err != nil {
 			t.Fatal(err)
 		}
+		// Its writes arrived with their bodies (the gitRepo and externalIPs findings say so):
+		// the verdict rests on every rule.
+		if err := st.WriteCoverageSightings(ctx, []store.CoverageSighting{
+			{Cluster: "fleet", Input: "webhook", Level: "Request", Writes: "body", Seen: at(7)},
+			{Cluster: "fleet", Input: "webhook", Level: "Metadata", Seen: at(8)},
+		}); err != nil {
+			t.Fatal(err)
+		}
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		target := weekly.Version{Major: 1, Minor: 38}
 		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: target, Now: now})
@@ -583,8 +591,11 @@ func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
 		if g.Ready || g.NewBlockers != 1 || g.FailingNow != 2 {
 			t.Errorf("gate: ready %v, new %d, failing now %d: %s", g.Ready, g.NewBlockers, g.FailingNow, g.Message)
 		}
-		if want := "version-skew kube-proxy 1.34"; !strings.Contains(g.Message, want) {
-			t.Errorf("message %q lacks %q", g.Message, want)
+		if want := "version-skew kube-proxy 1.34"; !strings.Contains(g.Message, want) || strings.Contains(g.Message, "not checked") {
+			t.Errorf("message %q lacks %q (or says something was not checked)", g.Message, want)
+		}
+		if c := g.Coverage; !c.Known || strings.Join(c.Inputs, ",") != "webhook" || strings.Join(c.Levels, ",") != "Metadata,Request" || c.Bodies != "seen" {
+			t.Errorf("coverage %+v", c)
 		}
 		// Judged against 1.36 (a target before the cluster's, but a target like any): the
 		// kube-proxy and the kubelet are supported, the gitRepo volumes fail, the
@@ -592,6 +603,43 @@ func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
 		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: weekly.Version{Major: 1, Minor: 36}, Now: now})
 		if err != nil || len(g.Blockers) != 1 || !strings.Contains(g.Message, "gitrepo-volume v1 pods") {
 			t.Errorf("target 1.36: %d blockers (%v): %s", len(g.Blockers), err, g.Message)
+		}
+	})
+}
+
+// A stream of Metadata-level events only: the verdict, ready or blocked, names the rules it
+// could not check; the text and JSON results carry the coverage.
+func TestVerdictNamesUncheckedRules(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		s.write(ctx, t, st)
+		if err := st.WriteCoverageSightings(ctx, []store.CoverageSighting{
+			{Cluster: "clean", Input: "file", Level: "Metadata", Seen: s.start.Add(time.Hour)},
+			{Cluster: "clean", Input: "file", Level: "Metadata", Writes: "no-body", Seen: s.start.Add(2 * time.Hour)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "clean", Target: weekly.Version{Major: 1, Minor: 25}, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Ready || !strings.Contains(g.Message, "; not checked: the rules that read request bodies") || g.Coverage.Bodies != "metadata-only" {
+			t.Errorf("clean: ready %v, coverage %+v, message %q", g.Ready, g.Coverage, g.Message)
+		}
+		var text bytes.Buffer
+		if err := readiness.Write(&text, "text", g); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(text.String(), "coverage: events by file, at Metadata level; writes logged without their bodies\nnot checked: ") {
+			t.Errorf("text:\n%s", text.String())
+		}
+		// prod's heartbeats never said what its events were: no claim either way.
+		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: weekly.Version{Major: 1, Minor: 25}, Now: now})
+		if err != nil || g.Coverage.Known || g.Unchecked != "" || strings.Contains(g.Message, "not checked") {
+			t.Errorf("prod: coverage %+v, message %q (%v)", g.Coverage, g.Message, err)
 		}
 	})
 }

@@ -32,3 +32,25 @@ func (s *Store) WriteControlPlaneSightings(ctx context.Context, ss []ControlPlan
 	}
 	return s.Insert(ctx, "control_plane_sightings", ControlPlaneSightingColumns, rows)
 }
+
+// CoverageSighting is one kind of event a cluster sent (the input it came by, its audit level,
+// and for a write a request-body rule reads whether its body was logged: "body", "no-body",
+// else ""), and the newest minute it was seen in (a row of coverage_sightings).
+type CoverageSighting struct {
+	Cluster, Input, Level, Writes string
+	Seen                          time.Time
+}
+
+// CoverageSightingColumns are the columns of coverage_sightings, in the order of
+// WriteCoverageSightings' rows.
+var CoverageSightingColumns = []string{"cluster", "input", "level", "writes", "seen"}
+
+// WriteCoverageSightings inserts cs into coverage_sightings as one block, the times truncated
+// to the minute; writing one again changes nothing readers see (they take max(seen)).
+func (s *Store) WriteCoverageSightings(ctx context.Context, cs []CoverageSighting) error {
+	rows := make([][]any, len(cs))
+	for i, c := range cs {
+		rows[i] = []any{c.Cluster, c.Input, c.Level, c.Writes, c.Seen.UTC().Truncate(time.Minute)}
+	}
+	return s.Insert(ctx, "coverage_sightings", CoverageSightingColumns, rows)
+}

@@ -485,4 +485,20 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "control_plane_sightings"}}{{.On}} (
 ) ENGINE = {{.Engine "control_plane_sightings" "ReplacingMergeTree(seen)"}}
 ORDER BY (cluster, component, version, toDate(seen))`,
 		`{{.Distributed "control_plane_sightings" "cityHash64(cluster)"}}`}},
+	// What a cluster's verdicts rest on, from classify's heartbeats (CoverageSighting rows):
+	// per input (file, webhook, firehose eks, ...), audit level and kind of write ("body" or
+	// "no-body" for a write a request-body rule reads, "" for any other event) and day, the
+	// newest minute such an event was seen in. Read with max(seen) per kind over a window:
+	// which inputs delivered events, and whether the request-body rules saw any body. A few
+	// rows per cluster and day, kept forever like control_plane_sightings.
+	{Version: 9, Name: "coverage sightings", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "coverage_sightings"}}{{.On}} (
+    cluster {{.LC}},
+    input   {{.LC}},
+    level   {{.LC}},
+    writes  {{.LC}},
+    seen    DateTime('UTC')
+) ENGINE = {{.Engine "coverage_sightings" "ReplacingMergeTree(seen)"}}
+ORDER BY (cluster, input, level, writes, toDate(seen))`,
+		`{{.Distributed "coverage_sightings" "cityHash64(cluster)"}}`}},
 }

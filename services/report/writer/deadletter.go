@@ -12,6 +12,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/lib/reason"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -41,11 +42,12 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		}
 		if hb.badSightings > 0 {
 			w.m.sightingsSkipped.Add(float64(hb.badSightings))
-			w.log.Warn("heartbeat control-plane sightings skipped (no component, not a Kubernetes release, or no time from 1970 to a day past this clock)",
+			w.log.Warn("heartbeat sightings skipped (a control-plane sighting without a component or a Kubernetes release, a coverage one of an unknown kind, or no time from 1970 to a day past this clock)",
 				"cluster", d.Cluster, "skipped", hb.badSightings, "kept", len(hb.sightings), "position", d.Position, "first", hb.firstBad)
 		}
 		b.beats = append(b.beats, hb.minutes...)
 		b.sightings = append(b.sightings, hb.sightings...)
+		b.coverage = append(b.coverage, hb.coverage...)
 		b.ds = append(b.ds, d)
 		return
 	}
@@ -169,6 +171,7 @@ const MaxAhead = 24 * time.Hour
 type heartbeatRows struct {
 	minutes   []store.EventMinute
 	sightings []store.ControlPlaneSighting
+	coverage  []store.CoverageSighting
 	// skipped counts the minutes out of range, badSightings the sightings not kept;
 	// firstBad says why the first of those was not.
 	skipped, badSightings int
@@ -215,7 +218,37 @@ func heartbeat(data []byte, cluster string, notAfter time.Time) (heartbeatRows, 
 		}
 		out.sightings = append(out.sightings, cs)
 	}
+	for i, c := range hb.Coverage {
+		cs, err := coverage(c, cluster, last)
+		if err != nil {
+			if out.badSightings == 0 {
+				out.firstBad = fmt.Sprintf("coverage %d: %v", i, err)
+			}
+			out.badSightings++
+			continue
+		}
+		out.coverage = append(out.coverage, cs)
+	}
 	return out, nil
+}
+
+// coverage checks one coverage sighting of cluster: an input and a level as ingest and the
+// apiserver write them (short, printable), a known kind of write, and a time from 1970 to
+// last (Unix seconds).
+func coverage(c *auditlensv1.CoverageSighting, cluster string, last int64) (store.CoverageSighting, error) {
+	switch {
+	case c.GetInput() == "" || len(c.Input) > 64 || printable.String(c.Input) != c.Input:
+		return store.CoverageSighting{}, fmt.Errorf("input %q: want a short name", printable.String(c.GetInput()))
+	case len(c.GetLevel()) > 32 || printable.String(c.Level) != c.Level:
+		return store.CoverageSighting{}, fmt.Errorf("level %q: want an audit level", printable.String(c.GetLevel()))
+	case c.GetWrites() != "" && c.Writes != "body" && c.Writes != "no-body":
+		return store.CoverageSighting{}, fmt.Errorf("writes %q: want body, no-body or nothing", printable.String(c.Writes))
+	case c.GetSeen() == nil || c.Seen.CheckValid() != nil:
+		return store.CoverageSighting{}, errors.New("no valid time")
+	case c.Seen.Seconds <= 0 || c.Seen.Seconds > last:
+		return store.CoverageSighting{}, fmt.Errorf("time %s: want one from 1970 to a day past this clock", c.Seen.AsTime().Format(time.RFC3339))
+	}
+	return store.CoverageSighting{Cluster: cluster, Input: c.Input, Level: c.Level, Writes: c.Writes, Seen: c.Seen.AsTime()}, nil
 }
 
 // sighting checks one control-plane sighting of cluster: a component, a Kubernetes release

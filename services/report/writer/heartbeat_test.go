@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,6 +162,46 @@ func TestControlPlaneSightingsAreStored(t *testing.T) {
 		ss, err := r.ControlPlane(ctx, "prod", now)
 		if err != nil || len(ss) != 1 || ss[0].Component != "kube-apiserver" || ss[0].Version.String() != "1.37" || !ss[0].At.Equal(t0.Add(2*time.Minute)) {
 			t.Errorf("ControlPlane(prod) = %v, %v; want only the apiserver's 1.37 at %s", ss, err, t0.Add(2*time.Minute))
+		}
+	})
+}
+
+// TestCoverageSightingsAreStored: the kinds of events in classify's heartbeats land in
+// coverage_sightings, where the console reads a window's coverage back; a kind with no input,
+// an unknown kind of write, an unprintable level or no time is skipped and counted, nothing
+// dead-lettered.
+func TestCoverageSightingsAreStored(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		at := func(m int) *timestamppb.Timestamp { return timestamppb.New(t0.Add(time.Duration(m) * time.Minute)) }
+		hb := &auditlensv1.Heartbeat{Cluster: "prod", Coverage: []*auditlensv1.CoverageSighting{
+			{Input: "file", Level: "Metadata", Seen: at(0)},
+			{Input: "file", Level: "Metadata", Writes: "no-body", Seen: at(1)},
+			{Input: "", Level: "Metadata", Seen: at(1)},
+			{Input: "file", Level: "Metadata", Writes: "maybe", Seen: at(1)},
+			{Input: "file", Level: "Meta\x1bdata", Seen: at(1)},
+			{Input: "webhook", Level: "Request"},
+		}}
+		msg := bus.Message{Stream: bus.Findings, Cluster: "prod", ID: "hb-cov", Data: mustMarshal(hb),
+			Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}
+		if err := b.Publish(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
+			n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
+			return err == nil && n == 0 && testutil.ToFloat64(w.m.sightings) >= 2
+		})
+		if n := testutil.ToFloat64(w.m.sightingsSkipped); n != 4 {
+			t.Errorf("%v coverage sightings skipped, want 4", n)
+		}
+		if n := testutil.ToFloat64(w.m.deadLettered) + testutil.ToFloat64(w.m.invalid); n != 0 {
+			t.Errorf("%v messages dead-lettered or invalid, want none", n)
+		}
+		got, err := console.Reader{DB: st.DB()}.Coverage(ctx, "prod", console.Window{From: t0.Add(-time.Hour), To: t0.Add(time.Hour)})
+		if err != nil || !got.Known || strings.Join(got.Inputs, ",") != "file" || got.Bodies != console.BodiesMetadataOnly {
+			t.Errorf("coverage %+v, %v; want file, Metadata, metadata-only", got, err)
 		}
 	})
 }

@@ -165,6 +165,7 @@ type batch struct {
 	blk       *store.Block
 	beats     []store.EventMinute
 	sightings []store.ControlPlaneSighting
+	coverage  []store.CoverageSighting
 	ds        []*bus.Delivery
 }
 
@@ -378,6 +379,10 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		if err == nil && len(b.sightings) > 0 {
 			err = w.st.WriteControlPlaneSightings(ctx, b.sightings)
 		}
+		if err == nil && len(b.coverage) > 0 {
+			// Written again with the sightings when this fails: both keep the newest minute.
+			err = w.st.WriteCoverageSightings(ctx, b.coverage)
+		}
 		if err == nil {
 			break
 		}
@@ -400,7 +405,7 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		}
 	}
 	w.m.eventMinutes.Add(float64(len(b.beats)))
-	w.m.sightings.Add(float64(len(b.sightings)))
+	w.m.sightings.Add(float64(len(b.sightings) + len(b.coverage)))
 	if n == 0 {
 		return true
 	}

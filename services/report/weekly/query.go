@@ -139,6 +139,13 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
+	cov, err := (console.Reader{DB: db, Table: o.Table}).Coverage(ctx, o.Cluster, console.Window{From: r.WeekStart, To: r.WeekEnd})
+	if err != nil {
+		return nil, err
+	}
+	if cov.Known {
+		r.Coverage, r.NotChecked = cov.String(), cov.Unchecked()
+	}
 	MarkFailingNow(r.Blockers, r.Current)
 	return r, nil
 }

@@ -38,6 +38,10 @@ type Report struct {
 	// the blockers removed at or before it are failing already (Blocker.FailingNow).
 	Current    Version `json:"current_version,omitzero"`
 	CurrentWhy string  `json:"current_version_source,omitempty"`
+	// Coverage says what the week's events were (console.Coverage: inputs, levels, request
+	// bodies; "" when no heartbeat said), NotChecked what the report could not check.
+	Coverage   string `json:"coverage,omitempty"`
+	NotChecked string `json:"not_checked,omitempty"`
 	// WeekStart and WeekEnd bound the week: [WeekStart, WeekEnd), UTC.
 	WeekStart time.Time `json:"week_start"`
 	WeekEnd   time.Time `json:"week_end"`

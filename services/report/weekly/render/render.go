@@ -62,6 +62,19 @@ func releaseLine(r *weekly.Report) string {
 	return fmt.Sprintf("The cluster runs %s (%s).", r.Current, clean(r.CurrentWhy))
 }
 
+// coverageLine says what the week's events were and what could not be checked ("" when no
+// heartbeat said).
+func coverageLine(r *weekly.Report) string {
+	if r.Coverage == "" {
+		return ""
+	}
+	s := "The report rests on " + clean(r.Coverage) + "."
+	if r.NotChecked != "" {
+		s += " Not checked: " + clean(r.NotChecked) + "."
+	}
+	return s
+}
+
 // firstFailing is the index of the first blocker failing already (len(bs) when none).
 func firstFailing(bs []weekly.Blocker) int {
 	breaks, _ := weekly.PartsOf(bs)
@@ -79,6 +92,7 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"plural":       plural,
 	"minus":        func(a, b int) int { return a - b },
 	"release":      releaseLine,
+	"coverage":     coverageLine,
 	"firstFailing": firstFailing,
 }).Parse(htmlSrc))
 
@@ -234,6 +248,9 @@ func Text(w io.Writer, r *weekly.Report) error {
 	p("Cluster %s, target version %s, week %s to %s (UTC).\n", clean(r.Cluster), r.Target,
 		r.WeekStart.Format("2006-01-02"), r.WeekEnding)
 	p("%s\n", releaseLine(r))
+	if c := coverageLine(r); c != "" {
+		p("%s\n", c)
+	}
 	t := r.Totals
 	p("Findings: %d (%s since the week before). Blocking the upgrade: %d (%s).\n", t.Findings,
 		delta(t.Findings, t.PreviousFindings), t.Blocking, delta(t.Blocking, t.PreviousBlocking))

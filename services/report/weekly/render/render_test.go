@@ -199,3 +199,27 @@ func contains(ss []string, s string) bool {
 	}
 	return false
 }
+
+// TestCoverageLine: a week whose events came without their bodies says what it rests on and
+// what it could not check, in text and HTML; a week no heartbeat described says nothing.
+func TestCoverageLine(t *testing.T) {
+	r := fixture.Report()
+	r.Coverage, r.NotChecked = "events by file, at Metadata level; writes logged without their bodies", "the rules that read request bodies <b>"
+	var text, html bytes.Buffer
+	if err := Text(&text, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := HTML(&html, r, Images{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "The report rests on events by file, at Metadata level; writes logged without their bodies. Not checked: the rules that read request bodies <b>.\n") {
+		t.Errorf("text lacks the coverage line:\n%s", text.String())
+	}
+	if !strings.Contains(html.String(), `<p class="meta warning" id="coverage">The report rests on events by file`) || !strings.Contains(html.String(), "request bodies &lt;b&gt;.") {
+		t.Errorf("HTML lacks the escaped coverage line:\n%s", html.String())
+	}
+	var none bytes.Buffer
+	if err := HTML(&none, fixture.Report(), Images{}); err != nil || strings.Contains(none.String(), `id="coverage"`) {
+		t.Errorf("a week without coverage names one (%v)", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,16 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	}
 	if !strings.Contains(g.Message, "1 removed after 1.37, the cluster's release: resource.k8s.io/v1beta1 deviceclasses; 3 failing now") {
 		t.Errorf("gate message: %s", g.Message)
+	}
+	// What the verdict rests on, from ingest's input header through classify's heartbeats: the
+	// file input, and (with the shipped audit policy) the writes that request-body rules read
+	// logged with their bodies, so nothing is left unchecked.
+	waitFor(t, 60*time.Second, "the gate's coverage", func() bool {
+		g, err = readiness.Evaluate(ctx, db, readiness.Options{Cluster: "upgrade", Target: target, Now: time.Now})
+		return err == nil && g.Coverage.Known && g.Coverage.Bodies == "seen"
+	})
+	if strings.Join(g.Coverage.Inputs, ",") != "file" || !slices.Contains(g.Coverage.Levels, "Metadata") || g.Unchecked != "" || strings.Contains(g.Message, "not checked") {
+		t.Errorf("gate coverage %+v, not checked %q", g.Coverage, g.Unchecked)
 	}
 
 	// The week of the requests themselves (their newest use, stamped by the apiserver), not of

@@ -267,15 +267,7 @@ func sightingsIn(t *testing.T, ds []*bus.Delivery) map[string]int {
 // without control-plane requests send none.
 func TestHeartbeatsCarryTheControlPlane(t *testing.T) {
 	b := openNATS(t)
-	svc, err := newService(configWith(func(c *Config) {
-		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
-	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- svc.Run(ctx) }()
+	svc, stop := startHeartbeating(t, b)
 
 	cm := `"requestURI":"/apis/apps/v1/deployments","verb":"list","user":{"username":"system:serviceaccount:kube-system:deployment-controller"},` +
 		`"userAgent":"kube-controller-manager/v1.36.1 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:deployment-controller","objectRef":{"resource":"deployments","apiGroup":"apps","apiVersion":"v1"}`
@@ -313,10 +305,7 @@ func TestHeartbeatsCarryTheControlPlane(t *testing.T) {
 	classified(8)
 	publish(bus.Message{Stream: bus.Events, Cluster: "prod", ID: "api4", Data: eventAt("api4", "2026-11-29T10:03:01Z", apiserverBody("1.37.2"))})
 	classified(9)
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	got := sightingsIn(t, collect(t, b, bus.Findings, 3, 300*time.Millisecond))
 	want := map[string]int{
 		"prod kube-apiserver 1.37 10:00":          1,
@@ -444,15 +433,7 @@ func (h *heartbeats) sent(n uint64) bool {
 // newest minute and sent once per minute.
 func TestHeartbeatsCarryTheCoverage(t *testing.T) {
 	b := openNATS(t)
-	svc, err := newService(configWith(func(c *Config) {
-		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
-	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- svc.Run(ctx) }()
+	svc, stop := startHeartbeating(t, b)
 	read := `"requestURI":"/api/v1/pods","verb":"list","user":{"username":"alice"},"objectRef":{"resource":"pods","apiVersion":"v1"}`
 	write := `"requestURI":"/api/v1/namespaces/a/pods","verb":"create","user":{"username":"alice"},"objectRef":{"resource":"pods","namespace":"a","apiVersion":"v1"}`
 	withBody := strings.Replace(write, `"verb"`, `"requestObject":{"kind":"Pod"},"verb"`, 1)
@@ -475,10 +456,7 @@ func TestHeartbeatsCarryTheCoverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, "6 events settled and sent", func() bool { return svc.beats.sent(6) })
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	got := map[string]int{}
 	for _, d := range collect(t, b, bus.Findings, 1, 300*time.Millisecond) {
 		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
@@ -501,5 +479,27 @@ func TestHeartbeatsCarryTheCoverage(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("coverage (messages carrying each):\n got %v\nwant %v", got, want)
+	}
+}
+
+// startHeartbeating runs a one-worker service sending heartbeats every 50ms on b; stop ends it
+// (its last heartbeats sent) and fails t when Run failed.
+func startHeartbeating(t *testing.T, b bus.Bus) (svc *service, stop func()) {
+	t.Helper()
+	svc, err := newService(configWith(func(c *Config) {
+		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
+	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+	return svc, func() {
+		t.Helper()
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -383,28 +383,8 @@ func TestFailingNowApartOnBothEngines(t *testing.T) {
 		ctx, s := seedReleases(t, st, "kube-apiserver 1.29 2h", "kube-apiserver 1.30 50h", "kube-scheduler 1.29 60h")
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		target := weekly.Version{Major: 1, Minor: 32}
-		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "prod", Target: target, WeekEnding: s.week, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := "+flowcontrol.apiserver.k8s.io/v1beta3 flowschemas !extensions/v1beta1 ingresses !policy/v1beta1 podsecuritypolicies "
-		for what, bs := range map[string][]weekly.Blocker{"gate": g.Blockers, "weekly": rep.Blockers} {
-			got := ""
-			for _, b := range bs {
-				mark := "+"
-				if b.FailingNow {
-					mark = "!"
-				}
-				got += mark + b.API() + " "
-			}
-			if got != want {
-				t.Errorf("%s: blockers %s, want %s", what, got, want)
-			}
-		}
+		g, rep := gateAgreesWithWeekly(ctx, t, st, "prod", target, s.week, now, false,
+			"+flowcontrol.apiserver.k8s.io/v1beta3 flowschemas !extensions/v1beta1 ingresses !policy/v1beta1 podsecuritypolicies ")
 		if g.Current.String() != "1.30" || rep.Current.String() != "1.30" || !strings.Contains(g.CurrentWhy, "kube-apiserver") ||
 			g.NewBlockers != 1 || g.FailingNow != 2 {
 			t.Errorf("gate: current %s (%s), weekly %s, new %d, failing %d", g.Current, g.CurrentWhy, rep.Current, g.NewBlockers, g.FailingNow)
@@ -417,7 +397,7 @@ func TestFailingNowApartOnBothEngines(t *testing.T) {
 		// Before the upgrade to 1.30 the apiserver said 1.29: judged then, the same blockers
 		// read the same way (1.22 and 1.25 failed already).
 		early := func() time.Time { return s.start.Add(10 * time.Hour) }
-		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: early, Window: 10 * time.Hour})
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "prod", Target: target, Now: early, Window: 10 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -566,28 +546,8 @@ func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
 		}
 		now := func() time.Time { return s.end.Add(-time.Second) }
 		target := weekly.Version{Major: 1, Minor: 38}
-		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: target, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "fleet", Target: target, WeekEnding: s.week, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := "+version-skew kube-proxy 1.34 !version-skew kubelet 1.33 !gitrepo-volume v1 pods "
-		for what, bs := range map[string][]weekly.Blocker{"gate": g.Blockers, "weekly": rep.Blockers} {
-			got := ""
-			for _, b := range bs {
-				mark := "+"
-				if b.FailingNow {
-					mark = "!"
-				}
-				got += mark + b.RuleID + " " + b.API() + " "
-			}
-			if got != want {
-				t.Errorf("%s: blockers %q, want %q", what, got, want)
-			}
-		}
+		g, _ := gateAgreesWithWeekly(ctx, t, st, "fleet", target, s.week, now, true,
+			"+version-skew kube-proxy 1.34 !version-skew kubelet 1.33 !gitrepo-volume v1 pods ")
 		if g.Ready || g.NewBlockers != 1 || g.FailingNow != 2 {
 			t.Errorf("gate: ready %v, new %d, failing now %d: %s", g.Ready, g.NewBlockers, g.FailingNow, g.Message)
 		}
@@ -600,7 +560,7 @@ func TestGateBlocksOnSkewAndRemovedBehaviour(t *testing.T) {
 		// Judged against 1.36 (a target before the cluster's, but a target like any): the
 		// kube-proxy and the kubelet are supported, the gitRepo volumes fail, the
 		// deprecations still block nothing.
-		g, err = readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: weekly.Version{Major: 1, Minor: 36}, Now: now})
+		g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "fleet", Target: weekly.Version{Major: 1, Minor: 36}, Now: now})
 		if err != nil || len(g.Blockers) != 1 || !strings.Contains(g.Message, "gitrepo-volume v1 pods") {
 			t.Errorf("target 1.36: %d blockers (%v): %s", len(g.Blockers), err, g.Message)
 		}
@@ -642,4 +602,37 @@ func TestVerdictNamesUncheckedRules(t *testing.T) {
 			t.Errorf("prod: coverage %+v, message %q (%v)", g.Coverage, g.Message, err)
 		}
 	})
+}
+
+// gateAgreesWithWeekly judges cluster against target at now and builds the weekly report of
+// week: both list want, each blocker as "+API " (new) or "!API " (failing now), with its rule
+// before the API when withRule. It returns the gate's result and the report.
+func gateAgreesWithWeekly(ctx context.Context, t *testing.T, st *store.Store, cluster string, target weekly.Version, week weekly.Date,
+	now func() time.Time, withRule bool, want string) (*readiness.Result, *weekly.Report) {
+	t.Helper()
+	g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: cluster, Target: target, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: cluster, Target: target, WeekEnding: week, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, bs := range map[string][]weekly.Blocker{"gate": g.Blockers, "weekly": rep.Blockers} {
+		got := ""
+		for _, b := range bs {
+			mark := "+"
+			if b.FailingNow {
+				mark = "!"
+			}
+			if withRule {
+				mark += b.RuleID + " "
+			}
+			got += mark + b.API() + " "
+		}
+		if got != want {
+			t.Errorf("%s: blockers %q, want %q", what, got, want)
+		}
+	}
+	return g, rep
 }

@@ -66,8 +66,9 @@ func renderRulesDoc(c *Catalogue) []byte {
 		}
 	}
 	b.WriteString("## Not checked yet\n\n" +
-		"Kubelets newer than the control plane (the policy forbids it; a finding needs the cluster's release at classify time),\n" +
-		"kube-proxy's ipvs mode (its ConfigMap is not logged at Request level), kubelet cgroup v1 warnings (Events),\n" +
+		"Kubelets newer than the control plane are no finding (that needs the cluster's release when classifying): the console\n" +
+		"warns of them beside the fleet's version spread. Not checked at all: kube-proxy's ipvs mode (its ConfigMap is not\n" +
+		"logged at Request level), kubelet cgroup v1 warnings (Events),\n" +
 		"non-canonical IPs and CIDRs (StrictIPCIDRValidation), Windows hostNetwork pods, and rollback readiness (APIs the\n" +
 		"release before the target lacks).\n")
 	return b.Bytes()

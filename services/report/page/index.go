@@ -50,6 +50,9 @@ type clusterRow struct {
 	// Coverage says what the window's events were (inputs, levels, bodies) and Unchecked what
 	// the verdict could not check ("" when nothing).
 	Coverage, Unchecked string
+	// Newer names the node components newer than the cluster's release (the version-skew
+	// policy allows none): "kubelet 1.38 (2)"; "" when none or the release is unknown.
+	Newer string
 	// Fleet is the window's version spread of kubelets, kube-proxies and kubectl, as
 	// "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)"; "" when none was seen.
 	Fleet string
@@ -208,6 +211,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		return row, err
 	}
 	row.Fleet = fleetLine(fleet)
+	row.Newer = newerThan(fleet, v)
 	cov, err := h.reader().Coverage(ctx, c.Name, win)
 	if err != nil {
 		return row, err
@@ -304,6 +308,22 @@ func fleetLine(fs []console.FleetRelease) string {
 		fmt.Fprintf(&b, "%s (%d)", f.Release, f.Callers)
 	}
 	return b.String()
+}
+
+// newerThan lists the kubelets and kube-proxies of fs newer than the control plane's release
+// current, as fleetLine writes them ("" when none, or current is unknown). kubectl may be one
+// release newer: it is not listed.
+func newerThan(fs []console.FleetRelease, current weekly.Version) string {
+	if current.IsZero() {
+		return ""
+	}
+	var newer []console.FleetRelease
+	for _, f := range fs {
+		if f.Component != "kubectl" && current.Less(f.Release) {
+			newer = append(newer, f)
+		}
+	}
+	return fleetLine(newer)
 }
 
 // defaultWeek is the week a cluster's report shows when none is asked for: the last full

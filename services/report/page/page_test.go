@@ -102,4 +102,15 @@ func TestFleetLine(t *testing.T) {
 	if fleetLine(nil) != "" {
 		t.Error("no sighting: a line")
 	}
+	fs := []console.FleetRelease{
+		{Component: "kubectl", Release: v("1.38"), Callers: 4},
+		{Component: "kubelet", Release: v("1.37"), Callers: 12},
+		{Component: "kubelet", Release: v("1.38"), Callers: 2},
+	}
+	if got := newerThan(fs, v("1.37")); got != "kubelet 1.38 (2)" {
+		t.Errorf("newer than 1.37: %q, want the two kubelets 1.38 (kubectl may be one release ahead)", got)
+	}
+	if got := newerThan(fs, kubeversion.Version{}); got != "" {
+		t.Errorf("newer than an unknown release: %q", got)
+	}
 }

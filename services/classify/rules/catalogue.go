@@ -227,13 +227,20 @@ type SkewSpec struct {
 	// longer supports it.
 	Newer  int    `yaml:"newer"`
 	Source string `yaml:"source"`
+
+	// olderBefore is OlderBefore parsed (zero: none), set when the document is parsed.
+	olderBefore kubeversion.Version
 }
 
 // Supports returns the last kube-apiserver release that supports the component at release
 // v, by the policy.
 func (s SkewSpec) Supports(v kubeversion.Version) kubeversion.Version {
 	older := s.Older
-	if b, err := kubeversion.Parse(s.OlderBefore); err == nil && v.Less(b) {
+	b := s.olderBefore
+	if b.IsZero() && s.OlderBefore != "" {
+		b, _ = kubeversion.Parse(s.OlderBefore) // a SkewSpec not read by parse
+	}
+	if !b.IsZero() && v.Less(b) {
 		older = s.OlderThen
 	}
 	return kubeversion.Version{Major: v.Major, Minor: v.Minor + older}

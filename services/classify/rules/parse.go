@@ -219,6 +219,7 @@ func parse(src Source) (*Catalogue, error) {
 		if err := checkVersions(p, [2]string{"older_before", sk.OlderBefore}); err != nil {
 			return nil, err
 		}
+		c.VersionSkew[i].olderBefore, _ = kubeversion.Parse(sk.OlderBefore)
 	}
 	for i, r := range c.Runtimes {
 		p := fmt.Sprintf("$.runtimes[%d]", i)

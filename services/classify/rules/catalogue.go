@@ -246,12 +246,6 @@ func (s SkewSpec) Supports(v kubeversion.Version) kubeversion.Version {
 	return kubeversion.Version{Major: v.Major, Minor: v.Minor + older}
 }
 
-func (s SkewSpec) believes(user string) bool {
-	if len(s.Users) == 0 {
-		return true
-	}
-	return (&RuleSpec{IgnoreUsers: s.Users}).ignores(user)
-}
 
 // RuntimeSpec is a container runtime line (its status.nodeInfo.containerRuntimeVersion prefix,
 // "containerd://1.") that kubelets stop supporting in RemovedIn.

@@ -84,6 +84,8 @@ type Engine struct {
 	served map[[2]string][]*ServedSpec
 	// needles: a pod, template or node body can only match when its raw JSON contains one.
 	needles [][]byte
+	// skew holds the texts of each version_skew row's releases 1.0 to 1.99 (fleet.go).
+	skew [][]skewText
 }
 
 // NewEngine prepares c for matching.
@@ -130,6 +132,7 @@ func NewEngine(c *Catalogue) *Engine {
 		}
 	}
 	e.needles = bodyNeedles(e)
+	e.skew = skewTexts(c)
 	return e
 }
 
@@ -208,8 +211,11 @@ func (m *matcher) add(ruleID string, mt Match) {
 	m.out = append(m.out, mt)
 }
 
-func (r *RuleSpec) ignores(user string) bool {
-	for _, u := range r.IgnoreUsers {
+func (r *RuleSpec) ignores(user string) bool { return userIn(r.IgnoreUsers, user) }
+
+// userIn reports whether user is in list, where a trailing '*' matches a prefix.
+func userIn(list []string, user string) bool {
+	for _, u := range list {
 		if u == user || (strings.HasSuffix(u, "*") && strings.HasPrefix(user, u[:len(u)-1])) {
 			return true
 		}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -86,14 +87,20 @@ func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, sour
 	if st := ev.ResponseStatus; st != nil {
 		f.ResponseCode = st.Code
 	}
+	evs := m.Evidence
+	if m.ID != "" {
+		// A sighting: the request it was first seen in.
+		evs = append(slices.Clip(evs), Evidence{"userAgent", ev.UserAgent}, Evidence{"user.username", ev.User.Username},
+			Evidence{"requestURI", ev.RequestURI}, Evidence{"auditID", ev.AuditID})
+	}
 	env, hasEnv := ev.Annotation(auditevent.EnvelopeAnnotation)
-	if n := len(m.Evidence); n > 0 || hasEnv {
+	if n := len(evs); n > 0 || hasEnv {
 		if hasEnv {
 			n++
 		}
 		evidence := make([]auditlensv1.Evidence, n)
 		f.Evidence = make([]*auditlensv1.Evidence, n)
-		for i, x := range m.Evidence {
+		for i, x := range evs {
 			c.add(&evidence[i].Path, x.Path)
 			c.add(&evidence[i].Value, x.Value)
 			f.Evidence[i] = &evidence[i]

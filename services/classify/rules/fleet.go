@@ -11,6 +11,9 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
+// A sighting's evidence (the request it was first seen in: its agent, user, URI and audit
+// ID) is added when its finding is built (FindingFrom), once per key, not per request.
+
 // A sighting rule reports who does something, not each request that does it: a kubelet's
 // release, a client of nodes/proxy, the ingress-nginx controller's agent. Its findings are
 // keyed (Match.ID) by the caller, what was seen and the UTC day instead of the request's
@@ -66,7 +69,6 @@ func (m *matcher) agent() {
 		m.add(IngressNginx, Match{
 			ID:     m.sightingID(IngressNginx, ingressNginxAgent),
 			Detail: "the ingress-nginx controller's user agent", Value: ua,
-			Evidence: []Evidence{{"userAgent", ua}, {"user.username", m.ev.User.Username}, {"auditID", m.ev.AuditID}},
 		})
 		return
 	}
@@ -75,7 +77,7 @@ func (m *matcher) agent() {
 		if !strings.HasPrefix(ua, s.Agent) || m.e.rules[s.Rule] == nil {
 			continue
 		}
-		if !s.believes(m.ev.User.Username) {
+		if len(s.Users) > 0 && !userIn(s.Users, m.ev.User.Username) {
 			return // an agent anyone can write: believed only from the component's own user
 		}
 		_, v, ok := kubeversion.Agent(ua)
@@ -86,25 +88,63 @@ func (m *matcher) agent() {
 		if i := strings.IndexByte(release, ' '); i >= 0 {
 			release = release[:i]
 		}
-		last := s.Supports(v)
+		t := m.e.skewText(i, v)
 		mt := Match{
-			ID: m.sightingID(s.Rule, s.Component+" "+v.String()),
+			ID: m.sightingID(s.Rule, t.resource),
 			// The blocker is the component at a release ("kubelet 1.33"), its callers the
 			// nodes or users that run it.
-			APIGroup: "", APIVersion: "", Resource: s.Component + " " + v.String(),
-			Detail: s.Component, Value: release, Until: last.String(),
-			Evidence: []Evidence{{"userAgent", ua}, {"user.username", m.ev.User.Username}, {"auditID", m.ev.AuditID}},
+			APIGroup: "", APIVersion: "", Resource: t.resource,
+			Detail: s.Component, Value: release, Until: t.until,
 		}
 		if s.Newer > 0 {
 			// A client (kubectl): supported against kube-apiserver from Newer releases before
 			// its own to Older after; it blocks no upgrade of the cluster, so no removal.
-			mt.Since = kubeversion.Version{Major: v.Major, Minor: max(v.Minor-s.Newer, 0)}.String()
+			mt.Since = t.since
 		} else {
-			mt.RemovedIn = last.Next().String()
+			mt.RemovedIn = t.removedIn
 		}
 		m.add(s.Rule, mt)
 		return
 	}
+}
+
+// skewText is what a version-skew finding says of a component's release: its blocker
+// ("kubelet 1.33"), the kube-apiserver releases that support it (since, for a client, and
+// until), and the first that does not (removedIn, for a component never newer).
+type skewText struct{ resource, since, until, removedIn string }
+
+// skewMinors are the releases 1.0 to 1.(skewMinors-1) whose texts NewEngine prepares: a
+// kubelet's every request needs them, and preparing them once makes that free.
+const skewMinors = 100
+
+// skewTexts prepares the texts of the releases 1.0 to 1.99 of each version_skew row.
+func skewTexts(c *Catalogue) [][]skewText {
+	out := make([][]skewText, len(c.VersionSkew))
+	for i := range c.VersionSkew {
+		out[i] = make([]skewText, skewMinors)
+		for minor := range skewMinors {
+			out[i][minor] = newSkewText(&c.VersionSkew[i], kubeversion.Version{Major: 1, Minor: minor})
+		}
+	}
+	return out
+}
+
+func newSkewText(s *SkewSpec, v kubeversion.Version) skewText {
+	last := s.Supports(v)
+	return skewText{
+		resource:  s.Component + " " + v.String(),
+		since:     kubeversion.Version{Major: v.Major, Minor: max(v.Minor-s.Newer, 0)}.String(),
+		until:     last.String(),
+		removedIn: last.Next().String(),
+	}
+}
+
+// skewText returns the texts of release v of version_skew row i.
+func (e *Engine) skewText(i int, v kubeversion.Version) skewText {
+	if v.Major == 1 && v.Minor < skewMinors && i < len(e.skew) {
+		return e.skew[i][v.Minor]
+	}
+	return newSkewText(&e.cat.VersionSkew[i], v)
 }
 
 // ingressNginxAgent starts the user agent of the ingress-nginx controller.
@@ -118,11 +158,7 @@ func (m *matcher) nodesProxy() {
 	if r == nil || r.Resource != "nodes" || r.Subresource != "proxy" || m.e.rules[NodesProxy] == nil {
 		return
 	}
-	m.add(NodesProxy, Match{
-		ID:     m.sightingID(NodesProxy, "nodes/proxy"),
-		Detail: r.Name, Value: m.ev.RequestURI,
-		Evidence: []Evidence{{"objectRef.subresource", "proxy"}, {"objectRef.name", r.Name}, {"auditID", m.ev.AuditID}},
-	})
+	m.add(NodesProxy, Match{ID: m.sightingID(NodesProxy, "nodes/proxy"), Detail: r.Name, Value: m.ev.RequestURI})
 }
 
 // eviction reports an eviction refused with 429: a PodDisruptionBudget (or one not yet

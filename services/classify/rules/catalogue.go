@@ -246,7 +246,6 @@ func (s SkewSpec) Supports(v kubeversion.Version) kubeversion.Version {
 	return kubeversion.Version{Major: v.Major, Minor: v.Minor + older}
 }
 
-
 // RuntimeSpec is a container runtime line (its status.nodeInfo.containerRuntimeVersion prefix,
 // "containerd://1.") that kubelets stop supporting in RemovedIn.
 type RuntimeSpec struct {

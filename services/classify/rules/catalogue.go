@@ -43,6 +43,9 @@ const (
 	EvictionBlocked      = "eviction-blocked"
 	WebhookFailedOpen    = "webhook-failed-open"
 	NodesProxy           = "nodes-proxy"
+	// EnumeratorRead is a read of a removed or deprecated version by a tool that reads every
+	// served version of a resource (issue 40): it stops when the version goes, nothing to change.
+	EnumeratorRead = "enumerator-read"
 )
 
 // BuiltinRuleIDs are the rules whose logic is in this package; the catalogue must define each.
@@ -51,7 +54,7 @@ var BuiltinRuleIDs = []string{
 	CSRKeyEnciphermentNonRSA, BetaNodeLabel, NodeRoleMasterLabel, ServiceTopologyKeys,
 	PodSecurityViolation, LegacyAuthProviderClient, LegacySAToken,
 	VersionSkew, KubectlVersionSkew, NodeContainerRuntime, GitRepoVolume, ServiceExternalIPs,
-	ServicePreferClose, IngressNginx, EvictionBlocked, WebhookFailedOpen, NodesProxy,
+	ServicePreferClose, IngressNginx, EvictionBlocked, WebhookFailedOpen, NodesProxy, EnumeratorRead,
 }
 
 //go:embed catalogue.yaml
@@ -97,6 +100,25 @@ type Catalogue struct {
 	// Runtimes are container runtime releases a kubelet stops supporting
 	// (node-container-runtime).
 	Runtimes []RuntimeSpec `yaml:"runtimes"`
+	// Enumerators are the tools known to read every served version of a resource
+	// (enumerator-read).
+	Enumerators []EnumeratorSpec `yaml:"enumerators"`
+}
+
+// EnumeratorSpec is a tool that reads (get, list, watch) every served version of the
+// resources it follows, known by its user (or a prefix, '*') or the start of its user agent.
+type EnumeratorSpec struct {
+	Name   string `yaml:"name"`
+	User   string `yaml:"user"`
+	Agent  string `yaml:"agent"`
+	Source string `yaml:"source"`
+}
+
+func (s *EnumeratorSpec) matches(user, ua string) bool {
+	if s.User != "" && !userIn([]string{s.User}, user) {
+		return false
+	}
+	return s.Agent == "" || strings.HasPrefix(ua, s.Agent)
 }
 
 // RuleSpec describes one rule: how its findings are rated and worded.

@@ -346,9 +346,9 @@ func (m *matcher) api() {
 			mt.DeprecatedIn, mt.RemovedIn = componentRelease(a.Component, a.DeprecatedIn), componentRelease(a.Component, a.RemovedIn)
 		}
 		if a.RemovedIn != "" {
-			m.add(RemovedAPI, mt)
+			m.addAPI(RemovedAPI, mt)
 		} else {
-			m.add(DeprecatedAPI, mt)
+			m.addAPI(DeprecatedAPI, mt)
 		}
 		return
 	}
@@ -363,10 +363,47 @@ func (m *matcher) api() {
 	})}
 	if hasRemoved && isRelease(removed) {
 		mt.RemovedIn = removed
-		m.add(RemovedAPI, mt)
+		m.addAPI(RemovedAPI, mt)
 	} else {
-		m.add(DeprecatedAPI, mt)
+		m.addAPI(DeprecatedAPI, mt)
 	}
+}
+
+// addAPI adds an API finding, or, for a read by a tool that reads every served version
+// (catalogue enumerators), an enumerator-read finding that blocks nothing: the tool stops
+// reading the version when it is gone. Its writes are API findings like anyone's.
+func (m *matcher) addAPI(rule string, mt Match) {
+	if en := m.enumerator(); en != nil && m.e.rules[EnumeratorRead] != nil {
+		mt.Detail = en.Name
+		mt.Value = "deprecated"
+		if mt.RemovedIn != "" {
+			mt.Value = "removed in " + mt.RemovedIn
+		}
+		mt.DeprecatedIn, mt.RemovedIn, mt.Component = "", "", ""
+		m.add(EnumeratorRead, mt)
+		return
+	}
+	m.add(rule, mt)
+}
+
+// enumerator is the known enumerator that made this read, or nil (a write, another caller,
+// or a read answered 404: an enumerator reads what discovery says is served, so a 404 is a
+// caller still asking for a version the cluster no longer serves, which fails today).
+func (m *matcher) enumerator() *EnumeratorSpec {
+	switch m.ev.Verb {
+	case "get", "list", "watch":
+	default:
+		return nil
+	}
+	if st := m.ev.ResponseStatus; st != nil && st.Code == 404 {
+		return nil
+	}
+	for i := range m.e.cat.Enumerators {
+		if en := &m.e.cat.Enumerators[i]; en.matches(m.ev.User.Username, m.ev.UserAgent) {
+			return en
+		}
+	}
+	return nil
 }
 
 // servedSuccessor is the most stable served version of group and resource other than

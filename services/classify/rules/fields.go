@@ -43,6 +43,7 @@ var knownFields = func() map[string]map[string]bool {
 		"served":             fields(ServedSpec{}),
 		"version_skew":       fields(SkewSpec{}),
 		"runtimes":           fields(RuntimeSpec{}),
+		"enumerators":        fields(EnumeratorSpec{}),
 	}
 }()
 

@@ -19,6 +19,7 @@ func (c *Catalogue) merge(o *Catalogue) {
 	c.Labels = mergeBy(c.Labels, o.Labels, func(l LabelSpec) string { return l.Key })
 	c.VersionSkew = mergeBy(c.VersionSkew, o.VersionSkew, func(s SkewSpec) string { return s.Component })
 	c.Runtimes = mergeBy(c.Runtimes, o.Runtimes, func(r RuntimeSpec) string { return r.Prefix })
+	c.Enumerators = mergeBy(c.Enumerators, o.Enumerators, func(e EnumeratorSpec) string { return e.Name })
 }
 
 // mergeBy replaces each entry of dst that has the key of an entry of src with it, and

@@ -221,6 +221,12 @@ func parse(src Source) (*Catalogue, error) {
 		}
 		c.VersionSkew[i].olderBefore, _ = kubeversion.Parse(sk.OlderBefore)
 	}
+	for i, en := range c.Enumerators {
+		p := fmt.Sprintf("$.enumerators[%d]", i)
+		if en.Name == "" || (en.User == "" && en.Agent == "") {
+			return nil, at(p, "enumerators entry needs a name and a user or an agent")
+		}
+	}
 	for i, r := range c.Runtimes {
 		p := fmt.Sprintf("$.runtimes[%d]", i)
 		if r.Prefix == "" || r.Rule == "" || r.RemovedIn == "" {

@@ -514,7 +514,7 @@ func TestRemovedAPIAdviceByCaller(t *testing.T) {
 		{"system:serviceaccount:kube-system:disruption-controller", "kube-controller-manager/v1.21.0 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:disruption-controller", true},
 		{"system:apiserver", "kube-apiserver/v1.21.0 (linux/amd64) kubernetes/abc", true},
 		{"alice", "kube-controller-manager/v1.21.0 (linux/amd64) kubernetes/abc", false},
-		{"system:serviceaccount:kube-system:argo", "argocd-application-controller/v2.4.0", false},
+		{"system:serviceaccount:ci:deployer", "helm/v3.14.0", false},
 	} {
 		msg := messageOf(c.user, c.ua)
 		if strings.Contains(msg, plane) != c.plane || strings.Contains(msg, tool) == c.plane {

@@ -73,6 +73,7 @@ const (
 	agentDrain       = "kubectl/v1.37.1 (linux/amd64) kubernetes/5f0ab2c"
 	agentPrometheus  = "prometheus/2.53.0"
 	agentAdmin       = "auditlens-families-test/1.0"
+	agentArgo        = "argocd-application-controller/v2.10.4+f5d63a5 (linux/amd64)"
 )
 
 // TestRuleFamilyEventsOnARealAPIServer drives a real kube-apiserver 1.37 through the requests
@@ -280,6 +281,18 @@ func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
 		t.Errorf("metrics-scraper get node: %v, want forbidden (it may only proxy)", err)
 	}
 
+	// 6. An enumerator (Argo CD's agent) reading the deprecated core v1 Endpoints, and then
+	// writing one: the read blocks nothing, the write is a deprecated-API finding.
+	argo := as(familyUser{}, agentArgo)
+	_, err = argo.CoreV1().Endpoints(familiesNS).List(ctx, metav1.ListOptions{}) //nolint:staticcheck // the deprecated API is the case
+	must("list endpoints as Argo CD", err)
+	_, err = argo.CoreV1().Endpoints(familiesNS).Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "argo-written"}}, metav1.CreateOptions{}) //nolint:staticcheck // the deprecated API is the case
+	must("create endpoints argo-written as Argo CD", err)
+	// Premise: the apiserver warns of the deprecation to the client (never in the audit log).
+	if ws := w.take(); !slices.ContainsFunc(ws, func(s string) bool { return strings.Contains(s, "v1 Endpoints is deprecated in v1.33+") }) {
+		t.Errorf("Argo CD's endpoints requests: warnings %q, want the deprecation", ws)
+	}
+
 	raw, err := os.ReadFile(auditLog)
 	must("read audit log", err)
 	// A line the apiserver may be writing as we read is not one yet.
@@ -322,7 +335,8 @@ func scanFamilies(t *testing.T, auditLog string) {
 		rulesSeen[f.RuleID]++
 	}
 	for rule, n := range map[string]int{"version-skew": 3, "kubectl-version-skew": 3, "node-container-runtime": 1, "gitrepo-volume": 2,
-		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 2, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1} {
+		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 2, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1,
+		"enumerator-read": 1} {
 		if rulesSeen[rule] != n {
 			t.Errorf("classify scan: %d %s findings, want %d (all: %v)", rulesSeen[rule], rule, n, rulesSeen)
 		}

@@ -99,7 +99,8 @@ func TestRuleSources(t *testing.T) {
 // one request and a caller's repeated requests merged by their key, as the pipeline does),
 // and the near misses (node-new's kubelet within policy for 1.38, mallory's forged kubelet
 // agent, containerd 2, PreferSameZone, an emptyDir pod, traefik, an eviction without a budget,
-// a webhook in another namespace, a plain node read) nothing more.
+// a webhook in another namespace, a plain node read) nothing more; Argo CD's read of a
+// deprecated version is an enumerator's.
 func TestRuleFamiliesOnGenuineEvents(t *testing.T) {
 	e := mustEngine(t)
 	data, err := os.ReadFile("testdata/families-1.37.log")
@@ -146,6 +147,8 @@ func TestRuleFamiliesOnGenuineEvents(t *testing.T) {
 		"webhook-failed-open admin configmaps/unreachable-webhook removed_in= detail=failed-open.validating.webhook.admission.k8s.io/round_0_index_0",
 		"webhook-failed-open admin secrets/unreachable-mutator removed_in= detail=failed-open.mutation.webhook.admission.k8s.io/round_0_index_0",
 		"nodes-proxy metrics-scraper nodes/node-containerd2 removed_in= detail=node-containerd2",
+		// Argo CD's list of the deprecated Endpoints (its create is a deprecated-api finding).
+		"enumerator-read admin endpoints/ removed_in= detail=Argo CD's application controller",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/auditlens/auditlens/lib/auditevent"
 	"github.com/auditlens/auditlens/lib/bus"
+	"github.com/auditlens/auditlens/lib/bus/eventbatch"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/daemon"
 	"github.com/auditlens/auditlens/lib/kubeversion"
@@ -500,6 +502,81 @@ func startHeartbeating(t *testing.T, b bus.Bus) (svc *service, stop func()) {
 		cancel()
 		if err := <-runErr; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestCoverageOfEventBatches: events in EventBatch messages (their bytes reused for the next
+// batch) keep their kinds intact: the keys the heartbeats hold own their strings. Before they
+// did, a reused buffer changed a kept key under its map and the next heartbeat panicked.
+func TestCoverageOfEventBatches(t *testing.T) {
+	b := openNATS(t)
+	svc, stop := startHeartbeating(t, b)
+	level := func(data []byte, l string) []byte {
+		return []byte(strings.Replace(string(data), `"level":"Metadata"`, `"level":"`+l+`"`, 1))
+	}
+	var msgs []bus.Message
+	for i, l := range []string{"RequestResponse", "Metadata", "Request", "Metadata", "RequestResponse", "Request"} {
+		p := eventbatch.NewPacker(eventbatch.DefaultConfig(), "prod", fmt.Sprintf("prod/file/b%d", i), eventbatch.ByRange,
+			map[string]string{bus.HeaderInput: []string{"file", "webhook"}[i%2]})
+		var batch []bus.Message
+		for j := range 5 {
+			id := fmt.Sprintf("b%d-%d", i, j)
+			batch = p.Add(batch, level(eventAt(id, fmt.Sprintf("2026-11-29T10:%02d:00Z", i), cleanBody), l), fmt.Sprint(j))
+		}
+		msgs = append(msgs, p.Flush(batch)...)
+	}
+	// One batch per settle: each settle's buffers are the next one's.
+	for i, m := range msgs {
+		if err := b.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		n := uint64(5 * (i + 1))
+		testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d events settled and sent", n), func() bool { return svc.beats.sent(n) })
+	}
+	stop()
+	got := map[string]bool{}
+	for _, d := range collect(t, b, bus.Findings, 1, 300*time.Millisecond) {
+		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
+			continue
+		}
+		var hb auditlensv1.Heartbeat
+		if err := proto.Unmarshal(d.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range hb.Coverage {
+			got[c.Input+"|"+c.Level] = true
+		}
+	}
+	want := map[string]bool{"file|RequestResponse": true, "webhook|Metadata": true, "file|Request": true, "webhook|Request": true}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("kinds %v, want %v", got, want)
+	}
+}
+
+// TestCoverageKeysOwnTheirStrings: the kind kept of an event does not change when the bytes
+// it was decoded from are overwritten (the decoder's strings point into them; a batch's
+// buffer is the next batch's), whatever its level.
+func TestCoverageKeysOwnTheirStrings(t *testing.T) {
+	for _, l := range []string{"RequestResponse", "SomeFutureLevel"} {
+		buf := []byte(strings.Replace(string(eventAt("k1", "2026-11-29T10:00:00Z", cleanBody)), `"level":"Metadata"`, `"level":"`+l+`"`, 1))
+		ev, err := auditevent.NewDecoder(0).DecodeEvent(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		input := []byte("webhook")
+		p := &clusterPlane{}
+		p.observe(ev, &bus.Delivery{Message: bus.Message{Header: map[string]string{bus.HeaderInput: string(input)}}}, ev.EventTime())
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		for k := range p.kinds {
+			if k.level != l || k.input != "webhook" {
+				t.Errorf("kept kind %+v after its bytes were overwritten, want level %s from webhook", k, l)
+			}
+		}
+		if len(p.kinds) != 1 {
+			t.Errorf("%d kinds, want 1", len(p.kinds))
 		}
 	}
 }

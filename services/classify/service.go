@@ -186,7 +186,9 @@ type clusterPlane struct {
 // plane names, and the kind of event it is.
 func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Time) {
 	p.cp.Observe(ev.User.Username, ev.UserAgent, at)
-	k := coverageKey{input: d.Header[bus.HeaderInput], level: ev.Level}
+	// The event's strings point into the decoded line, which the next event overwrites: a
+	// key kept in the map must own its strings (the levels the apiserver writes are interned).
+	k := coverageKey{input: d.Header[bus.HeaderInput], level: internLevel(ev.Level)}
 	if k.input == "" {
 		k.input = "unknown"
 	}
@@ -208,9 +210,24 @@ func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Ti
 		p.kinds = map[coverageKey]int64{}
 	}
 	m := at.Truncate(time.Minute).Unix()
-	if m > p.kinds[k] {
+	old, ok := p.kinds[k]
+	if !ok {
+		k.input, k.level = strings.Clone(k.input), strings.Clone(k.level)
+	}
+	if m > old {
 		p.kinds[k] = m
 	}
+}
+
+// internLevel returns the audit level as a string of its own for the levels the apiserver
+// writes, else level itself (cloned by the caller when kept).
+func internLevel(level string) string {
+	for _, l := range [...]string{"Metadata", "Request", "RequestResponse", "None"} {
+		if level == l {
+			return l
+		}
+	}
+	return level
 }
 
 // plane returns what the heartbeats keep of cluster's events in this settle.

@@ -460,17 +460,8 @@ func TestHeartbeatsCarryTheCoverage(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "6 events settled and sent", func() bool { return svc.beats.sent(6) })
 	stop()
 	got := map[string]int{}
-	for _, d := range collect(t, b, bus.Findings, 1, 300*time.Millisecond) {
-		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
-			continue
-		}
-		var hb auditlensv1.Heartbeat
-		if err := proto.Unmarshal(d.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range hb.Coverage {
-			got[fmt.Sprintf("%s|%s|%s|%s", c.Input, c.Level, c.Writes, c.Seen.AsTime().Format("15:04"))]++
-		}
+	for _, c := range coverageIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
+		got[fmt.Sprintf("%s|%s|%s|%s", c.Input, c.Level, c.Writes, c.Seen.AsTime().Format("15:04"))]++
 	}
 	want := map[string]int{
 		"file|Metadata||10:00":         1,
@@ -536,17 +527,8 @@ func TestCoverageOfEventBatches(t *testing.T) {
 	}
 	stop()
 	got := map[string]bool{}
-	for _, d := range collect(t, b, bus.Findings, 1, 300*time.Millisecond) {
-		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
-			continue
-		}
-		var hb auditlensv1.Heartbeat
-		if err := proto.Unmarshal(d.Data, &hb); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range hb.Coverage {
-			got[c.Input+"|"+c.Level] = true
-		}
+	for _, c := range coverageIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
+		got[c.Input+"|"+c.Level] = true
 	}
 	want := map[string]bool{"file|RequestResponse": true, "webhook|Metadata": true, "file|Request": true, "webhook|Request": true}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -579,4 +561,21 @@ func TestCoverageKeysOwnTheirStrings(t *testing.T) {
 			t.Errorf("%d kinds, want 1", len(p.kinds))
 		}
 	}
+}
+
+// coverageIn is every coverage sighting of the Heartbeat messages among ds, in order.
+func coverageIn(t *testing.T, ds []*bus.Delivery) []*auditlensv1.CoverageSighting {
+	t.Helper()
+	var out []*auditlensv1.CoverageSighting
+	for _, d := range ds {
+		if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.HeartbeatMessageType {
+			continue
+		}
+		var hb auditlensv1.Heartbeat
+		if err := proto.Unmarshal(d.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, hb.Coverage...)
+	}
+	return out
 }

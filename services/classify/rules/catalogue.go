@@ -31,7 +31,7 @@ const (
 	LegacyAuthProviderClient = "legacy-auth-provider-client"
 	LegacySAToken            = "legacy-sa-token"
 
-	// What else breaks an upgrade (issue 39): the node fleet, request bodies, drains and
+	// What else breaks an upgrade: the node fleet, request bodies, drains and
 	// admission webhooks.
 	VersionSkew          = "version-skew"
 	KubectlVersionSkew   = "kubectl-version-skew"
@@ -44,7 +44,7 @@ const (
 	WebhookFailedOpen    = "webhook-failed-open"
 	NodesProxy           = "nodes-proxy"
 	// EnumeratorRead is a read of a removed or deprecated version by a tool that reads every
-	// served version of a resource (issue 40): it stops when the version goes, nothing to change.
+	// served version of a resource: it stops when the version goes, nothing to change.
 	EnumeratorRead = "enumerator-read"
 )
 

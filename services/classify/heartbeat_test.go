@@ -63,16 +63,7 @@ func heartbeatCounts(t *testing.T, ds []*bus.Delivery) (map[string]map[time.Time
 // beside the same findings as without heartbeats; an undecodable event counts nowhere.
 func TestHeartbeatsCountTheMinutesOfEvents(t *testing.T) {
 	b := openNATS(t)
-	reg := prometheus.NewRegistry()
-	svc, err := newService(configWith(func(c *Config) {
-		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
-	}), daemon.Deps{Bus: b, Cluster: "default", Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- svc.Run(ctx) }()
+	svc, stop := startHeartbeating(t, b)
 
 	msgs := []bus.Message{
 		{Stream: bus.Events, Cluster: "prod", ID: "a", Data: eventAt("a", "2026-11-29T10:00:05.5Z", removedBody)},
@@ -95,10 +86,7 @@ func TestHeartbeatsCountTheMinutesOfEvents(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "the later event classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
 	})
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	got, findings := heartbeatCounts(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond))
 	minute := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
 	want := map[string]map[time.Time]uint64{
@@ -193,15 +181,7 @@ func (b *heartbeatOutage) Publish(ctx context.Context, msgs ...bus.Message) erro
 func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
 	b := &heartbeatOutage{Bus: openNATS(t)}
 	b.down.Store(true)
-	svc, err := newService(configWith(func(c *Config) {
-		c.Workers, c.BatchWait, c.HeartbeatInterval = 1, 5*time.Millisecond, 50*time.Millisecond
-	}), daemon.Deps{Bus: b, Cluster: "default", Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- svc.Run(ctx) }()
+	svc, stop := startHeartbeating(t, b)
 	if err := b.Publish(context.Background(),
 		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "a", Data: eventAt("a", "2026-11-29T10:00:05Z", removedBody)},
 		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "b", Data: eventAt("b", "2026-11-29T10:00:06Z", apiserverBody("1.37.2"))}); err != nil {
@@ -217,10 +197,7 @@ func TestHeartbeatPublishFailureIsBestEffort(t *testing.T) {
 	}
 	b.down.Store(false)
 	testkit.Eventually(t, 20*time.Second, "a heartbeat once publishing works", func() bool { return testutil.ToFloat64(svc.met.heartbeats) >= 1 })
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	ds := collect(t, b, bus.Findings, 2, 300*time.Millisecond)
 	got, findings := heartbeatCounts(t, ds)
 	minute := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

@@ -132,7 +132,7 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 		if r.Disabled || r.ID == rules.RemovedAPI || r.ID == rules.DeprecatedAPI {
 			continue
 		}
-		if r.DeprecatedIn == "" && r.RemovedIn == "" && !skewRule(c, r.ID) && !runtimeRule(c, r.ID) && !entryRule(c, r.ID) {
+		if r.DeprecatedIn == "" && r.RemovedIn == "" && !hasReleasedEntries(c, r.ID) {
 			// Tied to no release (drains, webhooks, a retired controller): checked on every log.
 			out = append(out, Entry{Change: "checked", Release: "-", What: "feature", Rule: r.ID, Replacement: r.Replacement, Source: r.Source})
 			continue
@@ -199,19 +199,13 @@ func skewEntry(sk rules.SkewSpec, to kubeversion.Version) Entry {
 	return e
 }
 
-func skewRule(c *rules.Catalogue, id string) bool {
-	return slices.ContainsFunc(c.VersionSkew, func(s rules.SkewSpec) bool { return s.Rule == id })
-}
-
-// entryRule reports whether rule id has entries with their own releases (labels, annotations).
-func entryRule(c *rules.Catalogue, id string) bool {
-	has := func(a rules.AnnotationSpec) bool { return a.Rule == id }
-	return slices.ContainsFunc(c.Labels, func(l rules.LabelSpec) bool { return l.Rule == id }) ||
-		slices.ContainsFunc(c.ObjectAnnotations, has)
-}
-
-func runtimeRule(c *rules.Catalogue, id string) bool {
-	return slices.ContainsFunc(c.Runtimes, func(r rules.RuntimeSpec) bool { return r.Rule == id })
+// hasReleasedEntries reports whether rule id has entries listed with their own releases
+// (version-skew rows, runtimes, labels, object annotations).
+func hasReleasedEntries(c *rules.Catalogue, id string) bool {
+	return slices.ContainsFunc(c.VersionSkew, func(s rules.SkewSpec) bool { return s.Rule == id }) ||
+		slices.ContainsFunc(c.Runtimes, func(r rules.RuntimeSpec) bool { return r.Rule == id }) ||
+		slices.ContainsFunc(c.Labels, func(l rules.LabelSpec) bool { return l.Rule == id }) ||
+		slices.ContainsFunc(c.ObjectAnnotations, func(a rules.AnnotationSpec) bool { return a.Rule == id })
 }
 
 // Main runs `classify catalogue` with args (after "catalogue") and returns the exit code.

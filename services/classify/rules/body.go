@@ -290,7 +290,8 @@ func (m *matcher) runtime(obj *fastjson.Value) {
 // nodeStatus reads a write of nodes/status (logged at Request level only where the audit
 // policy asks for it: deploy/audit-policy.yaml does not, they are frequent) for the runtime.
 func (m *matcher) nodeStatus() {
-	if !bytes.Contains(m.ev.RequestObjectRaw, []byte("containerRuntimeVersion")) {
+	r := m.ev.ObjectRef
+	if r == nil || r.Resource != "nodes" || r.Subresource != "status" || !bytes.Contains(m.ev.RequestObjectRaw, []byte("containerRuntimeVersion")) {
 		return
 	}
 	if obj := m.ev.RequestObject(); obj != nil && obj.Type() == fastjson.TypeObject {

@@ -245,9 +245,7 @@ func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 	m.agent()
 	m.nodesProxy()
 	m.eviction()
-	if r := ev.ObjectRef; r != nil && r.Resource == "nodes" && r.Subresource == "status" && ev.RequestObjectRaw != nil {
-		m.nodeStatus()
-	}
+	m.nodeStatus()
 	m.out = append(m.out[:first], onePSP(m.out[first:])...)
 	return m.out
 }

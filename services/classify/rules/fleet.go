@@ -11,16 +11,15 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
-// A sighting's evidence (the request it was first seen in: its agent, user, URI and audit
-// ID) is added when its finding is built (FindingFrom), once per key, not per request.
-
 // A sighting rule reports who does something, not each request that does it: a kubelet's
 // release, a client of nodes/proxy, the ingress-nginx controller's agent. Its findings are
 // keyed (Match.ID) by the caller, what was seen and the UTC day instead of the request's
 // audit ID, so the de-duplication that merges the stages of one request (package dedup, the
 // bus's message ids, the store's (cluster, audit_id, rule_id) key) also keeps one finding per
 // caller and day: a fleet of kubelets polling every ten seconds is a few findings a day, not
-// millions, and a replay after a crash repeats the same keys.
+// millions, and a replay after a crash repeats the same keys. Its evidence (the request it was
+// first seen in: agent, user, URI, audit ID) is added when its finding is built
+// (FindingFrom), once per key, not per request.
 
 // sightingID is the key of a sighting of what by the event's caller on the event's UTC day:
 // "sighting-2026-12-05-<16 hex digits>", built in one allocation (every request of a polling
@@ -80,8 +79,8 @@ func (m *matcher) agent() {
 		if len(s.Users) > 0 && !userIn(s.Users, m.ev.User.Username) {
 			return // an agent anyone can write: believed only from the component's own user
 		}
-		_, v, ok := kubeversion.Agent(ua)
-		if !ok || !strings.HasPrefix(ua[len(s.Agent):], "v") {
+		_, v, ok := kubeversion.Agent(ua) // "kubelet/v1.33.4 ...": ok only with the "v"
+		if !ok {
 			return
 		}
 		release := ua[len(s.Agent)+1:]

@@ -179,7 +179,7 @@ func markdownFacts(a *apiSum) string {
 		b.WriteString(", deprecated in " + code(a.deprecatedIn))
 	}
 	if a.removedIn != "" {
-		b.WriteString(", " + RemovalWord(a.rule) + " " + code(a.removedIn))
+		b.WriteString(", " + removalWord(a.rule) + " " + code(a.removedIn))
 	}
 	if a.replacement != "" {
 		b.WriteString(", use " + code(a.replacement))

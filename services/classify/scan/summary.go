@@ -187,7 +187,7 @@ func (a *apiSum) facts() string {
 		b.WriteString(", deprecated in " + a.deprecatedIn)
 	}
 	if a.removedIn != "" {
-		b.WriteString(", " + RemovalWord(a.rule) + " " + a.removedIn)
+		b.WriteString(", " + removalWord(a.rule) + " " + a.removedIn)
 	}
 	if a.replacement != "" {
 		b.WriteString(", use " + a.replacement)
@@ -195,10 +195,10 @@ func (a *apiSum) facts() string {
 	return b.String()
 }
 
-// RemovalWord is how a finding's removed_in reads for its rule: an API is "removed in" a
+// removalWord is how a finding's removed_in reads for its rule: an API is "removed in" a
 // release, a kubelet or a runtime "unsupported from" it (the version-skew policy, the
 // runtimes kubelets support), a gitRepo volume "disabled from" it.
-func RemovalWord(rule string) string {
+func removalWord(rule string) string {
 	switch rule {
 	case rules.VersionSkew, rules.NodeContainerRuntime:
 		return "unsupported from"

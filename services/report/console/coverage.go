@@ -27,10 +27,11 @@ const (
 // delivered its events, their audit levels, and whether the rules that read request bodies
 // saw any. Known is false when no heartbeat said (an older classify, or no event at all).
 type Coverage struct {
-	Known  bool
-	Inputs []string
-	Levels []string
-	Bodies string
+	Known  bool     `json:"known"`
+	Inputs []string `json:"inputs"`
+	Levels []string `json:"levels"`
+	// Bodies: seen, metadata-only (the request-body rules checked nothing) or no-writes.
+	Bodies string `json:"request_bodies"`
 }
 
 // maxCoverageRows bounds the kinds Coverage reads (a few inputs, three levels, three kinds of
@@ -43,8 +44,7 @@ func (r Reader) Coverage(ctx context.Context, cluster string, w Window) (Coverag
 	if err != nil {
 		return Coverage{}, err
 	}
-	var c Coverage
-	c.Bodies = BodiesNoWrites
+	c := Coverage{Inputs: []string{}, Levels: []string{}, Bodies: BodiesNoWrites}
 	err = each(ctx, r.DB, "coverage", `SELECT toString(input) AS i, toString(level) AS l, toString(writes) AS wr
 FROM `+coverageTable(t)+`
 WHERE cluster = ? AND seen >= toDateTime(?) AND seen < toDateTime(?)

@@ -241,8 +241,7 @@ func Write(w io.Writer, format string, r *Result) error {
 	}
 	p("window: %s to %s; audit stream alive: %t (longest silence %s)\n", r.WindowStart.Format(time.RFC3339),
 		r.WindowEnd.Format(time.RFC3339), r.Stream.Alive, time.Duration(r.Stream.LongestSilence))
-	cov := console.Coverage{Known: r.Coverage.Known, Inputs: r.Coverage.Inputs, Levels: r.Coverage.Levels, Bodies: r.Coverage.Bodies}
-	p("coverage: %s\n", printable.String(cov.String()))
+	p("coverage: %s\n", printable.String(r.Coverage.String()))
 	if r.Unchecked != "" {
 		p("not checked: %s\n", r.Unchecked)
 	}

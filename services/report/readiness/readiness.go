@@ -157,17 +157,8 @@ type Result struct {
 	// Coverage is what the verdict rests on (classify's heartbeats): the inputs and audit
 	// levels of the window's events and whether the request-body rules saw a body; Unchecked
 	// names what it could not check ("" when nothing), and the message says so too.
-	Coverage  CoverageResult `json:"coverage"`
-	Unchecked string         `json:"not_checked,omitempty"`
-}
-
-// CoverageResult is console.Coverage as the result carries it.
-type CoverageResult struct {
-	Known  bool     `json:"known"`
-	Inputs []string `json:"inputs"`
-	Levels []string `json:"levels"`
-	// Bodies: seen, metadata-only (the request-body rules checked nothing) or no-writes.
-	Bodies string `json:"request_bodies"`
+	Coverage  console.Coverage `json:"coverage"`
+	Unchecked string           `json:"not_checked,omitempty"`
 }
 
 // Hop is one release of an upgrade that skips releases and the blockers it removes, by name
@@ -222,8 +213,7 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Cluster: o.Cluster, Target: o.Target, Current: o.Current, CurrentWhy: o.CurrentWhy, WindowStart: start, WindowEnd: end, Stream: st,
-		Coverage:  CoverageResult{Known: cov.Known, Inputs: nonNil(cov.Inputs), Levels: nonNil(cov.Levels), Bodies: cov.Bodies},
-		Unchecked: cov.Unchecked()}
+		Coverage: cov, Unchecked: cov.Unchecked()}
 	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
 	r.NewBlockers, r.FailingNow = weekly.MarkFailingNow(r.Blockers, o.Current)
 	r.Hops = hopsOf(r.Blockers, o.Current, o.Target)
@@ -273,13 +263,6 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		r.Message += "; not checked: " + r.Unchecked
 	}
 	return r, nil
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // names are the first three blockers of bs by name, and how many more.

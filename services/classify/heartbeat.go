@@ -15,6 +15,7 @@ import (
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/kubeversion"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // heartbeatMinutesPerMessage bounds one Heartbeat message: about 20 bytes a minute, so ~20
@@ -64,6 +65,57 @@ type sighting struct {
 // or seen in a later minute.
 func (s *sighting) dirty() bool { return s.minute > s.sent }
 
+func (s *sighting) last() time.Time { return s.touched }
+func (s *sighting) at() int64       { return s.minute }
+
+// kept is one thing the heartbeats keep by key beside the minute counts: a sighting or a move.
+type kept interface {
+	// dirty reports whether it is to be sent.
+	dirty() bool
+	// last is the wall time of its last event, at its event time (Unix seconds).
+	last() time.Time
+	at() int64
+}
+
+// moveKey is one caller of one catalogued API version that has a successor.
+type moveKey struct {
+	api         rules.API
+	user, agent string
+}
+
+// move is what the heartbeats know of a caller's calls of an API and of its successor: the
+// newest call of each (Unix seconds of event time; newest 0: none of the successor) and the
+// newest successor call sent.
+type move struct {
+	newest, lastOld, sent int64
+	touched               time.Time
+}
+
+// moveRefresh is how often a caller's successor calls are sent again when nothing else says
+// to: another classify replica may have seen the caller's old calls, which this one cannot
+// see (so report may count a caller that has moved as blocking for up to this long).
+const moveRefresh = int64(time.Hour / time.Second)
+
+// dirty: a successor call report may not know to be newer than the caller's old calls. It is
+// the first this process keeps (a start, a new day, or the caller was forgotten), the first
+// after an old call seen since the last one sent (the move), or an hour or a day after it.
+func (m *move) dirty() bool {
+	switch {
+	case m.newest <= m.sent:
+		return false
+	case m.sent == 0, m.newest > m.lastOld && m.sent <= m.lastOld:
+		return true
+	}
+	return m.newest-m.sent >= moveRefresh || m.newest/86400 != m.sent/86400
+}
+
+func (m *move) last() time.Time { return m.touched }
+func (m *move) at() int64       { return m.newest }
+
+// heartbeatMaxMoves bounds the callers kept per cluster; the oldest published ones go first
+// (a forgotten caller's next successor call is sent as its first).
+const heartbeatMaxMoves = 100_000
+
 // heartbeats counts, per cluster, the events of each minute of event time that this process
 // settled (acknowledged), and publishes the changed minutes as Heartbeat messages every
 // interval. Counts are running totals since the start, so a heartbeat re-sent, or one
@@ -80,6 +132,8 @@ type heartbeats struct {
 	// coverage holds, per cluster, the kinds of events seen (input, level, body) like the
 	// control plane's releases: each sent when new or seen in a later minute.
 	coverage map[string]map[coverageKey]*sighting
+	// moves holds, per cluster, the callers of successors of catalogued API versions.
+	moves map[string]map[moveKey]*move
 }
 
 // coverageKey is one kind of event: the input it came by, its audit level, and for a write a
@@ -90,7 +144,7 @@ type coverageKey struct {
 
 func newHeartbeats() *heartbeats {
 	return &heartbeats{clusters: map[string]map[int64]*minuteCount{}, planes: map[string]map[sightingKey]*sighting{},
-		coverage: map[string]map[coverageKey]*sighting{}}
+		coverage: map[string]map[coverageKey]*sighting{}, moves: map[string]map[moveKey]*move{}}
 }
 
 // add counts the events of a settled batch: per cluster, minute (Unix seconds) -> events.
@@ -135,6 +189,30 @@ func (h *heartbeats) covered(cluster string, kinds map[coverageKey]int64, now ti
 	}
 }
 
+// moved keeps the calls of a settled batch of cluster's events that move callers off
+// catalogued API versions (moveObs). Only callers of a successor are kept: an old call
+// matters only to a caller whose successor call was sent before it.
+func (h *heartbeats) moved(cluster string, obs map[moveKey]moveObs, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.moves[cluster]
+	for k, o := range obs {
+		mv := c[k]
+		if mv == nil {
+			if o.newest == 0 {
+				continue
+			}
+			if c == nil {
+				c = map[moveKey]*move{}
+				h.moves[cluster] = c
+			}
+			mv = &move{}
+			c[k] = mv
+		}
+		mv.newest, mv.lastOld, mv.touched = max(mv.newest, o.newest), max(mv.lastOld, o.lastOld), now
+	}
+}
+
 // see records that cluster's k was seen in minute (h.mu held).
 func see[K comparable](all map[string]map[K]*sighting, cluster string, k K, minute int64, now time.Time) {
 	c := all[cluster]
@@ -151,19 +229,19 @@ func see[K comparable](all map[string]map[K]*sighting, cluster string, k K, minu
 	sg.touched = now
 }
 
-// dirtyKeys returns the keys of p changed since their last publish, forgetting the published
-// ones untouched for heartbeatKeep and the oldest beyond heartbeatMaxSightings (h.mu held).
-func dirtyKeys[K comparable](p map[K]*sighting, now time.Time) []K {
+// dirtyKeys returns the keys of p to send, forgetting the published ones untouched for
+// heartbeatKeep and the oldest beyond limit (h.mu held).
+func dirtyKeys[K comparable, V kept](p map[K]V, now time.Time, limit int) []K {
 	var keys []K
-	for k, sg := range p {
+	for k, v := range p {
 		switch {
-		case sg.dirty():
+		case v.dirty():
 			keys = append(keys, k)
-		case now.Sub(sg.touched) > heartbeatKeep:
+		case now.Sub(v.last()) > heartbeatKeep:
 			delete(p, k)
 		}
 	}
-	trimSightings(p)
+	trimKept(p, limit)
 	return keys
 }
 
@@ -186,8 +264,11 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 	for cluster := range h.coverage {
 		names[cluster] = true
 	}
+	for cluster := range h.moves {
+		names[cluster] = true
+	}
 	for cluster := range names {
-		c, p, cov := h.clusters[cluster], h.planes[cluster], h.coverage[cluster]
+		c, p, cov, mvs := h.clusters[cluster], h.planes[cluster], h.coverage[cluster], h.moves[cluster]
 		var minutes []int64
 		for m, mc := range c {
 			switch {
@@ -201,14 +282,19 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 		if len(c) == 0 {
 			delete(h.clusters, cluster)
 		}
-		keys := dirtyKeys(p, now)
+		keys := dirtyKeys(p, now, heartbeatMaxSightings)
 		if len(p) == 0 {
 			delete(h.planes, cluster)
 		}
-		kinds := dirtyKeys(cov, now)
+		kinds := dirtyKeys(cov, now, heartbeatMaxSightings)
 		if len(cov) == 0 {
 			delete(h.coverage, cluster)
 		}
+		callers := dirtyKeys(mvs, now, heartbeatMaxMoves)
+		if len(mvs) == 0 {
+			delete(h.moves, cluster)
+		}
+		sort.Slice(callers, func(i, j int) bool { return callers[i].less(callers[j]) })
 		sort.Slice(kinds, func(i, j int) bool {
 			a, b := kinds[i], kinds[j]
 			if a.input != b.input {
@@ -226,13 +312,15 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 			}
 			return keys[i].version.Less(keys[j].version)
 		})
-		for len(minutes) > 0 || len(keys) > 0 || len(kinds) > 0 {
+		for len(minutes) > 0 || len(keys) > 0 || len(kinds) > 0 || len(callers) > 0 {
 			part := minutes[:min(len(minutes), heartbeatMinutesPerMessage)]
 			minutes = minutes[len(part):]
 			seen := keys[:min(len(keys), heartbeatSightingsPerMessage)]
 			keys = keys[len(seen):]
 			kind := kinds[:min(len(kinds), heartbeatSightingsPerMessage)]
 			kinds = kinds[len(kind):]
+			movers := callers[:min(len(callers), heartbeatSightingsPerMessage)]
+			callers = callers[len(movers):]
 			hb := &auditlensv1.Heartbeat{Cluster: cluster, Minutes: make([]*auditlensv1.EventMinute, 0, len(part))}
 			sum := sha256.New()
 			sum.Write([]byte(cluster))
@@ -268,6 +356,18 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 				sum.Write(buf[:8])
 				done.coverage = append(done.coverage, sentCoverage{cluster, k, m})
 			}
+			for _, k := range movers {
+				at := mvs[k].newest
+				hb.Migrations = append(hb.Migrations, &auditlensv1.MigrationSighting{ApiGroup: k.api.Group, ApiVersion: k.api.Version,
+					Resource: k.api.Resource, Username: k.user, UserAgent: k.agent, Seen: timestamppb.New(time.Unix(at, 0))})
+				for _, s := range [...]string{k.api.Group, k.api.Version, k.api.Resource, k.user, k.agent} {
+					sum.Write([]byte{2})
+					sum.Write([]byte(s))
+				}
+				binary.BigEndian.PutUint64(buf[:8], uint64(at))
+				sum.Write(buf[:8])
+				done.moves = append(done.moves, sentMove{cluster, k, at})
+			}
 			data, err := proto.Marshal(hb)
 			if err != nil {
 				return nil, nil, err
@@ -297,20 +397,19 @@ func (h *heartbeats) trim(c map[int64]*minuteCount) {
 	}
 }
 
-// trimSightings drops the oldest published sightings of p beyond heartbeatMaxSightings
-// (h.mu held).
-func trimSightings[K comparable](p map[K]*sighting) {
-	if len(p) <= heartbeatMaxSightings {
+// trimKept drops the oldest published entries of p beyond limit (h.mu held).
+func trimKept[K comparable, V kept](p map[K]V, limit int) {
+	if len(p) <= limit {
 		return
 	}
 	var clean []K
-	for k, sg := range p {
-		if !sg.dirty() {
+	for k, v := range p {
+		if !v.dirty() {
 			clean = append(clean, k)
 		}
 	}
-	sort.Slice(clean, func(i, j int) bool { return p[clean[i]].minute < p[clean[j]].minute })
-	for _, k := range clean[:min(len(clean), len(p)-heartbeatMaxSightings)] {
+	sort.Slice(clean, func(i, j int) bool { return p[clean[i]].at() < p[clean[j]].at() })
+	for _, k := range clean[:min(len(clean), len(p)-limit)] {
 		delete(p, k)
 	}
 }
@@ -320,6 +419,25 @@ type receipt struct {
 	minutes   []sent
 	sightings []sentSighting
 	coverage  []sentCoverage
+	moves     []sentMove
+}
+
+// sentMove is one published successor call: its time.
+type sentMove struct {
+	cluster string
+	key     moveKey
+	at      int64
+}
+
+// less orders callers for a stable message content.
+func (k moveKey) less(o moveKey) bool {
+	if k.api != o.api {
+		return k.api.String() < o.api.String()
+	}
+	if k.user != o.user {
+		return k.user < o.user
+	}
+	return k.agent < o.agent
 }
 
 // sentCoverage is one published kind of event: its minute.
@@ -364,6 +482,11 @@ func (h *heartbeats) published(done *receipt) {
 	for _, s := range done.coverage {
 		if sg := h.coverage[s.cluster][s.key]; sg != nil {
 			sg.sent = max(sg.sent, s.minute)
+		}
+	}
+	for _, s := range done.moves {
+		if mv := h.moves[s.cluster][s.key]; mv != nil {
+			mv.sent = max(mv.sent, s.at)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/auditlens/auditlens/lib/kubeversion"
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // eventAt is an audit event received at t (RFC 3339).
@@ -403,6 +404,13 @@ func (h *heartbeats) sent(n uint64) bool {
 			}
 		}
 	}
+	for _, c := range h.moves {
+		for _, mv := range c {
+			if mv.dirty() {
+				return false
+			}
+		}
+	}
 	return events >= n
 }
 
@@ -525,7 +533,7 @@ func TestCoverageKeysOwnTheirStrings(t *testing.T) {
 		}
 		input := []byte("webhook")
 		p := &clusterPlane{}
-		p.observe(ev, &bus.Delivery{Message: bus.Message{Header: map[string]string{bus.HeaderInput: string(input)}}}, ev.EventTime())
+		p.observe(ev, &bus.Delivery{Message: bus.Message{Header: map[string]string{bus.HeaderInput: string(input)}}}, ev.EventTime(), rules.Move{})
 		for i := range buf {
 			buf[i] = 'x'
 		}

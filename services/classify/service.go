@@ -48,6 +48,7 @@ var _ daemon.Component = (*service)(nil)
 type classifier interface {
 	Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
 	Finding(ev *auditevent.Event, m *rules.Match, cluster, node string) *auditlensv1.Finding
+	MoveOf(ev *auditevent.Event) rules.Move
 }
 
 // newStage assembles the stage from a checked cfg, its deps and the engine.
@@ -180,12 +181,25 @@ type clusterPlane struct {
 	cluster string
 	cp      kubeversion.ControlPlane
 	kinds   map[coverageKey]int64
+	// moves holds the callers' calls of catalogued API versions and of their successors.
+	moves map[moveKey]moveObs
 }
 
+// moveObs is a settle's newest calls by one caller of one API (lastOld) and of its
+// successor (newest), Unix seconds of event time (0: none).
+type moveObs struct{ newest, lastOld int64 }
+
+// maxMoveCaller bounds the user and agent of a caller kept for the moves: an agent longer is
+// not a client's, and would only fill the heartbeats' memory.
+const maxMoveCaller = 4096
+
 // observe keeps what ev (of delivery d, at at) says for the heartbeats: a release the control
-// plane names, and the kind of event it is.
-func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Time) {
+// plane names, the kind of event it is, and a caller's move to a successor (mv).
+func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Time, mv rules.Move) {
 	p.cp.Observe(ev.User.Username, ev.UserAgent, at)
+	if (mv.IsOld || len(mv.Replaces) > 0) && len(ev.User.Username)+len(ev.UserAgent) <= maxMoveCaller {
+		p.move(ev.User.Username, ev.UserAgent, at.Unix(), mv)
+	}
 	// The event's strings point into the decoded line, which the next event overwrites: a
 	// key kept in the map must own its strings (the levels the apiserver writes are interned).
 	k := coverageKey{input: d.Header[bus.HeaderInput], level: internLevel(ev.Level)}
@@ -219,6 +233,32 @@ func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Ti
 	}
 }
 
+// move records a call of mv's old API or of its successor by a caller at sec.
+func (p *clusterPlane) move(user, agent string, sec int64, mv rules.Move) {
+	if p.moves == nil {
+		p.moves = map[moveKey]moveObs{}
+	}
+	// The user and agent point into the decoded line: a key kept owns its strings.
+	owned := func(k moveKey) moveKey {
+		if _, ok := p.moves[k]; !ok {
+			k.user, k.agent = strings.Clone(k.user), strings.Clone(k.agent)
+		}
+		return k
+	}
+	if mv.IsOld {
+		k := owned(moveKey{mv.Old, user, agent})
+		o := p.moves[k]
+		o.lastOld = max(o.lastOld, sec)
+		p.moves[k] = o
+	}
+	for _, api := range mv.Replaces {
+		k := owned(moveKey{api, user, agent})
+		o := p.moves[k]
+		o.newest = max(o.newest, sec)
+		p.moves[k] = o
+	}
+}
+
 // internLevel returns the audit level as a string of its own for the levels the apiserver
 // writes, else level itself (cloned by the caller when kept).
 func internLevel(level string) string {
@@ -246,6 +286,7 @@ func (w *work) plane(cluster string) *clusterPlane {
 	// free nothing. The kinds of events are few: their map is kept and cleared.
 	p.cluster, p.cp = cluster, kubeversion.ControlPlane{}
 	clear(p.kinds)
+	clear(p.moves)
 	return p
 }
 
@@ -398,6 +439,9 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 		if len(p.kinds) > 0 {
 			s.beats.covered(p.cluster, p.kinds, now)
 		}
+		if len(p.moves) > 0 {
+			s.beats.moved(p.cluster, p.moves, now)
+		}
 	}
 }
 
@@ -434,7 +478,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	}
 	at = ev.EventTime().UTC()
 	if cp != nil && !at.IsZero() {
-		cp.observe(ev, d, at)
+		cp.observe(ev, d, at, s.engine.MoveOf(ev))
 	}
 	if !ev.StageTimestamp.IsZero() {
 		lag := now.Sub(ev.StageTimestamp).Seconds()

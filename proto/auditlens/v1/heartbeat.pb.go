@@ -44,7 +44,11 @@ type Heartbeat struct {
 	// What the events were, for the coverage of a verdict: per input and audit level (and,
 	// for the writes that request-body rules read, whether their body was logged), the newest
 	// minute such events were seen in.
-	Coverage      []*CoverageSighting `protobuf:"bytes,4,rep,name=coverage,proto3" json:"coverage,omitempty"`
+	Coverage []*CoverageSighting `protobuf:"bytes,4,rep,name=coverage,proto3" json:"coverage,omitempty"`
+	// Calls of the successors of deprecated and removed API versions (rules.Engine.MoveOf):
+	// per caller (user and user agent) and API replaced, the newest call of its successor,
+	// sent when report may not know of one after the caller's newest call of the old version.
+	Migrations    []*MigrationSighting `protobuf:"bytes,5,rep,name=migrations,proto3" json:"migrations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -103,6 +107,13 @@ func (x *Heartbeat) GetControlPlane() []*ControlPlaneSighting {
 func (x *Heartbeat) GetCoverage() []*CoverageSighting {
 	if x != nil {
 		return x.Coverage
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetMigrations() []*MigrationSighting {
+	if x != nil {
+		return x.Migrations
 	}
 	return nil
 }
@@ -310,16 +321,113 @@ func (x *CoverageSighting) GetSeen() *timestamppb.Timestamp {
 	return nil
 }
 
+// MigrationSighting is one caller's newest successful call of the successor of a catalogued
+// API version (resource.k8s.io/v1 for resource.k8s.io/v1beta1 deviceclasses): report counts
+// the caller's calls of the old version before it as fixed ("migrated"), not blocking. It is
+// sent when the publisher saw the caller call the old version since its last sighting (the
+// move), for a caller's first call of the day, and at most every few minutes besides (another
+// classify replica may have seen the old call).
+type MigrationSighting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The API replaced: the old version's group ("" for the core group), version and resource.
+	ApiGroup   string `protobuf:"bytes,1,opt,name=api_group,json=apiGroup,proto3" json:"api_group,omitempty"`
+	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Resource   string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The caller, as its findings name it.
+	Username  string `protobuf:"bytes,4,opt,name=username,proto3" json:"username,omitempty"`
+	UserAgent string `protobuf:"bytes,5,opt,name=user_agent,json=userAgent,proto3" json:"user_agent,omitempty"`
+	// Seen is the event time of the newest call of the successor, to the second (a finding's
+	// event_time): a call of the old version in a later second blocks again.
+	Seen          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=seen,proto3" json:"seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationSighting) Reset() {
+	*x = MigrationSighting{}
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationSighting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationSighting) ProtoMessage() {}
+
+func (x *MigrationSighting) ProtoReflect() protoreflect.Message {
+	mi := &file_auditlens_v1_heartbeat_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationSighting.ProtoReflect.Descriptor instead.
+func (*MigrationSighting) Descriptor() ([]byte, []int) {
+	return file_auditlens_v1_heartbeat_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MigrationSighting) GetApiGroup() string {
+	if x != nil {
+		return x.ApiGroup
+	}
+	return ""
+}
+
+func (x *MigrationSighting) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *MigrationSighting) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *MigrationSighting) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *MigrationSighting) GetUserAgent() string {
+	if x != nil {
+		return x.UserAgent
+	}
+	return ""
+}
+
+func (x *MigrationSighting) GetSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
 var File_auditlens_v1_heartbeat_proto protoreflect.FileDescriptor
 
 const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\n" +
-	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n" +
+	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x02\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x123\n" +
 	"\aminutes\x18\x02 \x03(\v2\x19.auditlens.v1.EventMinuteR\aminutes\x12G\n" +
 	"\rcontrol_plane\x18\x03 \x03(\v2\".auditlens.v1.ControlPlaneSightingR\fcontrolPlane\x12:\n" +
-	"\bcoverage\x18\x04 \x03(\v2\x1e.auditlens.v1.CoverageSightingR\bcoverage\"Y\n" +
+	"\bcoverage\x18\x04 \x03(\v2\x1e.auditlens.v1.CoverageSightingR\bcoverage\x12?\n" +
+	"\n" +
+	"migrations\x18\x05 \x03(\v2\x1f.auditlens.v1.MigrationSightingR\n" +
+	"migrations\"Y\n" +
 	"\vEventMinute\x122\n" +
 	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x16\n" +
 	"\x06events\x18\x02 \x01(\x04R\x06events\"~\n" +
@@ -331,7 +439,16 @@ const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\x05input\x18\x01 \x01(\tR\x05input\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\tR\x05level\x12\x16\n" +
 	"\x06writes\x18\x03 \x01(\tR\x06writes\x12.\n" +
-	"\x04seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04seenB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
+	"\x04seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04seen\"\xd8\x01\n" +
+	"\x11MigrationSighting\x12\x1b\n" +
+	"\tapi_group\x18\x01 \x01(\tR\bapiGroup\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1a\n" +
+	"\busername\x18\x04 \x01(\tR\busername\x12\x1d\n" +
+	"\n" +
+	"user_agent\x18\x05 \x01(\tR\tuserAgent\x12.\n" +
+	"\x04seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04seenB?Z=github.com/auditlens/auditlens/proto/auditlens/v1;auditlensv1b\x06proto3"
 
 var (
 	file_auditlens_v1_heartbeat_proto_rawDescOnce sync.Once
@@ -345,26 +462,29 @@ func file_auditlens_v1_heartbeat_proto_rawDescGZIP() []byte {
 	return file_auditlens_v1_heartbeat_proto_rawDescData
 }
 
-var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_auditlens_v1_heartbeat_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_auditlens_v1_heartbeat_proto_goTypes = []any{
 	(*Heartbeat)(nil),             // 0: auditlens.v1.Heartbeat
 	(*EventMinute)(nil),           // 1: auditlens.v1.EventMinute
 	(*ControlPlaneSighting)(nil),  // 2: auditlens.v1.ControlPlaneSighting
 	(*CoverageSighting)(nil),      // 3: auditlens.v1.CoverageSighting
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*MigrationSighting)(nil),     // 4: auditlens.v1.MigrationSighting
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_auditlens_v1_heartbeat_proto_depIdxs = []int32{
 	1, // 0: auditlens.v1.Heartbeat.minutes:type_name -> auditlens.v1.EventMinute
 	2, // 1: auditlens.v1.Heartbeat.control_plane:type_name -> auditlens.v1.ControlPlaneSighting
 	3, // 2: auditlens.v1.Heartbeat.coverage:type_name -> auditlens.v1.CoverageSighting
-	4, // 3: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
-	4, // 4: auditlens.v1.ControlPlaneSighting.seen:type_name -> google.protobuf.Timestamp
-	4, // 5: auditlens.v1.CoverageSighting.seen:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4, // 3: auditlens.v1.Heartbeat.migrations:type_name -> auditlens.v1.MigrationSighting
+	5, // 4: auditlens.v1.EventMinute.minute:type_name -> google.protobuf.Timestamp
+	5, // 5: auditlens.v1.ControlPlaneSighting.seen:type_name -> google.protobuf.Timestamp
+	5, // 6: auditlens.v1.CoverageSighting.seen:type_name -> google.protobuf.Timestamp
+	5, // 7: auditlens.v1.MigrationSighting.seen:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_auditlens_v1_heartbeat_proto_init() }
@@ -378,7 +498,7 @@ func file_auditlens_v1_heartbeat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auditlens_v1_heartbeat_proto_rawDesc), len(file_auditlens_v1_heartbeat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -86,6 +86,10 @@ type Engine struct {
 	needles [][]byte
 	// skew holds the texts of each version_skew row's releases 1.0 to 1.99 (fleet.go).
 	skew [][]skewText
+	// successors maps a successor to the APIs it replaces, hasSuccessor each of the latter to
+	// itself (migration.go).
+	successors   map[API][]API
+	hasSuccessor map[API]API
 }
 
 // NewEngine prepares c for matching.
@@ -133,6 +137,12 @@ func NewEngine(c *Catalogue) *Engine {
 	}
 	e.needles = bodyNeedles(e)
 	e.skew = skewTexts(c)
+	e.successors, e.hasSuccessor = successors(e), map[API]API{}
+	for _, olds := range e.successors {
+		for _, o := range olds {
+			e.hasSuccessor[o] = o
+		}
+	}
 	return e
 }
 

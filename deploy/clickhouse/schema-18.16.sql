@@ -345,3 +345,16 @@ CREATE TABLE IF NOT EXISTS auditlens.coverage_sightings (
     seen    DateTime('UTC')
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, input, level, writes, toDate(seen));
+
+-- migration 10: migration sightings
+CREATE TABLE IF NOT EXISTS auditlens.migration_sightings (
+    cluster     String,
+    api_group   String,
+    api_version String,
+    resource    String,
+    username    String,
+    user_agent  String,
+    seen        DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+PARTITION BY toYYYYMM(seen)
+ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen));

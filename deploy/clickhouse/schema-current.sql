@@ -346,5 +346,18 @@ CREATE TABLE IF NOT EXISTS auditlens.coverage_sightings (
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, input, level, writes, toDate(seen));
 
+-- migration 10: migration sightings
+CREATE TABLE IF NOT EXISTS auditlens.migration_sightings (
+    cluster     LowCardinality(String),
+    api_group   LowCardinality(String),
+    api_version LowCardinality(String),
+    resource    LowCardinality(String),
+    username    String,
+    user_agent  String,
+    seen        DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+PARTITION BY toYYYYMM(seen)
+ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen));
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

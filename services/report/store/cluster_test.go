@@ -58,6 +58,7 @@ func TestClusterSchema(t *testing.T) {
 		"finding_day_prefix_builds": "Distributed", "finding_day_prefix_builds_local": "ReplicatedMergeTree",
 		"control_plane_sightings": "Distributed", "control_plane_sightings_local": "ReplicatedReplacingMergeTree",
 		"coverage_sightings": "Distributed", "coverage_sightings_local": "ReplicatedReplacingMergeTree",
+		"migration_sightings": "Distributed", "migration_sightings_local": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)

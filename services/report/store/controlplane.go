@@ -54,3 +54,24 @@ func (s *Store) WriteCoverageSightings(ctx context.Context, cs []CoverageSightin
 	}
 	return s.Insert(ctx, "coverage_sightings", CoverageSightingColumns, rows)
 }
+
+// MigrationSighting is a caller's newest call of the successor of a catalogued API version
+// (the API replaced: APIGroup, APIVersion, Resource), a row of migration_sightings.
+type MigrationSighting struct {
+	Cluster, APIGroup, APIVersion, Resource, Username, UserAgent string
+	Seen                                                         time.Time
+}
+
+// MigrationSightingColumns are the columns of migration_sightings, in the order of
+// WriteMigrationSightings' rows.
+var MigrationSightingColumns = []string{"cluster", "api_group", "api_version", "resource", "username", "user_agent", "seen"}
+
+// WriteMigrationSightings inserts ms into migration_sightings as one block, to the second;
+// writing one again changes nothing readers see (they take max(seen)).
+func (s *Store) WriteMigrationSightings(ctx context.Context, ms []MigrationSighting) error {
+	rows := make([][]any, len(ms))
+	for i, m := range ms {
+		rows[i] = []any{m.Cluster, m.APIGroup, m.APIVersion, m.Resource, m.Username, m.UserAgent, m.Seen.UTC().Truncate(time.Second)}
+	}
+	return s.Insert(ctx, "migration_sightings", MigrationSightingColumns, rows)
+}

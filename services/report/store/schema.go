@@ -501,4 +501,22 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "coverage_sightings"}}{{.On}} (
 ) ENGINE = {{.Engine "coverage_sightings" "ReplacingMergeTree(seen)"}}
 ORDER BY (cluster, input, level, writes, toDate(seen))`,
 		`{{.Distributed "coverage_sightings" "cityHash64(cluster)"}}`}},
+	// Which callers moved off a deprecated or removed API version, from classify's heartbeats
+	// (MigrationSighting rows): per API replaced (the old version's group, version and
+	// resource), caller (user and user agent, as the findings name them) and day, the newest
+	// second the caller called the API's successor. A caller's findings of that API older than
+	// it are fixed, not blocking (package rollup reads it with max(seen)).
+	{Version: 10, Name: "migration sightings", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "migration_sightings"}}{{.On}} (
+    cluster     {{.LC}},
+    api_group   {{.LC}},
+    api_version {{.LC}},
+    resource    {{.LC}},
+    username    String,
+    user_agent  String,
+    seen        DateTime('UTC')
+) ENGINE = {{.Engine "migration_sightings" "ReplacingMergeTree(seen)"}}
+PARTITION BY toYYYYMM(seen)
+ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen))`,
+		`{{.Distributed "migration_sightings" "cityHash64(cluster)"}}`}},
 }

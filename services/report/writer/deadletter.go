@@ -42,12 +42,13 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		}
 		if hb.badSightings > 0 {
 			w.m.sightingsSkipped.Add(float64(hb.badSightings))
-			w.log.Warn("heartbeat sightings skipped (a control-plane sighting without a component or a Kubernetes release, a coverage one of an unknown kind, or no time from 1970 to a day past this clock)",
+			w.log.Warn("heartbeat sightings skipped (a control-plane sighting without a component or a Kubernetes release, a coverage one of an unknown kind, a migration one without an API, or no time from 1970 to a day past this clock)",
 				"cluster", d.Cluster, "skipped", hb.badSightings, "kept", len(hb.sightings), "position", d.Position, "first", hb.firstBad)
 		}
 		b.beats = append(b.beats, hb.minutes...)
 		b.sightings = append(b.sightings, hb.sightings...)
 		b.coverage = append(b.coverage, hb.coverage...)
+		b.moves = append(b.moves, hb.moves...)
 		b.ds = append(b.ds, d)
 		return
 	}
@@ -172,6 +173,7 @@ type heartbeatRows struct {
 	minutes   []store.EventMinute
 	sightings []store.ControlPlaneSighting
 	coverage  []store.CoverageSighting
+	moves     []store.MigrationSighting
 	// skipped counts the minutes out of range, badSightings the sightings not kept;
 	// firstBad says why the first of those was not.
 	skipped, badSightings int
@@ -229,7 +231,41 @@ func heartbeat(data []byte, cluster string, notAfter time.Time) (heartbeatRows, 
 		}
 		out.coverage = append(out.coverage, cs)
 	}
+	for i, m := range hb.Migrations {
+		ms, err := migration(m, cluster, last)
+		if err != nil {
+			if out.badSightings == 0 {
+				out.firstBad = fmt.Sprintf("migration %d: %v", i, err)
+			}
+			out.badSightings++
+			continue
+		}
+		out.moves = append(out.moves, ms)
+	}
 	return out, nil
+}
+
+// maxCaller bounds a migration sighting's user and agent, as classify bounds the callers it
+// keeps.
+const maxCaller = 4096
+
+// migration checks one migration sighting of cluster: an API (a resource, with a version),
+// a caller within maxCaller, and a time from 1970 to last (Unix seconds). The strings are
+// stored as sent, like a finding's: data bound as parameters, never interpreted.
+func migration(m *auditlensv1.MigrationSighting, cluster string, last int64) (store.MigrationSighting, error) {
+	switch {
+	case m.GetResource() == "" || m.GetApiVersion() == "" || len(m.ApiGroup)+len(m.ApiVersion)+len(m.Resource) > 512:
+		return store.MigrationSighting{}, fmt.Errorf("API %q %q %q: want a group, version and resource",
+			printable.String(m.GetApiGroup()), printable.String(m.GetApiVersion()), printable.String(m.GetResource()))
+	case len(m.GetUsername())+len(m.GetUserAgent()) > maxCaller:
+		return store.MigrationSighting{}, fmt.Errorf("caller of %d bytes: want at most %d", len(m.Username)+len(m.UserAgent), maxCaller)
+	case m.GetSeen() == nil || m.Seen.CheckValid() != nil:
+		return store.MigrationSighting{}, errors.New("no valid time")
+	case m.Seen.Seconds <= 0 || m.Seen.Seconds > last:
+		return store.MigrationSighting{}, fmt.Errorf("time %s: want one from 1970 to a day past this clock", m.Seen.AsTime().Format(time.RFC3339))
+	}
+	return store.MigrationSighting{Cluster: cluster, APIGroup: m.ApiGroup, APIVersion: m.ApiVersion, Resource: m.Resource,
+		Username: m.Username, UserAgent: m.UserAgent, Seen: m.Seen.AsTime()}, nil
 }
 
 // coverage checks one coverage sighting of cluster: an input and a level as ingest and the

@@ -205,3 +205,43 @@ func TestCoverageSightingsAreStored(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrationSightingsAreStored: the callers' moves in classify's heartbeats land in
+// migration_sightings to the second, their strings as sent; one without a resource, with a
+// caller too long or without a time is skipped and counted, nothing dead-lettered.
+func TestMigrationSightingsAreStored(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		seen := timestamppb.New(t0.Add(7 * time.Second))
+		agent := "driver/v0.3 '); DROP TABLE findings; --"
+		hb := &auditlensv1.Heartbeat{Cluster: "prod", Migrations: []*auditlensv1.MigrationSighting{
+			{ApiGroup: "resource.k8s.io", ApiVersion: "v1beta1", Resource: "deviceclasses", Username: "alice", UserAgent: agent, Seen: seen},
+			{ApiGroup: "resource.k8s.io", ApiVersion: "v1beta1", Username: "alice", Seen: seen},
+			{ApiGroup: "resource.k8s.io", ApiVersion: "v1beta1", Resource: "deviceclasses", Username: strings.Repeat("a", 5000), Seen: seen},
+			{ApiGroup: "resource.k8s.io", ApiVersion: "v1beta1", Resource: "deviceclasses", Username: "bob"},
+		}}
+		msg := bus.Message{Stream: bus.Findings, Cluster: "prod", ID: "hb-mig", Data: mustMarshal(hb),
+			Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}
+		if err := b.Publish(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
+			n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
+			return err == nil && n == 0 && testutil.ToFloat64(w.m.sightings) >= 1
+		})
+		if n := testutil.ToFloat64(w.m.sightingsSkipped); n != 3 {
+			t.Errorf("%v migration sightings skipped, want 3", n)
+		}
+		if n := testutil.ToFloat64(w.m.deadLettered) + testutil.ToFloat64(w.m.invalid); n != 0 {
+			t.Errorf("%v messages dead-lettered or invalid, want none", n)
+		}
+		var got string
+		err := st.DB().QueryRowContext(ctx, `SELECT concat(cluster, ' ', api_group, '/', api_version, ' ', resource, ' ', username, ' ', user_agent, ' ', toString(seen))
+FROM `+st.Table("migration_sightings")).Scan(&got)
+		if want := "prod resource.k8s.io/v1beta1 deviceclasses alice " + agent + " " + t0.Add(7*time.Second).Format(time.DateTime); err != nil || got != want {
+			t.Errorf("stored %q, %v; want %q", got, err, want)
+		}
+	})
+}

@@ -166,6 +166,7 @@ type batch struct {
 	beats     []store.EventMinute
 	sightings []store.ControlPlaneSighting
 	coverage  []store.CoverageSighting
+	moves     []store.MigrationSighting
 	ds        []*bus.Delivery
 }
 
@@ -383,6 +384,9 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 			// Written again with the sightings when this fails: both keep the newest minute.
 			err = w.st.WriteCoverageSightings(ctx, b.coverage)
 		}
+		if err == nil && len(b.moves) > 0 {
+			err = w.st.WriteMigrationSightings(ctx, b.moves)
+		}
 		if err == nil {
 			break
 		}
@@ -405,7 +409,7 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		}
 	}
 	w.m.eventMinutes.Add(float64(len(b.beats)))
-	w.m.sightings.Add(float64(len(b.sightings) + len(b.coverage)))
+	w.m.sightings.Add(float64(len(b.sightings) + len(b.coverage) + len(b.moves)))
 	if n == 0 {
 		return true
 	}

@@ -52,6 +52,9 @@ type Tables struct {
 	HourState, HourChanges, Prefixes, PrefixBuilds string
 	// Requests indexes the findings' audit ids by blocker, caller and time.
 	Requests string
+	// Migrations holds the callers' newest calls of the successors of the APIs they used
+	// (migration 10; migrated.go).
+	Migrations string
 }
 
 // TablesFor returns the day tables beside findings ("findings" or "db.findings").
@@ -70,6 +73,7 @@ func TablesFor(findings string) Tables {
 		Prefixes:     prefix + "finding_day_prefixes",
 		PrefixBuilds: prefix + "finding_day_prefix_builds",
 		Requests:     prefix + "finding_requests",
+		Migrations:   prefix + "migration_sightings",
 	}
 }
 
@@ -110,6 +114,9 @@ type Filter struct {
 	// and last_seen; cluster, day and findings always come. Nothing else is given: a
 	// reader's query reads a fraction of the columns. Nil gives every Key and value column.
 	Columns []string
+	// Migrated says what becomes of the rows of callers that moved to the API's successor
+	// after them (migrated.go); the zero value gives every row as it is.
+	Migrated Migrated
 }
 
 // keyColumns are the columns of Key, in order.
@@ -178,6 +185,10 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	if err != nil {
 		return "", nil, err
 	}
+	given := append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...)
+	if f.Migrated != AllRows {
+		keys, values = withMoveColumns(keys, values)
+	}
 	p, err := plan(ctx, db, t, f.Cluster, f.From, f.To)
 	if err != nil {
 		return "", nil, err
@@ -210,9 +221,14 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		all = append(all, args...)
 		all = append(all, p.firstHour, p.lastHour, p.tail)
 	}
-	return `SELECT ` + out + ` FROM (
+	src := `SELECT ` + out + ` FROM (
   ` + strings.Join(parts, "\n  UNION ALL\n  ") + `
-)`, all, nil
+)`
+	if f.Migrated == AllRows {
+		return src, all, nil
+	}
+	src, more := f.Migrated.join(src, given, t.Migrations, f.Cluster, f.From)
+	return src, append(all, more...), nil
 }
 
 // builtRows selects the rows of the builds ids from table (finding_days or

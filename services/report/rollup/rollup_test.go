@@ -206,7 +206,11 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	if err := st.WriteFindings(ctx, fs[len(fs)/2:]); err != nil {
 		t.Fatal(err)
 	}
+	writeMoves(t, st, today)
 	replicated()
+	for _, c := range []string{"prod", "staging"} {
+		movesAgree(t, db, today, c, c+", before compaction", from, to)
+	}
 	for _, c := range []string{"prod", "staging", ""} {
 		sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
@@ -262,6 +266,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		sameRows(t, c+", some columns, after compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
 		sameRows(t, c+", hashes, after compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 	}
+	movesAgree(t, db, today, "prod", "after compaction", from, to)
 	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
 		t.Errorf("a second compaction built %+v (%v), want nothing", n, err)
 	}
@@ -298,6 +303,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		t.Errorf("days read from a prefix after rebuilding it %v, want %v", c, todays)
 	}
 	sameRows(t, "after rebuilding the prefix", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	movesAgree(t, db, today, "prod", "after rebuilding the prefix", from, to)
 
 	// Late: a new finding three days ago, and another copy of one already counted.
 	late := today.AddDate(0, 0, -3)

@@ -1,0 +1,118 @@
+package rollup
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Migrated says what Days makes of the day rows of callers that moved off an API: classify
+// sends, per caller (user and user agent) and API replaced, the newest call of its successor
+// (migration_sightings). A row whose last call is older than its caller's newest successor
+// call is fixed: the caller has moved on since. A row of a later call (the caller went back
+// to the old version) blocks again, and so do the rows after it.
+type Migrated uint8
+
+const (
+	// AllRows gives every row as it is.
+	AllRows Migrated = iota
+	// Unmigrated leaves out the fixed rows: what still blocks.
+	Unmigrated
+	// WithMigratedAt gives every row with a column migrated_at (UInt32 Unix seconds, 0 when the
+	// caller never called the successor in the span): a caller has moved when its newest
+	// migrated_at is later than its newest last_seen.
+	WithMigratedAt
+)
+
+// moveColumns are the day columns that name a caller's API and the caller, and the value
+// that says when it called last.
+var moveColumns = []string{"api_group", "api_version", "resource", "username", "user_agent"}
+
+// withMoveColumns adds to keys and values the columns the migration join needs.
+func withMoveColumns(keys, values []string) ([]string, []string) {
+	for _, c := range moveColumns {
+		if !slices.Contains(keys, c) {
+			keys = append(keys, c)
+		}
+	}
+	if !slices.Contains(values, "last_seen") {
+		values = append(values, "last_seen")
+	}
+	return keys, values
+}
+
+// join wraps src (day rows with the move columns) in the join with table (the migration
+// sightings of cluster, "" for every cluster's, from the day from on), giving the columns out
+// (and migrated_at for WithMigratedAt), and returns the join's arguments, which follow src's.
+func (m Migrated) join(src string, out []string, table, cluster string, from time.Time) (string, []any) {
+	using := "cluster, " + strings.Join(moveColumns, ", ")
+	where, args := `seen >= toDateTime(?)`, []any{from.Unix()}
+	if cluster != "" {
+		where, args = `cluster = ? AND `+where, []any{cluster, from.Unix()}
+	}
+	sel := strings.Join(out, ", ")
+	filter := ""
+	switch m {
+	case Unmigrated:
+		filter = "\nWHERE last_seen >= migrated_at"
+	case WithMigratedAt:
+		sel += ", migrated_at"
+	}
+	return `SELECT ` + sel + ` FROM (
+` + src + `
+) AS r ANY LEFT JOIN (
+  SELECT ` + using + `, toUInt32(max(seen)) AS migrated_at
+  FROM ` + table + `
+  WHERE ` + where + `
+  GROUP BY ` + using + `
+) AS m USING (` + using + `)` + filter, args
+}
+
+// Move is a caller that moved off a blocker: its findings of Key's API up to LastSeen are
+// fixed by its call of the successor at MigratedAt.
+type Move struct {
+	RuleID, APIGroup, APIVersion, Resource, RemovedIn string
+	Username, UserAgent                               string
+	Findings                                          uint64
+	LastSeen, MigratedAt                              time.Time
+}
+
+// Moves lists the callers (user and user agent) of the rows f asks for whose newest call of
+// the API's successor is later than their newest row, newest move first, and how many there
+// are; at most limit are listed. f.Migrated and f.Columns are Moves' own.
+func Moves(ctx context.Context, db *sql.DB, t Tables, f Filter, limit int) ([]Move, int, error) {
+	f.Migrated, f.Columns = WithMigratedAt, []string{"api_group", "api_version", "resource", "removed_in", "username", "user_agent", "last_seen"}
+	src, args, err := Days(ctx, db, t, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT rule_id, api_group, api_version, resource, removed_in, username, user_agent,
+  toUInt64(sum(findings)), toUInt32(max(last_seen)) AS l, toUInt32(max(migrated_at)) AS m
+FROM (`+src+`)
+GROUP BY rule_id, api_group, api_version, resource, removed_in, username, user_agent
+HAVING m > l
+ORDER BY m DESC, username, user_agent, rule_id, api_group, api_version, resource`, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the moved callers: %w", err)
+	}
+	defer rows.Close()
+	var out []Move
+	n := 0
+	for rows.Next() {
+		var mv Move
+		var last, at uint32
+		if err := rows.Scan(&mv.RuleID, &mv.APIGroup, &mv.APIVersion, &mv.Resource, &mv.RemovedIn, &mv.Username, &mv.UserAgent,
+			&mv.Findings, &last, &at); err != nil {
+			return nil, 0, fmt.Errorf("read the moved callers: %w", err)
+		}
+		n++
+		if len(out) < limit {
+			mv.LastSeen, mv.MigratedAt = time.Unix(int64(last), 0).UTC(), time.Unix(int64(at), 0).UTC()
+			out = append(out, mv)
+		}
+	}
+	return out, n, rows.Err()
+}

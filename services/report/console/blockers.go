@@ -55,7 +55,8 @@ func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target k
 	if target.IsZero() {
 		return nil, invalid("target version is not set")
 	}
-	src, args, err := r.days(ctx, t, cluster, w, []string{"blocker", "caller", "first_seen", "last_seen"}, blocking, target.Key())
+	// A caller's rows that its later call of the replacement fixed block nothing.
+	src, args, err := r.daysOf(ctx, t, cluster, w, rollup.Unmigrated, []string{"blocker", "caller", "first_seen", "last_seen"}, blocking, target.Key())
 	if err != nil {
 		return nil, err
 	}

@@ -395,8 +395,14 @@ var (
 // rollup) for the findings table t, with the columns cols (rollup.Filter.Columns), limited
 // by the condition where on the rows' key columns.
 func (r Reader) days(ctx context.Context, t, cluster string, w Window, cols []string, where string, args ...any) (string, []any, error) {
+	return r.daysOf(ctx, t, cluster, w, rollup.AllRows, cols, where, args...)
+}
+
+// daysOf is days with the rows fixed by a caller's move treated as m says.
+func (r Reader) daysOf(ctx context.Context, t, cluster string, w Window, m rollup.Migrated, cols []string, where string, args ...any) (string, []any, error) {
 	from, to := rollup.Span(w.From, w.To)
-	src, all, err := rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{Cluster: cluster, From: from, To: to, Where: where, Args: args, Columns: cols})
+	src, all, err := rollup.Days(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{Cluster: cluster, From: from, To: to, Where: where, Args: args,
+		Columns: cols, Migrated: m})
 	if err != nil {
 		return "", nil, fmt.Errorf("read the days of %s: %w", cluster, err)
 	}

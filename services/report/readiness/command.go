@@ -269,6 +269,13 @@ func Write(w io.Writer, format string, r *Result) error {
 				cl.LastSeen.Format(time.RFC3339))
 		}
 	}
+	for _, m := range r.Migrated {
+		p("migrated: %q user agent %q moved off %s (%s, removed in %s) at %s, after %s, its last call of it at %s\n", m.Username, m.UserAgent,
+			name(m.Key), m.RuleID, m.RemovedIn, m.MigratedAt.Format(time.RFC3339), count(int(m.Findings), "finding"), m.LastSeen.Format(time.RFC3339))
+	}
+	if more := r.MigratedCount - len(r.Migrated); more > 0 {
+		p("migrated: %d more\n", more)
+	}
 	for _, a := range r.Accepted {
 		until := "no expiry"
 		if !a.Acceptance.Until.IsZero() {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditlens/auditlens/lib/printable"
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -64,6 +65,9 @@ type Options struct {
 	// classify's heartbeats).
 	Table, MinutesTable, EventMinutesTable string
 }
+
+// maxMigrated caps the migrated callers a Result lists (MigratedCount counts them all).
+const maxMigrated = 100
 
 // Defaults of Options.
 const (
@@ -154,6 +158,11 @@ type Result struct {
 	// Blockers block (an expired acceptance is named on the blocker); Accepted do not.
 	Blockers []weekly.Blocker  `json:"blockers"`
 	Accepted []weekly.Accepted `json:"accepted"`
+	// Migrated are the callers that called the replacement after their last call of a blocker
+	// in the window (the newest first, MigratedCount in all): they do not block, and block
+	// again if they call the removed API later.
+	Migrated      []weekly.Migration `json:"migrated"`
+	MigratedCount int                `json:"migrated_count"`
 	// Coverage is what the verdict rests on (classify's heartbeats): the inputs and audit
 	// levels of the window's events and whether the request-body rules saw a body; Unchecked
 	// names what it could not check ("" when nothing), and the message says so too.
@@ -201,6 +210,11 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	moved, nMoved, err := weekly.Migrations(ctx, db, weekly.Window{Cluster: o.Cluster, Target: o.Target, Start: start, End: end, Table: o.Table},
+		maxMigrated)
+	if err != nil {
+		return nil, err
+	}
 	if o.Current.IsZero() {
 		// The release the control plane named last (classify's heartbeats), else the newest
 		// kubelet or controller manager among the findings.
@@ -213,7 +227,7 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Cluster: o.Cluster, Target: o.Target, Current: o.Current, CurrentWhy: o.CurrentWhy, WindowStart: start, WindowEnd: end, Stream: st,
-		Coverage: cov, Unchecked: cov.Unchecked()}
+		Coverage: cov, Unchecked: cov.Unchecked(), Migrated: moved, MigratedCount: nMoved}
 	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
 	r.NewBlockers, r.FailingNow = weekly.MarkFailingNow(r.Blockers, o.Current)
 	r.Hops = hopsOf(r.Blockers, o.Current, o.Target)
@@ -257,6 +271,11 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		if len(r.Accepted) > 0 {
 			r.Message += fmt.Sprintf(" but %d accepted risk(s)", len(r.Accepted))
 		}
+	}
+	if r.MigratedCount > 0 && r.State != Unknown {
+		m := r.Migrated[0]
+		r.Message += fmt.Sprintf("; %d caller(s) moved to the replacement and no longer block, the last %s (%s) at %s",
+			r.MigratedCount, printable.String(m.Username), name(m.Key), m.MigratedAt.Format(time.RFC3339))
 	}
 	if r.Unchecked != "" && r.State != Unknown {
 		// A verdict, ready or not, that rests on part of the rules says which part it lacks.

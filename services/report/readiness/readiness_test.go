@@ -23,6 +23,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/acks"
 	"github.com/auditlens/auditlens/services/report/chtest"
+	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/readiness"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -635,4 +636,104 @@ func gateAgreesWithWeekly(ctx context.Context, t *testing.T, st *store.Store, cl
 		}
 	}
 	return g, rep
+}
+
+// TestGateReadyOnceTheCallersMigrated: a caller that calls the replacement after its last call
+// of a removed API no longer blocks (the gate, the weekly report and the console agree), the
+// gate is ready once the last blocking caller moved, and a later call of the removed API
+// blocks again.
+func TestGateReadyOnceTheCallersMigrated(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		at := func(h int) time.Time { return s.start.Add(time.Duration(h) * time.Hour) }
+		const driver, agent = "system:serviceaccount:dra:driver", "driver/v0.3"
+		dc := func(id, user, ua string, h int) *auditlensv1.Finding {
+			return f("dra", "removed-api", id, "resource.k8s.io", "v1beta1", "deviceclasses", "1.38", user, ua, "", at(h))
+		}
+		fs := []*auditlensv1.Finding{dc("b1", "bob", "kubectl/v1.37.0", 20)}
+		for h := 10; h <= 50; h += 10 {
+			fs = append(fs, dc(fmt.Sprintf("d%d", h), driver, agent, h))
+		}
+		for i, t := 0, s.start; t.Before(s.end); i, t = i+1, t.Add(50*time.Minute) {
+			fs = append(fs, f("dra", "deprecated-api", fmt.Sprintf("c%d", i), "", "v1", "componentstatuses", "", "prober", "curl/8", "", t))
+		}
+		if err := st.WriteFindings(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		target := weekly.Version{Major: 1, Minor: 38}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		judge := func(when string, ready bool, callers, migrated int) *readiness.Result {
+			t.Helper()
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "dra", Target: target, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, b := range g.Blockers {
+				n += b.CallerCount
+			}
+			if g.Ready != ready || n != callers || g.MigratedCount != migrated || len(g.Migrated) != migrated {
+				t.Errorf("%s: ready %v with %d blocking callers and %d migrated (%v); want %v, %d, %d: %s", when, g.Ready, n, g.MigratedCount,
+					g.Migrated, ready, callers, migrated, g.Message)
+			}
+			w, err := weekly.Build(ctx, st.DB(), weekly.Options{Cluster: "dra", Target: target, WeekEnding: s.week, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.MigratedCount != g.MigratedCount || len(w.Blockers) != len(g.Blockers) || w.Totals.BlockerCallers != n {
+				t.Errorf("%s: the weekly report has %d blockers with %d callers and %d migrated, the gate %d, %d, %d", when,
+					len(w.Blockers), w.Totals.BlockerCallers, w.MigratedCount, len(g.Blockers), n, g.MigratedCount)
+			}
+			cb, err := (console.Reader{DB: st.DB()}).Blockers(ctx, "dra", console.Window{From: s.start, To: s.end}, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cn uint64
+			for _, b := range cb {
+				cn += b.Callers
+			}
+			if len(cb) != len(g.Blockers) || int(cn) != n {
+				t.Errorf("%s: the console has %d blockers with %d callers, the gate %d with %d", when, len(cb), cn, len(g.Blockers), n)
+			}
+			return g
+		}
+		judge("before any move", false, 2, 0)
+		move := func(user, ua string, h int) {
+			t.Helper()
+			if err := st.WriteMigrationSightings(ctx, []store.MigrationSighting{{Cluster: "dra", APIGroup: "resource.k8s.io", APIVersion: "v1beta1",
+				Resource: "deviceclasses", Username: user, UserAgent: ua, Seen: at(h).Add(time.Second)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A call of the replacement in the same second as the last removed one proves nothing.
+		if err := st.WriteMigrationSightings(ctx, []store.MigrationSighting{{Cluster: "dra", APIGroup: "resource.k8s.io", APIVersion: "v1beta1",
+			Resource: "deviceclasses", Username: driver, UserAgent: agent, Seen: at(50)}}); err != nil {
+			t.Fatal(err)
+		}
+		judge("a replacement call in the second of the last removed one", false, 2, 0)
+		move(driver, agent, 50)
+		g := judge("the driver moved", false, 1, 1)
+		if m := g.Migrated[0]; m.Username != driver || m.Findings != 5 || !m.MigratedAt.Equal(at(50).Add(time.Second)) || !m.LastSeen.Equal(at(50)) {
+			t.Errorf("migrated %+v", m)
+		}
+		// Another agent of the same user is another caller: it has not moved.
+		move("bob", "kubectl/v1.38.0", 21)
+		judge("bob's other agent", false, 1, 1)
+		move("bob", "kubectl/v1.37.0", 21)
+		g = judge("every caller moved", true, 0, 2)
+		if !strings.Contains(g.Message, "2 caller(s) moved to the replacement") {
+			t.Errorf("message %q does not name the moves", g.Message)
+		}
+		// The driver goes back to v1beta1: it blocks again, bob stays migrated.
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{dc("d60", driver, agent, 60)}); err != nil {
+			t.Fatal(err)
+		}
+		g = judge("the driver went back", false, 1, 1)
+		// Counted by day: the call after the move and the one of the same day before it.
+		if len(g.Blockers) == 1 && (g.Blockers[0].Findings != 2 || g.Blockers[0].Callers[0].Username != driver) {
+			t.Errorf("blocker %+v: want the driver's day of its calls around the move", g.Blockers[0])
+		}
+	})
 }

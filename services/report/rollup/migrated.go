@@ -13,7 +13,8 @@ import (
 // sends, per caller (user and user agent) and API replaced, the newest call of its successor
 // (migration_sightings). A row whose last call is older than its caller's newest successor
 // call is fixed: the caller has moved on since. A row of a later call (the caller went back
-// to the old version) blocks again, and so do the rows after it.
+// to the old version) blocks again, whole (the day's findings of the caller before the move
+// too), and so do the rows after it.
 type Migrated uint8
 
 const (

@@ -133,8 +133,11 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	if err := blockers(ctx, db, o, r); err != nil {
 		return nil, err
 	}
+	var err error
+	if r.Migrated, r.MigratedCount, err = migrations(ctx, db, o.Table, o.Cluster, o.Target, r.WeekStart, r.WeekEnd, o.MaxChanges); err != nil {
+		return nil, err
+	}
 	if r.Current.IsZero() {
-		var err error
 		if r.Current, r.CurrentWhy, err = (console.Reader{DB: db, Table: o.Table}).ClusterRelease(ctx, o.Cluster, end); err != nil {
 			return nil, err
 		}
@@ -182,6 +185,38 @@ func Blockers(ctx context.Context, db *sql.DB, w Window) ([]Blocker, error) {
 		return nil, err
 	}
 	return r.Blockers, nil
+}
+
+// Migrations lists the callers that moved off what blocks w.Target in w's days (the newest
+// moves first, at most limit), and how many there are: their findings do not block.
+func Migrations(ctx context.Context, db *sql.DB, w Window, limit int) ([]Migration, int, error) {
+	if !w.Start.Before(w.End) {
+		return nil, 0, fmt.Errorf("%w: window %s to %s is empty", ErrInvalid, w.Start, w.End)
+	}
+	table := w.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if !identRe.MatchString(table) {
+		return nil, 0, fmt.Errorf("%w: table %q: want [database.]name", ErrInvalid, table)
+	}
+	from, to := rollup.Span(w.Start, w.End)
+	return migrations(ctx, db, table, w.Cluster, w.Target, from, to, limit)
+}
+
+// migrations reads the moves off cluster's blockers of target in the days [from, to).
+func migrations(ctx context.Context, db *sql.DB, table, cluster string, target Version, from, to time.Time, limit int) ([]Migration, int, error) {
+	moves, n, err := rollup.Moves(ctx, db, rollup.TablesFor(table), rollup.Filter{Cluster: cluster, From: from, To: to,
+		Where: blockingExpr, Args: []any{target.Key()}}, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query migrated callers: %w", err)
+	}
+	out := make([]Migration, len(moves))
+	for i, m := range moves {
+		out[i] = Migration{Key: Key{RuleID: m.RuleID, APIGroup: m.APIGroup, APIVersion: m.APIVersion, Resource: m.Resource, RemovedIn: m.RemovedIn},
+			Username: m.Username, UserAgent: m.UserAgent, Findings: m.Findings, LastSeen: m.LastSeen, MigratedAt: m.MigratedAt}
+	}
+	return out, n, nil
 }
 
 // trend fills Totals (but BlockerCallers), Daily and Weekly from one query over the day rows
@@ -292,8 +327,9 @@ func callerAgg(src string) string {
 
 // aggArgs returns callerAgg's source over this week and the week before, and its arguments.
 func (r *Report) aggArgs(ctx context.Context, db *sql.DB, o Options) (string, []any, error) {
+	// The rows a later call of the replacement fixed are left out (Migrations lists them).
 	src, srcArgs, err := rollup.Days(ctx, db, rollup.TablesFor(o.Table), rollup.Filter{Cluster: o.Cluster,
-		From: r.WeekStart.AddDate(0, 0, -7), To: r.WeekEnd, Where: blockingExpr, Args: []any{o.Target.Key()},
+		From: r.WeekStart.AddDate(0, 0, -7), To: r.WeekEnd, Where: blockingExpr, Args: []any{o.Target.Key()}, Migrated: rollup.Unmigrated,
 		Columns: []string{"api_group", "api_version", "resource", "removed_in", "replacement", "username", "user_agent", "namespace",
 			"message", "first_seen", "last_seen"}})
 	if err != nil {

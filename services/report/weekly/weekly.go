@@ -65,6 +65,11 @@ type Report struct {
 	// busiest, ResolvedCount in all).
 	Resolved      []Change `json:"resolved"`
 	ResolvedCount int      `json:"resolved_count"`
+	// Migrated are the blocker callers that called the replacement after their last call of
+	// the removed API this week (the newest moves first, MigratedCount in all): fixed at once,
+	// not blocking, until they call the removed API again.
+	Migrated      []Migration `json:"migrated"`
+	MigratedCount int         `json:"migrated_count"`
 	// Daily is the trend over the days of this week, Weekly over the last weeks (oldest first,
 	// this week last).
 	Daily  []Point `json:"daily"`
@@ -142,6 +147,17 @@ type Change struct {
 	Namespace string `json:"namespace"`
 	// Count is this week's findings for New, the previous week's for Resolved.
 	Count uint64 `json:"count"`
+}
+
+// Migration is a caller (user and user agent) that moved off a blocker: its Findings of the
+// blocker, the last at LastSeen, are fixed by its call of the replacement at MigratedAt.
+type Migration struct {
+	Key
+	Username   string    `json:"username"`
+	UserAgent  string    `json:"user_agent"`
+	Findings   uint64    `json:"findings"`
+	LastSeen   time.Time `json:"last_seen"`
+	MigratedAt time.Time `json:"migrated_at"`
 }
 
 // Point is one day or week of the trend.

@@ -183,6 +183,11 @@ func escaped(r *weekly.Report) *weekly.Report {
 		return out
 	}
 	c.New, c.Resolved = changes(r.New), changes(r.Resolved)
+	c.Migrated = make([]weekly.Migration, len(r.Migrated))
+	for i, m := range r.Migrated {
+		m.Key, m.Username, m.UserAgent = key(m.Key), clean(m.Username), clean(m.UserAgent)
+		c.Migrated[i] = m
+	}
 	c.Totals.ByRule = make([]weekly.RuleCount, len(r.Totals.ByRule))
 	for i, rc := range r.Totals.ByRule {
 		rc.RuleID = clean(rc.RuleID)
@@ -324,6 +329,14 @@ func Text(w io.Writer, r *weekly.Report) error {
 	}
 	changes("NEW since the week before", r.New, r.NewCount)
 	changes("RESOLVED since the week before", r.Resolved, r.ResolvedCount)
+	if r.MigratedCount > 0 {
+		p("\nMIGRATED this week (called the replacement after their last call of the removed API: fixed, not blocking): %d\n", r.MigratedCount)
+		for _, m := range r.Migrated {
+			p("  - %s %s: %s, agent %s: %d finding%s, the last %s; replacement called %s\n", clean(m.RuleID), clean(m.API()),
+				orDash(clean(m.Username)), orDash(clean(m.UserAgent)), m.Findings, plural(int(m.Findings)),
+				m.LastSeen.Format(time.RFC3339), m.MigratedAt.Format(time.RFC3339))
+		}
+	}
 	p("\nBY RULE (this week / week before / blocking)\n")
 	for _, rc := range t.ByRule {
 		p("  %-32s %8d %8d %8d\n", clean(rc.RuleID), rc.Findings, rc.Previous, rc.Blocking)

@@ -474,3 +474,38 @@ func indexOfRelease(t *testing.T, current, path string, findings []string, relea
 	_, index := fetch(t, http.MethodGet, srv.URL+path)
 	return index
 }
+
+// TestIndexNamesMigratedCallers: the callers that called the replacement after their last
+// call of a blocker leave the blocker's counts and are named apart (escaped); when every
+// caller moved, nothing blocks.
+func TestIndexNamesMigratedCallers(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		seedConsole(t, st)
+		srv := consoleServer(t, st)
+		move := func(user, agent string) {
+			t.Helper()
+			if err := st.WriteMigrationSightings(context.Background(), []store.MigrationSighting{{Cluster: "prod", APIGroup: "extensions",
+				APIVersion: "v1beta1", Resource: "ingresses", Username: user, UserAgent: agent, Seen: consoleNow.Add(time.Second)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		index := func(want ...string) {
+			t.Helper()
+			_, body := fetch(t, http.MethodGet, srv.URL+"/")
+			if strings.Contains(body, "<script>alert") {
+				t.Error("a hostile value is not escaped")
+			}
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					t.Errorf("%q not in the index:\n%.6000s", w, body)
+				}
+			}
+		}
+		move("bob", "kubectl/v1.21.0 (linux/amd64)")
+		index(`<span class="blocker-count">1</span> blocker for 1.25`, `<td class="n">60</td><td class="n"><a class="callers-link"`,
+			`<span class="migrated-count">1</span> caller; <span class="mono"><span title="bob">bob</span></span>`,
+			"off <code>extensions/v1beta1 ingresses</code> at "+day(0)+" 15:00:01Z")
+		move("system:serviceaccount:ci:"+hostile, hostile)
+		index(`<span class="blocker-count">0</span> blockers for 1.25`, `<span class="migrated-count">2</span> callers`, escapedHostile)
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/render"
 )
@@ -53,6 +54,10 @@ type clusterRow struct {
 	// Newer names the node components newer than the cluster's release (the version-skew
 	// policy allows none): "kubelet 1.38 (2)"; "" when none or the release is unknown.
 	Newer string
+	// Migrated names the callers that moved to the replacement of a blocker in the window
+	// (they no longer block), the newest first; MigratedCount counts them all.
+	Migrated      []rollup.Move
+	MigratedCount int
 	// Fleet is the window's version spread of kubelets, kube-proxies and kubectl, as
 	// "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)"; "" when none was seen.
 	Fleet string
@@ -239,6 +244,9 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		if bs, err = h.reader().Blockers(ctx, c.Name, s.window(), row.Target); err != nil {
 			return row, err
 		}
+	}
+	if row.Migrated, row.MigratedCount, err = h.reader().Migrated(ctx, c.Name, win, row.Target, console.TopCallers); err != nil {
+		return row, err
 	}
 	for _, b := range bs {
 		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...), FailingNow: weekly.FailingAt(b.RemovedIn, row.Current)}

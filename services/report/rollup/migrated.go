@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/auditlens/auditlens/lib/kubeapi"
 )
 
 // Migrated says what Days makes of the day rows of callers that moved off an API: classify
@@ -80,6 +82,9 @@ type Move struct {
 	Findings                                          uint64
 	LastSeen, MigratedAt                              time.Time
 }
+
+// API is "group/version resource" ("v1 resource" for the core group).
+func (m Move) API() string { return kubeapi.Name(m.APIGroup, m.APIVersion, m.Resource) }
 
 // Moves lists the callers (user and user agent) of the rows f asks for whose newest call of
 // the API's successor is later than their newest row, newest move first, and how many there

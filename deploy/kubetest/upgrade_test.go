@@ -36,7 +36,9 @@ import (
 // report on ClickHouse 18.16) learns the cluster runs 1.37 from classify's heartbeats; then
 // classify scan, the readiness gate, the weekly report and the console's first screen all say
 // the same for the default target 1.38: one blocker new in 1.38 first, three failing already
-// after it, counted apart.
+// after it, counted apart. Then the caller of v1beta1 calls resource.k8s.io/v1: it is migrated
+// and the gate (the failing ones accepted) is ready within a minute; its next v1beta1 call
+// blocks again.
 func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	ch := chtest.StartServer(t)
 	dir := t.TempDir()
@@ -183,6 +185,41 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	if i, j := strings.Index(index, "deviceclasses"), strings.Index(index, "ingresses"); i < 0 || j < i {
 		t.Errorf("console: the 1.38 removal is not first (%d, %d)", i, j)
 	}
+
+	// Fixed at once: the DRA driver moves to resource.k8s.io/v1. With the three removals that
+	// fail already accepted as known risks, the gate for 1.38 turns ready as soon as the
+	// move reaches it (classify's next heartbeat), not when the v1beta1 call leaves the window.
+	time.Sleep(1100 * time.Millisecond) // a call of the replacement in a later second than the old one
+	get("", "dra-driver/v0.4.0", "/apis/resource.k8s.io/v1/deviceclasses", http.StatusOK)
+	moved := time.Now()
+	judge := func() bool {
+		g, err = readiness.Evaluate(ctx, db, readiness.Options{Cluster: "upgrade", Target: target, Now: time.Now, Acceptor: acceptBefore(target)})
+		return err == nil
+	}
+	waitFor(t, time.Minute, "the gate ready once the driver moved", func() bool { return judge() && g.Ready })
+	t.Logf("ready %s after the driver's call of resource.k8s.io/v1", time.Since(moved).Round(100*time.Millisecond))
+	if g.MigratedCount != 1 || g.Migrated[0].UserAgent != "dra-driver/v0.4.0" || g.Migrated[0].API() != "resource.k8s.io/v1beta1 deviceclasses" ||
+		len(g.Accepted) != 3 || !strings.Contains(g.Message, "1 caller(s) moved to the replacement") {
+		t.Errorf("gate after the move: migrated %+v, %d accepted: %s", g.Migrated, len(g.Accepted), g.Message)
+	}
+	// A later call of v1beta1 blocks again.
+	time.Sleep(1100 * time.Millisecond)
+	get("", "dra-driver/v0.4.0", "/apis/resource.k8s.io/v1beta1/deviceclasses", http.StatusOK)
+	waitFor(t, time.Minute, "the gate blocked again", func() bool { return judge() && len(g.Blockers) == 1 })
+	if g.Ready || g.MigratedCount != 0 || order(g.Blockers) != "+resource.k8s.io/v1beta1 deviceclasses " {
+		t.Errorf("gate after the driver went back: ready %v, migrated %d, blockers %s", g.Ready, g.MigratedCount, order(g.Blockers))
+	}
+}
+
+// acceptBefore accepts, without expiry, every blocker removed before target: known risks.
+type acceptBefore weekly.Version
+
+func (a acceptBefore) Accept(b weekly.Blocker) (weekly.Acceptance, bool) {
+	v, err := kubeversion.Parse(b.RemovedIn)
+	if err != nil || !v.Less(weekly.Version(a)) {
+		return weekly.Acceptance{}, false
+	}
+	return weekly.Acceptance{By: "the test", Reason: "fails already", Source: "upgrade_test.go"}, true
 }
 
 // order is the blockers as "+api" (breaks on the upgrade) or "!api" (failing now), in order.

@@ -84,11 +84,13 @@ type moveKey struct {
 }
 
 // move is what the heartbeats know of a caller's calls of an API and of its successor: the
-// newest call of each (Unix seconds of event time; newest 0: none of the successor) and the
-// newest successor call sent.
+// newest call of each (Unix seconds of event time; newest 0: none of the successor), the
+// newest read of the successor, the newest successor call sent, and the kinds of calls
+// (readCall, writeCall) of the API and of the successor since the caller's last call of it.
 type move struct {
-	newest, lastOld, sent int64
-	touched               time.Time
+	newest, newestRead, lastOld, sent int64
+	oldKinds, covered                 uint8
+	touched                           time.Time
 }
 
 // moveRefresh is how often a caller's successor calls are sent again when nothing else says
@@ -96,12 +98,16 @@ type move struct {
 // see (so report may count a caller that has moved as blocking for up to this long).
 const moveRefresh = int64(time.Hour / time.Second)
 
-// dirty: a successor call report may not know to be newer than the caller's old calls. It is
-// the first this process keeps (a start, a new day, or the caller was forgotten), the first
-// after an old call seen since the last one sent (the move), or an hour or a day after it.
+// dirty: a successor call report may not know to be newer than the caller's old calls, once
+// the successor has had every kind of call (read, write) the caller made of the old version
+// since the last one. It is the first this process keeps (a start, a new day, or the caller
+// was forgotten), the first after an old call seen since the last one sent (the move), or an
+// hour or a day after it.
 func (m *move) dirty() bool {
 	switch {
-	case m.newest <= m.sent:
+	case m.newest <= m.sent, m.covered&m.oldKinds != m.oldKinds:
+		// Nothing new, or the successor took over only some kinds of the caller's calls (it
+		// writes v1 but still lists v1beta1): those still need the old version.
 		return false
 	case m.sent == 0, m.newest > m.lastOld && m.sent <= m.lastOld:
 		return true
@@ -190,27 +196,40 @@ func (h *heartbeats) covered(cluster string, kinds map[coverageKey]int64, now ti
 }
 
 // moved keeps the calls of a settled batch of cluster's events that move callers off
-// catalogued API versions (moveObs). Only callers of a successor are kept: an old call
-// matters only to a caller whose successor call was sent before it.
+// catalogued API versions, and their successor reads (moveObs).
 func (h *heartbeats) moved(cluster string, obs map[moveKey]moveObs, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.moves[cluster]
+	if c == nil {
+		c = map[moveKey]*move{}
+		h.moves[cluster] = c
+	}
 	for k, o := range obs {
 		mv := c[k]
 		if mv == nil {
-			if o.newest == 0 {
-				continue
-			}
-			if c == nil {
-				c = map[moveKey]*move{}
-				h.moves[cluster] = c
-			}
 			mv = &move{}
 			c[k] = mv
 		}
-		mv.newest, mv.lastOld, mv.touched = max(mv.newest, o.newest), max(mv.lastOld, o.lastOld), now
+		if o.lastOld > 0 {
+			// The successor calls before the settle's last old call cover nothing.
+			mv.lastOld, mv.oldKinds, mv.covered = max(mv.lastOld, o.lastOld), mv.oldKinds|o.oldKinds, o.newKinds
+		} else {
+			mv.covered |= o.newKinds
+		}
+		mv.newest, mv.newestRead, mv.touched = max(mv.newest, o.newest), max(mv.newestRead, o.newestRead), now
 	}
+}
+
+// newestRead is the newest read of k's successor by k's caller that cluster's settled events
+// held (0: none kept).
+func (h *heartbeats) newestRead(cluster string, k moveKey) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if mv := h.moves[cluster][k]; mv != nil {
+		return mv.newestRead
+	}
+	return 0
 }
 
 // see records that cluster's k was seen in minute (h.mu held).

@@ -92,14 +92,28 @@ func TestHeartbeatMovesPending(t *testing.T) {
 	if got := sends(next); len(got) != 1 {
 		t.Errorf("the first successor call of a day: sent %v", got)
 	}
-	// Forgotten once published and untouched for heartbeatKeep; nothing kept for old calls.
+	// Forgotten once published and untouched for heartbeatKeep.
 	sends(next.Add(heartbeatKeep + time.Minute))
 	if len(h.moves) != 0 {
 		t.Errorf("callers kept: %v", h.moves)
 	}
-	call(next.Add(time.Hour), true)
-	if len(h.moves) != 0 {
-		t.Errorf("an old call kept: %v", h.moves)
+	// A caller that lists the old version and writes the successor has not moved its reads:
+	// nothing is sent until it reads the successor after its last list.
+	t1 := next.Add(time.Hour)
+	h.moved("prod", map[moveKey]moveObs{k: {lastOld: t1.Unix(), oldKinds: readCall}}, t1)
+	h.moved("prod", map[moveKey]moveObs{k: {newest: t1.Unix() + 5, newKinds: writeCall}}, t1)
+	if got := sends(t1); len(got) != 0 {
+		t.Errorf("a write of the successor after a read of the old version: sent %v", got)
+	}
+	h.moved("prod", map[moveKey]moveObs{k: {newest: t1.Unix() + 9, newestRead: t1.Unix() + 9, newKinds: readCall}}, t1)
+	if got := sends(t1); len(got) != 1 || !strings.HasSuffix(got[0], t1.Add(9*time.Second).Format(time.TimeOnly)) {
+		t.Errorf("a read of the successor after it: sent %v", got)
+	}
+	// In one settle: the successor's read before the old read covers nothing.
+	t2 := t1.Add(time.Minute)
+	h.moved("prod", map[moveKey]moveObs{k: {newest: t2.Unix(), lastOld: t2.Unix() + 1, oldKinds: readCall}}, t2)
+	if got := sends(t2); len(got) != 0 {
+		t.Errorf("a settle ending with an old read: sent %v", got)
 	}
 }
 
@@ -169,5 +183,47 @@ func TestMoveKeysOwnTheirStrings(t *testing.T) {
 		if k.user != "alice" || k.agent != "driver/v0.3" || k.api.Group != "resource.k8s.io" {
 			t.Errorf("kept caller %+v after its bytes were overwritten", k)
 		}
+	}
+}
+
+// TestEnumeratorsFoundByTheirReads: a caller that reads the old version within minutes after
+// reading its successor reads every served version: its read is an enumerator-read finding
+// (blocking nothing), not a removed-api one; its writes, its reads without a recent read of
+// the successor, and its reads answered 404 are removed-api findings.
+func TestEnumeratorsFoundByTheirReads(t *testing.T) {
+	b := openNATS(t)
+	svc, stop := startHeartbeating(t, b)
+	call := func(id, at, user, verb, version string, code int) bus.Message {
+		uri := "/apis/" + map[string]string{"v1": "networking.k8s.io/v1", "v1beta1": "extensions/v1beta1"}[version] + "/ingresses"
+		group := map[string]string{"v1": "networking.k8s.io", "v1beta1": "extensions"}[version]
+		body := fmt.Sprintf(`"requestURI":%q,"verb":%q,"user":{"username":%q},"userAgent":"backup/2.1",`+
+			`"objectRef":{"resource":"ingresses","apiGroup":%q,"apiVersion":%q},"responseStatus":{"code":%d}`, uri, verb, user, group, version, code)
+		return bus.Message{Stream: bus.Events, Cluster: "prod", ID: id, Data: eventAt(id, "2026-11-29T"+at+"Z", body)}
+	}
+	msgs := []bus.Message{
+		call("e1", "10:00:00", "backup", "list", "v1", 200),
+		call("e2", "10:00:02", "backup", "list", "v1beta1", 200),  // enumerator-read
+		call("e3", "10:00:03", "backup", "create", "v1beta1", 201), // a write: removed-api
+		call("e4", "10:20:00", "backup", "list", "v1beta1", 200),  // 20 minutes after its last v1 read: removed-api
+		call("e5", "10:00:04", "other", "list", "v1beta1", 200),   // another caller: removed-api
+		call("e6", "10:21:00", "backup", "list", "v1", 200),
+		call("e7", "10:21:30", "backup", "list", "v1beta1", 404), // not served: fails today, removed-api
+	}
+	// One by one, so that each read is settled before the next.
+	for i, m := range msgs {
+		if err := b.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		n := uint64(i + 1)
+		testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d events settled", n), func() bool { return svc.beats.sent(n) })
+	}
+	stop()
+	got := map[string]string{}
+	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
+		got[f.AuditId] = f.RuleId
+	}
+	want := map[string]string{"e2": "enumerator-read", "e3": "removed-api", "e4": "removed-api", "e5": "removed-api", "e7": "removed-api"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("findings %v, want %v", got, want)
 	}
 }

@@ -49,6 +49,7 @@ type classifier interface {
 	Classify(ev *auditevent.Event, dst []rules.Match) []rules.Match
 	Finding(ev *auditevent.Event, m *rules.Match, cluster, node string) *auditlensv1.Finding
 	MoveOf(ev *auditevent.Event) rules.Move
+	AsEnumeratorRead(m *rules.Match, who string) bool
 }
 
 // newStage assembles the stage from a checked cfg, its deps and the engine.
@@ -186,8 +187,27 @@ type clusterPlane struct {
 }
 
 // moveObs is a settle's newest calls by one caller of one API (lastOld) and of its
-// successor (newest), Unix seconds of event time (0: none).
-type moveObs struct{ newest, lastOld int64 }
+// successor (newest, newestRead: a get, list or watch), Unix seconds of event time (0: none),
+// with the kinds of calls (readCall, writeCall) of the API (oldKinds) and of the successor
+// after the last of those (newKinds).
+type moveObs struct {
+	newest, newestRead, lastOld int64
+	oldKinds, newKinds          uint8
+}
+
+// Kinds of calls, for the moves: a caller that reads the old version and writes the
+// successor has not moved its reads.
+const (
+	readCall uint8 = 1 << iota
+	writeCall
+)
+
+func kindOf(mv rules.Move) uint8 {
+	if mv.Read {
+		return readCall
+	}
+	return writeCall
+}
 
 // maxMoveCaller bounds the user and agent of a caller kept for the moves: an agent longer is
 // not a client's, and would only fill the heartbeats' memory.
@@ -245,16 +265,20 @@ func (p *clusterPlane) move(user, agent string, sec int64, mv rules.Move) {
 		}
 		return k
 	}
-	if mv.IsOld {
+	kind := kindOf(mv)
+	if mv.IsOld && !mv.Missing {
 		k := owned(moveKey{mv.Old, user, agent})
 		o := p.moves[k]
-		o.lastOld = max(o.lastOld, sec)
+		o.lastOld, o.oldKinds, o.newKinds = max(o.lastOld, sec), o.oldKinds|kind, 0
 		p.moves[k] = o
 	}
 	for _, api := range mv.Replaces {
 		k := owned(moveKey{api, user, agent})
 		o := p.moves[k]
-		o.newest = max(o.newest, sec)
+		o.newest, o.newKinds = max(o.newest, sec), o.newKinds|kind
+		if mv.Read {
+			o.newestRead = max(o.newestRead, sec)
+		}
 		p.moves[k] = o
 	}
 }
@@ -445,6 +469,15 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 	}
 }
 
+// readSuccessor reports whether the caller of k read k's successor in the
+// rules.EnumeratorWindow before sec: in this settle (cp) or one settled before.
+func (s *service) readSuccessor(cluster string, cp *clusterPlane, k moveKey, sec int64) bool {
+	if cp != nil && rules.ReadsEveryVersion(cp.moves[k].newestRead, sec) {
+		return true
+	}
+	return rules.ReadsEveryVersion(s.beats.newestRead(cluster, k), sec)
+}
+
 // found is one finding of an event with its de-duplication key.
 type found struct {
 	key     string
@@ -477,8 +510,10 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 		return nil, time.Time{}, matches, err
 	}
 	at = ev.EventTime().UTC()
+	var mv rules.Move
 	if cp != nil && !at.IsZero() {
-		cp.observe(ev, d, at, s.engine.MoveOf(ev))
+		mv = s.engine.MoveOf(ev)
+		cp.observe(ev, d, at, mv)
 	}
 	if !ev.StageTimestamp.IsZero() {
 		lag := now.Sub(ev.StageTimestamp).Seconds()
@@ -486,6 +521,13 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 		s.met.lagLast.Set(lag)
 	}
 	matches = s.engine.Classify(ev, matches)
+	if mv.IsOld && mv.Read && !mv.Missing && s.readSuccessor(cluster, cp, moveKey{mv.Old, ev.User.Username, ev.UserAgent}, at.Unix()) {
+		// A read of the old version minutes after a read of its successor by the same caller:
+		// a reader of every served version (a cache, a backup), which stops when it is gone.
+		for i := range matches {
+			s.engine.AsEnumeratorRead(&matches[i], rules.BothVersions)
+		}
+	}
 	for i := range matches {
 		m := &matches[i]
 		key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)

@@ -382,12 +382,7 @@ func (m *matcher) api() {
 // reading the version when it is gone. Its writes are API findings like anyone's.
 func (m *matcher) addAPI(rule string, mt Match) {
 	if en := m.enumerator(); en != nil && m.e.rules[EnumeratorRead] != nil {
-		mt.Detail = en.Name
-		mt.Value = "deprecated"
-		if mt.RemovedIn != "" {
-			mt.Value = "removed in " + mt.RemovedIn
-		}
-		mt.DeprecatedIn, mt.RemovedIn, mt.Component = "", "", ""
+		enumerated(&mt, en.Name)
 		m.add(EnumeratorRead, mt)
 		return
 	}

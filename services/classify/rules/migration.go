@@ -3,6 +3,7 @@ package rules
 import (
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
 )
@@ -21,6 +22,9 @@ type Move struct {
 	Old      API
 	IsOld    bool
 	Replaces []API
+	// Read is set for a get, list or watch; Missing for a call answered 404 (a version the
+	// cluster does not serve).
+	Read, Missing bool
 	// Old and Replaces hold the catalogue's strings: they outlive the event.
 }
 
@@ -80,11 +84,50 @@ func (e *Engine) MoveOf(ev *auditevent.Event) Move {
 		return Move{}
 	}
 	k := API{group, version, resource}
-	var mv Move
+	mv := Move{Read: ev.Verb == "get" || ev.Verb == "list" || ev.Verb == "watch",
+		Missing: ev.ResponseStatus != nil && ev.ResponseStatus.Code == 404}
 	// The catalogue's own strings: the event's point into its decoded line.
 	mv.Old, mv.IsOld = e.hasSuccessor[k]
 	if olds := e.successors[k]; len(olds) > 0 && (ev.ResponseStatus == nil || ev.ResponseStatus.Code < 400) {
 		mv.Replaces = olds
 	}
 	return mv
+}
+
+// EnumeratorWindow is how long after a caller's read of a successor its read of the old
+// version counts as a reader's of every served version (an enumerator-read finding: a cache
+// or a backup that reads what discovery lists), not a use.
+const EnumeratorWindow = 10 * time.Minute
+
+// BothVersions names the caller of an enumerator-read found by its reads, not the catalogue.
+const BothVersions = "a reader of both versions: it read the successor minutes before"
+
+// ReadsEveryVersion reports whether a read of the old version at sec (Unix seconds) comes in
+// the EnumeratorWindow after the caller's newest read of its successor, successor (0: none).
+func ReadsEveryVersion(successor, sec int64) bool {
+	return successor > 0 && successor <= sec && sec-successor <= int64(EnumeratorWindow/time.Second)
+}
+
+// AsEnumeratorRead makes m, the removed-api or deprecated-api finding of a read, an
+// enumerator-read finding by who (a tool, or what tells the caller reads every version): a
+// read that stops when the version is gone, which blocks nothing. It reports whether it did
+// (not for another rule, nor when enumerator-read is off).
+func (e *Engine) AsEnumeratorRead(m *Match, who string) bool {
+	if m.Rule == nil || (m.Rule.ID != RemovedAPI && m.Rule.ID != DeprecatedAPI) || e.rules[EnumeratorRead] == nil {
+		return false
+	}
+	enumerated(m, who)
+	m.Rule = e.rules[EnumeratorRead]
+	m.Severity, m.Confidence = severities[m.Rule.Severity], confidences[m.Rule.Confidence]
+	return true
+}
+
+// enumerated rewrites an API match's fields as an enumerator-read's by who.
+func enumerated(m *Match, who string) {
+	m.Detail = who
+	m.Value = "deprecated"
+	if m.RemovedIn != "" {
+		m.Value = "removed in " + m.RemovedIn
+	}
+	m.DeprecatedIn, m.RemovedIn, m.Component = "", "", ""
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +323,39 @@ func TestTargetPastTheCatalogue(t *testing.T) {
 	}
 	if code, _, stderr := run(t, "", "--target-version", "1.25", in); strings.Contains(stderr, "past what this catalogue") {
 		t.Errorf("--target-version 1.25 refused: exit %d, %q", code, stderr)
+	}
+}
+
+// TestScanFindsReadersOfEveryVersion: as the service does, a read of the old version minutes
+// after the same caller read its successor is an enumerator-read (blocking nothing); a write,
+// a read twenty minutes later and another caller's read block.
+func TestScanFindsReadersOfEveryVersion(t *testing.T) {
+	ev := func(id, at, user, verb, version string) string {
+		gv := map[string]string{"v1": "networking.k8s.io/v1", "v1beta1": "extensions/v1beta1"}[version]
+		group, _, _ := strings.Cut(gv, "/")
+		return fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":%q,"stage":"ResponseComplete",`+
+			`"requestURI":"/apis/%s/ingresses","verb":%q,"user":{"username":%q},"userAgent":"backup/2.1",`+
+			`"objectRef":{"resource":"ingresses","apiGroup":%q,"apiVersion":%q},"responseStatus":{"code":200},`+
+			`"requestReceivedTimestamp":"2026-11-29T%sZ","stageTimestamp":"2026-11-29T%sZ"}`, id, gv, verb, user, group, version, at, at)
+	}
+	log := strings.Join([]string{
+		ev("e1", "10:00:00", "backup", "list", "v1"),
+		ev("e2", "10:00:02", "backup", "list", "v1beta1"),
+		ev("e3", "10:00:03", "backup", "create", "v1beta1"),
+		ev("e4", "10:20:00", "backup", "list", "v1beta1"),
+		ev("e5", "10:00:04", "other", "list", "v1beta1"),
+	}, "\n") + "\n"
+	_, out, errOut := run(t, "", "--format", "json", write(t, "audit.log", log))
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s (%s)", err, line, errOut)
+		}
+		got[m["audit_id"].(string)] = m["rule_id"].(string)
+	}
+	want := map[string]string{"e2": "enumerator-read", "e3": "removed-api", "e4": "removed-api", "e5": "removed-api"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("findings %v, want %v", got, want)
 	}
 }

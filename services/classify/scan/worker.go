@@ -43,9 +43,54 @@ type worker struct {
 	skipped map[string]int
 	// controlPlane follows the releases the control plane's user agents name.
 	controlPlane kubeversion.ControlPlane
+	// successorReads holds each caller's newest read (Unix seconds) of the successor of each
+	// API it replaces: a read of the old version soon after is a reader's of every version.
+	successorReads map[readerKey]int64
 	// name and n are where the line being read is (n 0: a whole document).
 	name string
 	n    int
+}
+
+// readerKey is one caller of one API version that has a successor.
+type readerKey struct {
+	api         rules.API
+	user, agent string
+}
+
+// maxReaders bounds successorReads; past it, the map starts again (a read of the old
+// version then may count as a use: a finding more, never one less).
+const maxReaders = 100_000
+
+// readers keeps ev's reads of successors and makes its read of an old version, soon after
+// the caller read the successor, an enumerator-read (rules.ReadsEveryVersion), as the service
+// does: the scan of a log and the service agree. Each worker keeps its own: a chunk of a file
+// read in parallel holds the reads of minutes.
+func (w *worker) readers(ev *auditevent.Event, sec int64) {
+	mv := w.engine.MoveOf(ev)
+	if !mv.Read {
+		return
+	}
+	if mv.IsOld && !mv.Missing && rules.ReadsEveryVersion(w.successorReads[readerKey{mv.Old, ev.User.Username, ev.UserAgent}], sec) {
+		for i := range w.matches {
+			w.engine.AsEnumeratorRead(&w.matches[i], rules.BothVersions)
+		}
+	}
+	if len(mv.Replaces) == 0 {
+		return
+	}
+	if w.successorReads == nil || len(w.successorReads) >= maxReaders {
+		w.successorReads = map[readerKey]int64{}
+	}
+	for _, api := range mv.Replaces {
+		k := readerKey{api, ev.User.Username, ev.UserAgent}
+		if old, ok := w.successorReads[k]; ok {
+			w.successorReads[k] = max(old, sec)
+			continue
+		}
+		// The event's strings live until the next line: a key kept owns its strings.
+		k.user, k.agent = strings.Clone(k.user), strings.Clone(k.agent)
+		w.successorReads[k] = sec
+	}
 }
 
 // newWorker returns a worker that sends what it finds to out.
@@ -113,6 +158,9 @@ func (w *worker) event(ev *auditevent.Event) error {
 	}
 	w.controlPlane.Observe(ev.User.Username, ev.UserAgent, ev.EventTime())
 	w.matches = w.engine.Classify(ev, w.matches[:0])
+	if at := ev.EventTime(); !at.IsZero() {
+		w.readers(ev, at.Unix())
+	}
 	for i := range w.matches {
 		w.out.match(ev, &w.matches[i], position{w.name, w.n})
 	}

@@ -202,10 +202,10 @@ func TestEnumeratorsFoundByTheirReads(t *testing.T) {
 	}
 	msgs := []bus.Message{
 		call("e1", "10:00:00", "backup", "list", "v1", 200),
-		call("e2", "10:00:02", "backup", "list", "v1beta1", 200),  // enumerator-read
+		call("e2", "10:00:02", "backup", "list", "v1beta1", 200),   // enumerator-read
 		call("e3", "10:00:03", "backup", "create", "v1beta1", 201), // a write: removed-api
-		call("e4", "10:20:00", "backup", "list", "v1beta1", 200),  // 20 minutes after its last v1 read: removed-api
-		call("e5", "10:00:04", "other", "list", "v1beta1", 200),   // another caller: removed-api
+		call("e4", "10:20:00", "backup", "list", "v1beta1", 200),   // 20 minutes after its last v1 read: removed-api
+		call("e5", "10:00:04", "other", "list", "v1beta1", 200),    // another caller: removed-api
 		call("e6", "10:21:00", "backup", "list", "v1", 200),
 		call("e7", "10:21:30", "backup", "list", "v1beta1", 404), // not served: fails today, removed-api
 	}

@@ -90,6 +90,8 @@ type Engine struct {
 	// itself (migration.go).
 	successors   map[API][]API
 	hasSuccessor map[API]API
+	// moveResources holds the resources of both.
+	moveResources map[string]bool
 }
 
 // NewEngine prepares c for matching.
@@ -137,10 +139,11 @@ func NewEngine(c *Catalogue) *Engine {
 	}
 	e.needles = bodyNeedles(e)
 	e.skew = skewTexts(c)
-	e.successors, e.hasSuccessor = successors(e), map[API]API{}
-	for _, olds := range e.successors {
+	e.successors, e.hasSuccessor, e.moveResources = successors(e), map[API]API{}, map[string]bool{}
+	for to, olds := range e.successors {
+		e.moveResources[to.Resource] = true
 		for _, o := range olds {
-			e.hasSuccessor[o] = o
+			e.hasSuccessor[o], e.moveResources[o.Resource] = o, true
 		}
 	}
 	return e

@@ -79,6 +79,9 @@ func (e *Engine) MoveOf(ev *auditevent.Event) Move {
 	if len(e.successors) == 0 {
 		return Move{}
 	}
+	if r := ev.ObjectRef; r != nil && r.Resource != "" && !e.moveResources[r.Resource] {
+		return Move{} // most events: no catalogued API or successor has this resource
+	}
 	group, version, resource := apiOf(ev)
 	if resource == "" {
 		return Move{}

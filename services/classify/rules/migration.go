@@ -103,7 +103,7 @@ func (e *Engine) MoveOf(ev *auditevent.Event) Move {
 const EnumeratorWindow = 10 * time.Minute
 
 // BothVersions names the caller of an enumerator-read found by its reads, not the catalogue.
-const BothVersions = "a reader of both versions: it read the successor minutes before"
+const BothVersions = "it read the successor minutes before"
 
 // ReadsEveryVersion reports whether a read of the old version at sec (Unix seconds) comes in
 // the EnumeratorWindow after the caller's newest read of its successor, successor (0: none).

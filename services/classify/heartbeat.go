@@ -140,6 +140,9 @@ type heartbeats struct {
 	coverage map[string]map[coverageKey]*sighting
 	// moves holds, per cluster, the callers of successors of catalogued API versions.
 	moves map[string]map[moveKey]*move
+	// through is the newest release whose removals the catalogue knows ("" unknown), sent in
+	// every heartbeat.
+	through string
 }
 
 // coverageKey is one kind of event: the input it came by, its audit level, and for a write a
@@ -340,9 +343,11 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 			kinds = kinds[len(kind):]
 			movers := callers[:min(len(callers), heartbeatSightingsPerMessage)]
 			callers = callers[len(movers):]
-			hb := &auditlensv1.Heartbeat{Cluster: cluster, Minutes: make([]*auditlensv1.EventMinute, 0, len(part))}
+			hb := &auditlensv1.Heartbeat{Cluster: cluster, Minutes: make([]*auditlensv1.EventMinute, 0, len(part)), ReviewedThrough: h.through}
 			sum := sha256.New()
 			sum.Write([]byte(cluster))
+			sum.Write([]byte{3})
+			sum.Write([]byte(h.through))
 			var buf [16]byte
 			for _, m := range part {
 				n := c[m].events

@@ -147,6 +147,9 @@ func TestHeartbeatsCarryTheMoves(t *testing.T) {
 		if err := proto.Unmarshal(d.Data, &hb); err != nil {
 			t.Fatal(err)
 		}
+		if hb.ReviewedThrough != newestTarget(t) {
+			t.Errorf("a heartbeat reviewed through %q, want the embedded catalogue's newest target %s", hb.ReviewedThrough, newestTarget(t))
+		}
 		for _, s := range hb.Migrations {
 			got = append(got, fmt.Sprintf("%s %s/%s %s %s %s", hb.Cluster, s.ApiGroup, s.ApiVersion, s.Resource, s.Username, s.Seen.AsTime().Format(time.TimeOnly)))
 		}
@@ -226,4 +229,15 @@ func TestEnumeratorsFoundByTheirReads(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
+}
+
+// newestTarget is the newest release whose removals the embedded catalogue knows.
+func newestTarget(t *testing.T) string {
+	t.Helper()
+	c, err := rules.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := c.Targets()
+	return ts[len(ts)-1].String()
 }

@@ -50,6 +50,7 @@ type classifier interface {
 	Finding(ev *auditevent.Event, m *rules.Match, cluster, node string) *auditlensv1.Finding
 	MoveOf(ev *auditevent.Event) rules.Move
 	AsEnumeratorRead(m *rules.Match, who string) bool
+	Catalogue() *rules.Catalogue
 }
 
 // newStage assembles the stage from a checked cfg, its deps and the engine.
@@ -62,9 +63,13 @@ func newStage(cfg Config, d daemon.Deps, engine classifier) *service {
 	if d.Registry == nil {
 		reg = nil
 	}
+	beats := newHeartbeats()
+	if ts := engine.Catalogue().Targets(); len(ts) > 0 {
+		beats.through = ts[len(ts)-1].String()
+	}
 	return &service{
 		cfg: cfg, bus: d.Bus, cluster: d.Cluster, log: log.With("stage", "classify"),
-		engine: engine, seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg), beats: newHeartbeats(),
+		engine: engine, seen: dedup.New(cfg.DedupWindow), met: newMetrics(reg), beats: beats,
 	}
 }
 

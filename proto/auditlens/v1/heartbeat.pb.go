@@ -48,9 +48,12 @@ type Heartbeat struct {
 	// Calls of the successors of deprecated and removed API versions (rules.Engine.MoveOf):
 	// per caller (user and user agent) and API replaced, the newest call of its successor,
 	// sent when report may not know of one after the caller's newest call of the old version.
-	Migrations    []*MigrationSighting `protobuf:"bytes,5,rep,name=migrations,proto3" json:"migrations,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Migrations []*MigrationSighting `protobuf:"bytes,5,rep,name=migrations,proto3" json:"migrations,omitempty"`
+	// ReviewedThrough is the newest Kubernetes release ("1.38") whose removals the sender's rule
+	// catalogue knows: a verdict for a later target cannot have checked what that one changes.
+	ReviewedThrough string `protobuf:"bytes,6,opt,name=reviewed_through,json=reviewedThrough,proto3" json:"reviewed_through,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -116,6 +119,13 @@ func (x *Heartbeat) GetMigrations() []*MigrationSighting {
 		return x.Migrations
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetReviewedThrough() string {
+	if x != nil {
+		return x.ReviewedThrough
+	}
+	return ""
 }
 
 // EventMinute is one minute of event time (requestReceivedTimestamp, else stageTimestamp,
@@ -419,7 +429,7 @@ var File_auditlens_v1_heartbeat_proto protoreflect.FileDescriptor
 
 const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\n" +
-	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x02\n" +
+	"\x1cauditlens/v1/heartbeat.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x02\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x123\n" +
 	"\aminutes\x18\x02 \x03(\v2\x19.auditlens.v1.EventMinuteR\aminutes\x12G\n" +
@@ -427,7 +437,8 @@ const file_auditlens_v1_heartbeat_proto_rawDesc = "" +
 	"\bcoverage\x18\x04 \x03(\v2\x1e.auditlens.v1.CoverageSightingR\bcoverage\x12?\n" +
 	"\n" +
 	"migrations\x18\x05 \x03(\v2\x1f.auditlens.v1.MigrationSightingR\n" +
-	"migrations\"Y\n" +
+	"migrations\x12)\n" +
+	"\x10reviewed_through\x18\x06 \x01(\tR\x0freviewedThrough\"Y\n" +
 	"\vEventMinute\x122\n" +
 	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x16\n" +
 	"\x06events\x18\x02 \x01(\x04R\x06events\"~\n" +

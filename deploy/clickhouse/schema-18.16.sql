@@ -358,3 +358,11 @@ CREATE TABLE IF NOT EXISTS auditlens.migration_sightings (
 ) ENGINE = ReplacingMergeTree(seen)
 PARTITION BY toYYYYMM(seen)
 ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen));
+
+-- migration 11: review sightings
+CREATE TABLE IF NOT EXISTS auditlens.review_sightings (
+    cluster String,
+    through String,
+    seen    DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, through, toDate(seen));

@@ -359,5 +359,13 @@ CREATE TABLE IF NOT EXISTS auditlens.migration_sightings (
 PARTITION BY toYYYYMM(seen)
 ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen));
 
+-- migration 11: review sightings
+CREATE TABLE IF NOT EXISTS auditlens.review_sightings (
+    cluster LowCardinality(String),
+    through String,
+    seen    DateTime('UTC')
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY (cluster, through, toDate(seen));
+
 -- retention (report --retention-days 400)
 ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);

@@ -3,8 +3,11 @@ package console
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/auditlens/auditlens/lib/kubeversion"
 )
 
 // coverageTable is the table of the kinds of events classify saw (its heartbeats) beside the
@@ -32,6 +35,10 @@ type Coverage struct {
 	Levels []string `json:"levels"`
 	// Bodies: seen, metadata-only (the request-body rules checked nothing) or no-writes.
 	Bodies string `json:"request_bodies"`
+	// ReviewedThrough is the newest release whose removals the rule catalogue that judged the
+	// window knows (the oldest such catalogue when classify replicas differ; zero: no
+	// heartbeat said): a verdict for a later target cannot have checked what it changes.
+	ReviewedThrough kubeversion.Version `json:"reviewed_through,omitzero"`
 }
 
 // maxCoverageRows bounds the kinds Coverage reads (a few inputs, three levels, three kinds of
@@ -74,7 +81,46 @@ LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows
 		return Coverage{}, err
 	}
 	slices.Sort(c.Levels)
+	err = each(ctx, r.DB, "reviewed through", `SELECT DISTINCT through FROM `+reviewTable(t)+`
+WHERE cluster = ? AND seen >= toDateTime(?) AND seen < toDateTime(?)
+LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows *sql.Rows) error {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		if v, err := kubeversion.Parse(s); err == nil && (c.ReviewedThrough.IsZero() || v.Less(c.ReviewedThrough)) {
+			c.ReviewedThrough = v
+		}
+		return nil
+	})
+	if err != nil {
+		return Coverage{}, err
+	}
 	return c, nil
+}
+
+// reviewTable is the table of the catalogue releases classify's heartbeats named, beside t.
+func reviewTable(t string) string {
+	return t[:strings.LastIndexByte(t, '.')+1] + "review_sightings"
+}
+
+// UncheckedFor is Unchecked, and for a target past ReviewedThrough what the catalogue cannot
+// know: the removals of the releases after it.
+func (c Coverage) UncheckedFor(target kubeversion.Version) string {
+	u := c.Unchecked()
+	if c.ReviewedThrough.IsZero() || target.IsZero() || !c.ReviewedThrough.Less(target) {
+		return u
+	}
+	past := fmt.Sprintf("what %s removes and changes: the rule catalogue is reviewed through %s (a newer auditlens knows later releases)",
+		target, c.ReviewedThrough)
+	if c.ReviewedThrough.Next().Less(target) {
+		past = fmt.Sprintf("what %s to %s remove and change: the rule catalogue is reviewed through %s (a newer auditlens knows later releases)",
+			c.ReviewedThrough.Next(), target, c.ReviewedThrough)
+	}
+	if u == "" {
+		return past
+	}
+	return u + "; " + past
 }
 
 // Unchecked says what the window's verdict could not check, "" when nothing: the rules that
@@ -90,8 +136,12 @@ func (c Coverage) Unchecked() string {
 // String says in one line what the events were: "events by file and webhook, at Metadata and
 // Request level; request bodies seen".
 func (c Coverage) String() string {
+	reviewed := ""
+	if !c.ReviewedThrough.IsZero() {
+		reviewed = "; rules reviewed through " + c.ReviewedThrough.String()
+	}
 	if !c.Known {
-		return "no heartbeat says what the events were"
+		return "no heartbeat says what the events were" + reviewed
 	}
 	s := "events by " + strings.Join(c.Inputs, ", ") + ", at " + strings.Join(c.Levels, ", ") + " level"
 	switch c.Bodies {
@@ -102,5 +152,5 @@ func (c Coverage) String() string {
 	default:
 		s += "; no write a request-body rule reads"
 	}
-	return s
+	return s + reviewed
 }

@@ -221,7 +221,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	if err != nil {
 		return row, err
 	}
-	row.Coverage, row.Unchecked = cov.String(), cov.Unchecked()
+	row.Coverage = cov.String()
 	if chosen.IsZero() {
 		row.Target, row.TargetWhy = h.clusterTarget(v)
 		// The list judged every cluster against one target; this one has its own.
@@ -230,6 +230,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		}
 		row.NewestBlocker = c.NewestBlocker
 	}
+	row.Unchecked = cov.UncheckedFor(row.Target)
 	s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
 	bs, err := h.reader().Blockers(ctx, c.Name, win, row.Target)
 	if err != nil {

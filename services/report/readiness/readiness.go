@@ -227,7 +227,7 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Cluster: o.Cluster, Target: o.Target, Current: o.Current, CurrentWhy: o.CurrentWhy, WindowStart: start, WindowEnd: end, Stream: st,
-		Coverage: cov, Unchecked: cov.Unchecked(), Migrated: moved, MigratedCount: nMoved}
+		Coverage: cov, Unchecked: cov.UncheckedFor(o.Target), Migrated: moved, MigratedCount: nMoved}
 	r.Blockers, r.Accepted = weekly.Split(bs, o.Acceptor, o.Now())
 	r.NewBlockers, r.FailingNow = weekly.MarkFailingNow(r.Blockers, o.Current)
 	r.Hops = hopsOf(r.Blockers, o.Current, o.Target)

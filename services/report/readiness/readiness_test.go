@@ -737,3 +737,44 @@ func TestGateReadyOnceTheCallersMigrated(t *testing.T) {
 		}
 	})
 }
+
+// TestVerdictSaysWhatTheCatalogueKnows: the coverage names the release the rule catalogue is
+// reviewed through (from classify's heartbeats, the oldest of two classify versions); a
+// target past it is judged with "not checked: what 1.39 removes and changes"; one within it
+// is not.
+func TestVerdictSaysWhatTheCatalogueKnows(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s := newSeed()
+		s.write(ctx, t, st)
+		if err := st.WriteReviewSightings(ctx, []store.ReviewSighting{
+			{Cluster: "clean", Through: weekly.Version{Major: 1, Minor: 39}, Seen: s.start.Add(time.Hour)},
+			{Cluster: "clean", Through: weekly.Version{Major: 1, Minor: 38}, Seen: s.start.Add(2 * time.Hour)},
+			// Before the window: not what judged it.
+			{Cluster: "clean", Through: weekly.Version{Major: 1, Minor: 30}, Seen: s.start.Add(-time.Hour)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		now := func() time.Time { return s.end.Add(-time.Second) }
+		judge := func(minor int) *readiness.Result {
+			t.Helper()
+			g, err := readiness.Evaluate(ctx, st.DB(), readiness.Options{Cluster: "clean", Target: weekly.Version{Major: 1, Minor: minor}, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		g := judge(38)
+		if g.Coverage.ReviewedThrough.String() != "1.38" || g.Unchecked != "" || !strings.Contains(g.Coverage.String(), "; rules reviewed through 1.38") {
+			t.Errorf("1.38: reviewed through %s, not checked %q, coverage %q", g.Coverage.ReviewedThrough, g.Unchecked, g.Coverage)
+		}
+		g = judge(40)
+		if want := "not checked: what 1.39 to 1.40 remove and change: the rule catalogue is reviewed through 1.38"; !g.Ready || !strings.Contains(g.Message, want) {
+			t.Errorf("1.40: ready %v, message %q; want %q", g.Ready, g.Message, want)
+		}
+		if g := judge(39); !strings.Contains(g.Unchecked, "what 1.39 removes and changes") {
+			t.Errorf("1.39: not checked %q", g.Unchecked)
+		}
+	})
+}

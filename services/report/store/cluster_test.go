@@ -59,6 +59,7 @@ func TestClusterSchema(t *testing.T) {
 		"control_plane_sightings": "Distributed", "control_plane_sightings_local": "ReplicatedReplacingMergeTree",
 		"coverage_sightings": "Distributed", "coverage_sightings_local": "ReplicatedReplacingMergeTree",
 		"migration_sightings": "Distributed", "migration_sightings_local": "ReplicatedReplacingMergeTree",
+		"review_sightings": "Distributed", "review_sightings_local": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)

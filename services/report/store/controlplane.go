@@ -75,3 +75,22 @@ func (s *Store) WriteMigrationSightings(ctx context.Context, ms []MigrationSight
 	}
 	return s.Insert(ctx, "migration_sightings", MigrationSightingColumns, rows)
 }
+
+// ReviewSighting says that a heartbeat of Cluster's events, the newest of them in the minute
+// Seen, came from a classify whose catalogue knows removals through Through (a row of
+// review_sightings).
+type ReviewSighting struct {
+	Cluster string
+	Through kubeversion.Version
+	Seen    time.Time
+}
+
+// WriteReviewSightings inserts rs into review_sightings as one block, the times truncated to
+// the minute; writing one again changes nothing readers see.
+func (s *Store) WriteReviewSightings(ctx context.Context, rs []ReviewSighting) error {
+	rows := make([][]any, len(rs))
+	for i, r := range rs {
+		rows[i] = []any{r.Cluster, r.Through.String(), r.Seen.UTC().Truncate(time.Minute)}
+	}
+	return s.Insert(ctx, "review_sightings", []string{"cluster", "through", "seen"}, rows)
+}

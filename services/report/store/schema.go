@@ -519,4 +519,16 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "migration_sightings"}}{{.On}} (
 PARTITION BY toYYYYMM(seen)
 ORDER BY (cluster, api_group, api_version, resource, username, user_agent, toDate(seen))`,
 		`{{.Distributed "migration_sightings" "cityHash64(cluster)"}}`}},
+	// Which rule catalogue judged a cluster's events, from classify's heartbeats: per release
+	// the catalogue knows removals through ("1.38") and day, the newest minute of event time a
+	// heartbeat said so. A verdict for a later target cannot have checked what it changes. A
+	// few rows per cluster and day, kept forever like coverage_sightings.
+	{Version: 11, Name: "review sightings", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "review_sightings"}}{{.On}} (
+    cluster {{.LC}},
+    through String,
+    seen    DateTime('UTC')
+) ENGINE = {{.Engine "review_sightings" "ReplacingMergeTree(seen)"}}
+ORDER BY (cluster, through, toDate(seen))`,
+		`{{.Distributed "review_sightings" "cityHash64(cluster)"}}`}},
 }

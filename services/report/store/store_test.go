@@ -67,7 +67,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		rows.Close()
 		for _, want := range []string{"findings", "daily_rules", "daily_apis", "daily_callers", "weekly_reports", "schema_migrations", "event_minutes",
 			"finding_days_state", "finding_day_changes", "finding_days", "finding_day_builds", "finding_requests",
-			"finding_hours_state", "finding_hour_changes", "finding_day_prefixes", "finding_day_prefix_builds", "control_plane_sightings", "coverage_sightings", "migration_sightings"} {
+			"finding_hours_state", "finding_hour_changes", "finding_day_prefixes", "finding_day_prefix_builds", "control_plane_sightings", "coverage_sightings", "migration_sightings", "review_sightings"} {
 			if !slices.Contains(tables, want) {
 				t.Errorf("table %s missing; have %v", want, tables)
 			}

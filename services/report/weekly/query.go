@@ -147,7 +147,7 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 		return nil, err
 	}
 	if cov.Known {
-		r.Coverage, r.NotChecked = cov.String(), cov.Unchecked()
+		r.Coverage, r.NotChecked = cov.String(), cov.UncheckedFor(o.Target)
 	}
 	MarkFailingNow(r.Blockers, r.Current)
 	return r, nil

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,58 @@ func TestMigrationSightingsAreStored(t *testing.T) {
 FROM `+st.Table("migration_sightings")).Scan(&got)
 		if want := "prod resource.k8s.io/v1beta1 deviceclasses alice " + agent + " " + t0.Add(7*time.Second).Format(time.DateTime); err != nil || got != want {
 			t.Errorf("stored %q, %v; want %q", got, err, want)
+		}
+	})
+}
+
+// TestReviewSightingsAreStoredOncePerDay: the catalogue release of classify's heartbeats lands
+// in review_sightings at the heartbeat's newest minute, once per cluster, release and day
+// however many heartbeats say it; a release that is not one, or a heartbeat without minutes,
+// writes nothing.
+func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
+		b := openBus(t)
+		w, _ := startWriter(t, testConfig(), st, b)
+		ctx := context.Background()
+		beat := func(id, through string, minutes ...int) {
+			t.Helper()
+			hb := &auditlensv1.Heartbeat{Cluster: "prod", ReviewedThrough: through}
+			for _, m := range minutes {
+				hb.Minutes = append(hb.Minutes, &auditlensv1.EventMinute{Minute: timestamppb.New(t0.Add(time.Duration(m) * time.Minute)), Events: 1})
+			}
+			if err := b.Publish(ctx, bus.Message{Stream: bus.Findings, Cluster: "prod", ID: id, Data: mustMarshal(hb),
+				Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
+				n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
+				return err == nil && n == 0
+			})
+		}
+		beat("r1", "1.38", 0, 3)
+		beat("r2", "1.38", 5)
+		beat("r3", "1.38", 24*60+1)
+		beat("r4", "one.38", 7)
+		beat("r5", "1.37")
+		var got []string
+		rows, err := st.DB().QueryContext(ctx, `SELECT concat(toString(cluster), ' ', through, ' ', toString(seen)) FROM `+st.Table("review_sightings")+` ORDER BY seen`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		want := []string{"prod 1.38 " + t0.Add(3*time.Minute).Format(time.DateTime), "prod 1.38 " + t0.Add(24*time.Hour+time.Minute).Format(time.DateTime)}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("review sightings %v, want %v", got, want)
+		}
+		if n := testutil.ToFloat64(w.m.deadLettered) + testutil.ToFloat64(w.m.invalid); n != 0 {
+			t.Errorf("%v messages dead-lettered or invalid, want none", n)
 		}
 	})
 }

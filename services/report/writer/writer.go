@@ -129,6 +129,40 @@ type Writer struct {
 	migratedOnce sync.Once
 	// now is the clock event times are judged by (MaxAhead); tests set theirs.
 	now func() time.Time
+	// reviews remembers the review sightings written, so that each cluster's catalogue
+	// release is written once a day, not with every heartbeat.
+	reviews reviewed
+}
+
+// reviewed is, per cluster and catalogue release, the newest day (Unix days) written.
+type reviewed struct {
+	mu   sync.Mutex
+	days map[string]int64
+}
+
+// maxReviewed bounds reviewed's keys; past it, it starts again (a day written twice).
+const maxReviewed = 10_000
+
+func reviewKey(r store.ReviewSighting) string { return r.Cluster + "\x00" + r.Through.String() }
+
+// fresh reports whether r's day is newer than the newest written of its cluster and release.
+func (v *reviewed) fresh(r store.ReviewSighting) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return r.Seen.Unix()/86400 > v.days[reviewKey(r)]
+}
+
+// written records rs as written.
+func (v *reviewed) written(rs []store.ReviewSighting) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.days == nil || len(v.days) >= maxReviewed {
+		v.days = map[string]int64{}
+	}
+	for _, r := range rs {
+		k := reviewKey(r)
+		v.days[k] = max(v.days[k], r.Seen.Unix()/86400)
+	}
 }
 
 // New makes the writer of findings from b into st, which it does not close.
@@ -167,6 +201,7 @@ type batch struct {
 	sightings []store.ControlPlaneSighting
 	coverage  []store.CoverageSighting
 	moves     []store.MigrationSighting
+	reviews   []store.ReviewSighting
 	ds        []*bus.Delivery
 }
 
@@ -386,6 +421,11 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		}
 		if err == nil && len(b.moves) > 0 {
 			err = w.st.WriteMigrationSightings(ctx, b.moves)
+		}
+		if err == nil && len(b.reviews) > 0 {
+			if err = w.st.WriteReviewSightings(ctx, b.reviews); err == nil {
+				w.reviews.written(b.reviews)
+			}
 		}
 		if err == nil {
 			break

@@ -3,6 +3,7 @@
 package report
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -184,7 +185,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	if cfg.Page && (cfg.Console.Addr != "" || cfg.Console.AuthAddr != "") {
 		// On embedded ClickHouse this shares the writer's session (chDB allows one per
 		// process): the page reads while the writer writes.
-		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cfg.Weekly.Target, Releases: cfg.Releases, Log: log,
+		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cmp.Or(cfg.Weekly.Target, schedule.DefaultTarget), Releases: cfg.Releases, Log: log,
 			Limits: cfg.Console.Page, Deadline: store.WithDeadline, Accept: files.Acceptor, Owners: files.teamFilter()}
 		mux := http.NewServeMux()
 		h.Register(mux)

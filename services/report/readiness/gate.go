@@ -3,7 +3,6 @@ package readiness
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -133,7 +132,9 @@ type Gate struct {
 // maxRequests is how many judgements the API runs at once; more get 503.
 const maxRequests = 2
 
-// NewGate returns the gate over db; target is judged when cfg names no target. acceptor
+// NewGate returns the gate over db; target is judged when cfg names no target, and when
+// neither does, each cluster's own default (weekly.TargetFor: the release after its own).
+// acceptor
 // returns the acknowledged risks of a cluster in force (nil: none); pub may be nil; reg may
 // be nil.
 func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func(cluster string) weekly.Acceptor, pub Publisher, log *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
@@ -141,10 +142,7 @@ func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func(cluste
 		return nil, err
 	}
 	ts := cfg.Targets
-	if len(ts) == 0 {
-		if target.IsZero() {
-			return nil, errors.New("readiness: no target version (--readiness-target-versions or --target-version)")
-		}
+	if len(ts) == 0 && !target.IsZero() {
 		ts = Versions{target}
 	}
 	if log == nil {
@@ -154,8 +152,21 @@ func NewGate(cfg Config, db *sql.DB, target weekly.Version, acceptor func(cluste
 		now: time.Now, met: newMetrics(reg), busy: make(chan struct{}, maxRequests)}, nil
 }
 
-// Targets are the versions the gate judges every Interval.
+// Targets are the versions the gate judges every Interval; none: each cluster's own default.
 func (g *Gate) Targets() []weekly.Version { return g.targets }
+
+// targetsOf are the targets cluster is judged against: the gate's, else the cluster's own
+// default (none while its release is unknown).
+func (g *Gate) targetsOf(ctx context.Context, cluster string) ([]weekly.Version, error) {
+	if len(g.targets) > 0 {
+		return g.targets, nil
+	}
+	t, _, err := weekly.TargetFor(ctx, g.db, "", cluster, g.now())
+	if err != nil || t.IsZero() {
+		return nil, err
+	}
+	return []weekly.Version{t}, nil
+}
 
 // Evaluate judges cluster against target now.
 func (g *Gate) Evaluate(ctx context.Context, cluster string, target weekly.Version) (*Result, error) {
@@ -207,7 +218,13 @@ func (g *Gate) RunOnce(ctx context.Context) ([]*Result, error) {
 	}
 	var out []*Result
 	for _, c := range clusters {
-		for _, t := range g.targets {
+		ts, err := g.targetsOf(ctx, c)
+		if err != nil {
+			g.met.errors.Inc()
+			first = cmp(first, fmt.Errorf("judge %s: its default target: %w", c, err))
+			continue
+		}
+		for _, t := range ts {
 			r, err := g.Evaluate(ctx, c, t)
 			if err != nil {
 				g.met.errors.Inc()

@@ -29,7 +29,10 @@ func (g *Gate) Handler() http.Handler {
 			writeError(w, http.StatusBadRequest, "parameter cluster: want a cluster name")
 			return
 		}
-		target := g.targets[0]
+		var target weekly.Version
+		if len(g.targets) > 0 {
+			target = g.targets[0]
+		}
 		if s := q.Get("target_version"); s != "" {
 			v, err := weekly.ParseVersion(s)
 			if err != nil {
@@ -54,6 +57,20 @@ func (g *Gate) Handler() http.Handler {
 			w.Header().Set("Retry-After", "5")
 			writeError(w, http.StatusServiceUnavailable, "too many readiness requests at once; retry")
 			return
+		}
+		if target.IsZero() {
+			// The cluster's own default: the release after its own.
+			ts, err := g.targetsOf(r.Context(), cluster)
+			if err != nil {
+				g.log.Warn("readiness request failed", "cluster", cluster, "err", err)
+				writeError(w, http.StatusInternalServerError, "the store failed; see the report's log")
+				return
+			}
+			if len(ts) == 0 {
+				writeError(w, http.StatusBadRequest, "parameter target_version is required: the release of cluster "+cluster+" is unknown")
+				return
+			}
+			target = ts[0]
 		}
 		res, err := g.Evaluate(r.Context(), cluster, target)
 		if errors.Is(err, weekly.ErrInvalid) {

@@ -1,9 +1,15 @@
 package weekly
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
+	"github.com/auditlens/auditlens/services/report/console"
 )
 
 // FailingAt reports whether removedIn is at or before current, the release the cluster runs
@@ -95,4 +101,28 @@ func OrderByHop(bs []Blocker) {
 		}
 		return kubeversion.Compare(a, b)
 	})
+}
+
+// TargetFor is the target a cluster is judged against when none is given, one default for
+// every command: the release after the one cluster runs at at (console.Reader.ClusterRelease),
+// else the newest release whose removals classify's rule catalogue knows (its heartbeats of the
+// 30 days before at: the cluster's release is unknown); zero when neither is known. why says
+// which, for the reader.
+func TargetFor(ctx context.Context, db *sql.DB, table, cluster string, at time.Time) (target Version, why string, err error) {
+	r := console.Reader{DB: db, Table: table}
+	v, from, err := r.ClusterRelease(ctx, cluster, at)
+	if err != nil {
+		return Version{}, "", err
+	}
+	if !v.IsZero() {
+		return v.Next(), fmt.Sprintf("the release after the cluster's %s (%s)", v, printable.String(from)), nil
+	}
+	cov, err := r.Coverage(ctx, cluster, console.Window{From: at.AddDate(0, 0, -30), To: at})
+	if err != nil {
+		return Version{}, "", err
+	}
+	if !cov.ReviewedThrough.IsZero() {
+		return cov.ReviewedThrough, "the newest release classify's rule catalogue knows (the cluster's release is unknown)", nil
+	}
+	return Version{}, "", nil
 }

@@ -31,7 +31,13 @@ func TestWeeklyMainOnServer(t *testing.T) {
 	srv, st := chtest.ServerStore(t)
 	var out, errb bytes.Buffer
 	week := weekly.LastWeekEnding(testkit.Now().UTC()).String()
+	// An empty store names no release to judge the next of: the target is asked for.
 	code := weeklyMain([]string{"--clickhouse-dsn", srv.DSN(st.Database()), "--format", "json", "--week-ending", week}, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), `--target-version is required: the release of cluster "default" is unknown`) {
+		t.Fatalf("no target on an empty store: exit %d: %s", code, errb.String())
+	}
+	out.Reset()
+	code = weeklyMain([]string{"--clickhouse-dsn", srv.DSN(st.Database()), "--format", "json", "--week-ending", week, "--target-version", "1.25"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}

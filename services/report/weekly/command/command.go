@@ -75,14 +75,15 @@ type Config struct {
 
 // DefaultConfig is the command's configuration when no flag changes it.
 func DefaultConfig() Config {
-	return Config{Target: schedule.DefaultTarget, Format: "text", Cluster: "default", CallersPerBlocker: 25,
+	return Config{Format: "text", Cluster: "default", CallersPerBlocker: 25,
 		Timeout: 5 * time.Minute, Mail: mail.DefaultConfig()}
 }
 
 // RegisterFlags adds the command's flags to fs, each defaulting to the current value of its
 // field.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against")
+	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y to judge blockers against "+
+		"(default: the release after the cluster's, --current-version or read from the store; else the newest release classify's catalogue knows)")
 	fs.Var(&c.Current, "current-version", "Kubernetes `version` X.Y the cluster runs: blockers removed at or before it are listed apart as failing now "+
 		"(default: the release its control plane's user agents named last, else its newest kubelet's or controller manager's among the findings)")
 	fs.StringVar(&c.WeekEnding, "week-ending", c.WeekEnding, "last `day` (YYYY-MM-DD, UTC) of the week to report (default: the Sunday of the last full week)")
@@ -98,10 +99,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks the flags and returns the week to report.
 func (c *Config) Validate(now time.Time) (weekly.Date, error) {
-	if c.Target.IsZero() {
-		return weekly.Date{}, errors.New("--target-version is required")
-	}
-	if !c.Current.IsZero() && !c.Current.Less(c.Target) {
+	if !c.Current.IsZero() && !c.Target.IsZero() && !c.Current.Less(c.Target) {
 		return weekly.Date{}, fmt.Errorf("--target-version %s is not after --current-version %s: an upgrade goes to a later release", c.Target, c.Current)
 	}
 	week := weekly.LastWeekEnding(now.UTC())
@@ -191,6 +189,20 @@ func run(ctx context.Context, c Config, week weekly.Date, stdout, stderr io.Writ
 		return err
 	}
 	defer st.Close()
+	if c.Target.IsZero() && !c.Current.IsZero() {
+		c.Target = c.Current.Next()
+	}
+	if c.Target.IsZero() {
+		t, why, err := weekly.TargetFor(ctx, st.DB(), "", c.Cluster, week.AddDate(0, 0, 1))
+		if err != nil {
+			return err
+		}
+		if t.IsZero() {
+			return fmt.Errorf("--target-version is required: the release of cluster %q is unknown (no control-plane user agent seen; --current-version gives it)", c.Cluster)
+		}
+		c.Target = t
+		fmt.Fprintf(stderr, "report weekly: target %s, %s\n", t, why)
+	}
 	opts := weekly.Options{Cluster: c.Cluster, Target: c.Target, WeekEnding: week, CallersPerBlocker: c.CallersPerBlocker, Now: eng.Now}
 	if !c.Current.IsZero() {
 		opts.Current, opts.CurrentWhy = c.Current, "--current-version"

@@ -76,6 +76,21 @@ func (d *Delivery) Deliver(ctx context.Context, week weekly.Date, force bool) (O
 	}
 	o := d.Options
 	o.WeekEnding = week
+	if o.Target.IsZero() {
+		// One default for every command: the release after the cluster's at the week's end.
+		t, why, err := weekly.TargetFor(ctx, d.DB, o.Table, o.Cluster, week.AddDate(0, 0, 1))
+		if err != nil {
+			return "", err
+		}
+		if t.IsZero() {
+			return "", fmt.Errorf("%w: no --target-version, and the release of cluster %q is unknown (no control-plane user agent seen, no heartbeat of a classify naming its catalogue)",
+				weekly.ErrInvalid, o.Cluster)
+		}
+		o.Target = t
+		if d.Log != nil {
+			d.Log.Info("weekly report judged against the default target", "cluster", o.Cluster, "target_version", t.String(), "why", why)
+		}
+	}
 	if err := o.Validate(); err != nil {
 		return "", err
 	}
@@ -173,7 +188,7 @@ type Config struct {
 // DefaultConfig sends on Monday 08:00 UTC against DefaultTarget, retrying a failed week after
 // 10 minutes, once recipients are given.
 func DefaultConfig() Config {
-	return Config{Cron: DefaultCron, TimeZone: "UTC", Target: DefaultTarget, Retry: 10 * time.Minute,
+	return Config{Cron: DefaultCron, TimeZone: "UTC", Retry: 10 * time.Minute,
 		Mail: mail.DefaultConfig()}
 }
 
@@ -182,12 +197,14 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Cron, "weekly-schedule", c.Cron, "cron expression of the weekly report e-mail, in --weekly-time-zone (off: no e-mail; it runs only when --mail-to is set)")
 	fs.StringVar(&c.TimeZone, "weekly-time-zone", c.TimeZone, "IANA time zone of --weekly-schedule and of the week's days, e.g. Europe/Berlin")
-	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y the weekly report judges blockers against")
+	fs.Var(&c.Target, "target-version", "Kubernetes `version` X.Y the weekly report judges blockers against "+
+		"(default: the release after the cluster's, read from the store each week; else the newest release classify's catalogue knows)")
 	fs.DurationVar(&c.Retry, "weekly-retry", c.Retry, "wait before retrying a weekly report that failed to send")
 	c.Mail.RegisterFlags(fs)
 }
 
-// DefaultTarget is the target version when none is given.
+// DefaultTarget is the console's target for a cluster whose release is unknown when neither
+// --target-version nor a rule catalogue (the all-in-one's) names one.
 var DefaultTarget = weekly.Version{Major: 1, Minor: 35}
 
 // Enabled reports whether the schedule should run: a schedule and recipients are set.
@@ -205,9 +222,6 @@ func (c Config) Validate() error {
 	}
 	if _, err := time.LoadLocation(c.TimeZone); err != nil {
 		return fmt.Errorf("--weekly-time-zone %q: %w", c.TimeZone, err)
-	}
-	if c.Target.IsZero() {
-		return errors.New("--target-version is required")
 	}
 	if c.Retry <= 0 {
 		return fmt.Errorf("--weekly-retry %v: want more than 0", c.Retry)

@@ -37,7 +37,7 @@ import (
 // classify scan, the readiness gate, the weekly report and the console's first screen all say
 // the same for the default target 1.38: one blocker new in 1.38 first, three failing already
 // after it, counted apart. Then the caller of v1beta1 calls resource.k8s.io/v1: it is migrated
-// and the gate (the failing ones accepted) is ready within a minute; its next v1beta1 call
+// and the gate (the failing ones accepted) is ready within a minute; its next v1beta1 write
 // blocks again.
 func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	ch := chtest.StartServer(t)
@@ -202,9 +202,18 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 		len(g.Accepted) != 3 || !strings.Contains(g.Message, "1 caller(s) moved to the replacement") {
 		t.Errorf("gate after the move: migrated %+v, %d accepted: %s", g.Migrated, len(g.Accepted), g.Message)
 	}
-	// A later call of v1beta1 blocks again.
+	// A later write with v1beta1 blocks again (a read of it minutes after its v1 read would be
+	// a reader's of every version: an enumerator-read).
 	time.Sleep(1100 * time.Millisecond)
-	get("", "dra-driver/v0.4.0", "/apis/resource.k8s.io/v1beta1/deviceclasses", http.StatusOK)
+	cfg := s.Config(rest.NoWarnings{})
+	cfg.UserAgent = "dra-driver/v0.4.0"
+	var code int
+	kubernetes.NewForConfigOrDie(cfg).RESTClient().Post().AbsPath("/apis/resource.k8s.io/v1beta1/deviceclasses").
+		Body([]byte(`{"apiVersion":"resource.k8s.io/v1beta1","kind":"DeviceClass","metadata":{"name":"gpu"}}`)).
+		SetHeader("Content-Type", "application/json").Do(ctx).StatusCode(&code)
+	if code != http.StatusCreated {
+		t.Fatalf("create a v1beta1 DeviceClass: %d", code)
+	}
 	waitFor(t, time.Minute, "the gate blocked again", func() bool { return judge() && len(g.Blockers) == 1 })
 	if g.Ready || g.MigratedCount != 0 || order(g.Blockers) != "+resource.k8s.io/v1beta1 deviceclasses " {
 		t.Errorf("gate after the driver went back: ready %v, migrated %d, blockers %s", g.Ready, g.MigratedCount, order(g.Blockers))

@@ -190,17 +190,17 @@ func (h *heartbeats) sighted(cluster string, ss []kubeversion.Sighting, now time
 
 // covered keeps the kinds of cluster's events of a settled batch, each with the newest
 // minute (Unix seconds) of event time it was seen in.
-func (h *heartbeats) covered(cluster string, kinds map[coverageKey]int64, now time.Time) {
+func (h *heartbeats) covered(cluster string, kinds map[coverageKey]*int64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, minute := range kinds {
-		see(h.coverage, cluster, k, minute, now)
+		see(h.coverage, cluster, k, *minute, now)
 	}
 }
 
 // moved keeps the calls of a settled batch of cluster's events that move callers off
 // catalogued API versions, and their successor reads (moveObs).
-func (h *heartbeats) moved(cluster string, obs map[moveKey]moveObs, now time.Time) {
+func (h *heartbeats) moved(cluster string, obs map[moveKey]*moveObs, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.moves[cluster]

@@ -48,7 +48,7 @@ func TestHeartbeatMovesPending(t *testing.T) {
 		if old {
 			o = moveObs{lastOld: at.Unix()}
 		}
-		h.moved("prod", map[moveKey]moveObs{k: o}, at)
+		h.moved("prod", map[moveKey]*moveObs{k: &o}, at)
 	}
 	call(t0, true)
 	if got := sends(t0); len(got) != 0 {
@@ -100,18 +100,18 @@ func TestHeartbeatMovesPending(t *testing.T) {
 	// A caller that lists the old version and writes the successor has not moved its reads:
 	// nothing is sent until it reads the successor after its last list.
 	t1 := next.Add(time.Hour)
-	h.moved("prod", map[moveKey]moveObs{k: {lastOld: t1.Unix(), oldKinds: readCall}}, t1)
-	h.moved("prod", map[moveKey]moveObs{k: {newest: t1.Unix() + 5, newKinds: writeCall}}, t1)
+	h.moved("prod", map[moveKey]*moveObs{k: {lastOld: t1.Unix(), oldKinds: readCall}}, t1)
+	h.moved("prod", map[moveKey]*moveObs{k: {newest: t1.Unix() + 5, newKinds: writeCall}}, t1)
 	if got := sends(t1); len(got) != 0 {
 		t.Errorf("a write of the successor after a read of the old version: sent %v", got)
 	}
-	h.moved("prod", map[moveKey]moveObs{k: {newest: t1.Unix() + 9, newestRead: t1.Unix() + 9, newKinds: readCall}}, t1)
+	h.moved("prod", map[moveKey]*moveObs{k: {newest: t1.Unix() + 9, newestRead: t1.Unix() + 9, newKinds: readCall}}, t1)
 	if got := sends(t1); len(got) != 1 || !strings.HasSuffix(got[0], t1.Add(9*time.Second).Format(time.TimeOnly)) {
 		t.Errorf("a read of the successor after it: sent %v", got)
 	}
 	// In one settle: the successor's read before the old read covers nothing.
 	t2 := t1.Add(time.Minute)
-	h.moved("prod", map[moveKey]moveObs{k: {newest: t2.Unix(), lastOld: t2.Unix() + 1, oldKinds: readCall}}, t2)
+	h.moved("prod", map[moveKey]*moveObs{k: {newest: t2.Unix(), lastOld: t2.Unix() + 1, oldKinds: readCall}}, t2)
 	if got := sends(t2); len(got) != 0 {
 		t.Errorf("a settle ending with an old read: sent %v", got)
 	}
@@ -163,21 +163,27 @@ func TestHeartbeatsCarryTheMoves(t *testing.T) {
 }
 
 // TestMoveKeysOwnTheirStrings: a caller kept for the moves does not change when the bytes its
-// event was decoded from are overwritten.
+// events were decoded from are overwritten, the second call too (assigning to a key already in
+// a map stores the key given: before, the second call's key replaced the kept one, its
+// strings the overwritten line's, and the heartbeats' map lost the caller under its key).
 func TestMoveKeysOwnTheirStrings(t *testing.T) {
-	buf := eventAt("m1", "2026-11-29T10:00:00Z", `"requestURI":"/apis/resource.k8s.io/v1/deviceclasses","verb":"list","user":{"username":"alice"},"userAgent":"driver/v0.3","objectRef":{"resource":"deviceclasses","apiGroup":"resource.k8s.io","apiVersion":"v1"}`)
-	ev, err := auditevent.NewDecoder(0).DecodeEvent(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e, err := rules.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
+	engine := rules.NewEngine(e)
 	p := &clusterPlane{}
-	p.observe(ev, &bus.Delivery{}, ev.EventTime(), rules.NewEngine(e).MoveOf(ev))
-	for i := range buf {
-		buf[i] = 'x'
+	buf := make([]byte, 0, 1024)
+	for i, at := range []string{"2026-11-29T10:00:00Z", "2026-11-29T10:00:05Z"} {
+		buf = append(buf[:0], eventAt(fmt.Sprint(i), at, `"requestURI":"/apis/resource.k8s.io/v1/deviceclasses","verb":"list","user":{"username":"alice"},"userAgent":"driver/v0.3","objectRef":{"resource":"deviceclasses","apiGroup":"resource.k8s.io","apiVersion":"v1"}`)...)
+		ev, err := auditevent.NewDecoder(0).DecodeEvent(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.observe(ev, &bus.Delivery{}, ev.EventTime(), engine.MoveOf(ev))
+		for i := range buf {
+			buf[i] = 'x'
+		}
 	}
 	if len(p.moves) == 0 {
 		t.Fatal("no move kept")

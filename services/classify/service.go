@@ -186,9 +186,9 @@ type work struct {
 type clusterPlane struct {
 	cluster string
 	cp      kubeversion.ControlPlane
-	kinds   map[coverageKey]int64
+	kinds   map[coverageKey]*int64
 	// moves holds the callers' calls of catalogued API versions and of their successors.
-	moves map[moveKey]moveObs
+	moves map[moveKey]*moveObs
 }
 
 // moveObs is a settle's newest calls by one caller of one API (lastOld) and of its
@@ -246,45 +246,49 @@ func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Ti
 		return // not what ingest or the apiserver write: no kind to keep
 	}
 	if p.kinds == nil {
-		p.kinds = map[coverageKey]int64{}
+		p.kinds = map[coverageKey]*int64{}
 	}
 	m := at.Truncate(time.Minute).Unix()
-	old, ok := p.kinds[k]
-	if !ok {
-		k.input, k.level = strings.Clone(k.input), strings.Clone(k.level)
+	// Assigning to a key already in a map stores the key given (its strings here point into
+	// the decoded line): a kept key is only ever inserted, owning its strings, and its minute
+	// changed in place.
+	if old := p.kinds[k]; old != nil {
+		*old = max(*old, m)
+		return
 	}
-	if m > old {
-		p.kinds[k] = m
-	}
+	k.input, k.level = strings.Clone(k.input), strings.Clone(k.level)
+	p.kinds[k] = &m
 }
 
 // move records a call of mv's old API or of its successor by a caller at sec.
 func (p *clusterPlane) move(user, agent string, sec int64, mv rules.Move) {
 	if p.moves == nil {
-		p.moves = map[moveKey]moveObs{}
+		p.moves = map[moveKey]*moveObs{}
 	}
-	// The user and agent point into the decoded line: a key kept owns its strings.
-	owned := func(k moveKey) moveKey {
-		if _, ok := p.moves[k]; !ok {
-			k.user, k.agent = strings.Clone(k.user), strings.Clone(k.agent)
+	// The user and agent point into the decoded line, and assigning to a key already in a map
+	// stores the key given: a kept key is only ever inserted, owning its strings, and its
+	// calls changed in place.
+	obs := func(api rules.API) *moveObs {
+		k := moveKey{api, user, agent}
+		if o := p.moves[k]; o != nil {
+			return o
 		}
-		return k
+		k.user, k.agent = strings.Clone(user), strings.Clone(agent)
+		o := &moveObs{}
+		p.moves[k] = o
+		return o
 	}
 	kind := kindOf(mv)
 	if mv.IsOld && !mv.Missing {
-		k := owned(moveKey{mv.Old, user, agent})
-		o := p.moves[k]
+		o := obs(mv.Old)
 		o.lastOld, o.oldKinds, o.newKinds = max(o.lastOld, sec), o.oldKinds|kind, 0
-		p.moves[k] = o
 	}
 	for _, api := range mv.Replaces {
-		k := owned(moveKey{api, user, agent})
-		o := p.moves[k]
+		o := obs(api)
 		o.newest, o.newKinds = max(o.newest, sec), o.newKinds|kind
 		if mv.Read {
 			o.newestRead = max(o.newestRead, sec)
 		}
-		p.moves[k] = o
 	}
 }
 
@@ -477,7 +481,7 @@ func (s *service) settle(w *work, batch []*bus.Delivery) {
 // readSuccessor reports whether the caller of k read k's successor in the
 // rules.EnumeratorWindow before sec: in this settle (cp) or one settled before.
 func (s *service) readSuccessor(cluster string, cp *clusterPlane, k moveKey, sec int64) bool {
-	if cp != nil && rules.ReadsEveryVersion(cp.moves[k].newestRead, sec) {
+	if o := cp.moves[k]; o != nil && rules.ReadsEveryVersion(o.newestRead, sec) {
 		return true
 	}
 	return rules.ReadsEveryVersion(s.beats.newestRead(cluster, k), sec)

@@ -45,7 +45,7 @@ type worker struct {
 	controlPlane kubeversion.ControlPlane
 	// successorReads holds each caller's newest read (Unix seconds) of the successor of each
 	// API it replaces: a read of the old version soon after is a reader's of every version.
-	successorReads map[readerKey]int64
+	successorReads map[readerKey]*int64
 	// name and n are where the line being read is (n 0: a whole document).
 	name string
 	n    int
@@ -70,7 +70,7 @@ func (w *worker) readers(ev *auditevent.Event, sec int64) {
 	if !mv.Read {
 		return
 	}
-	if mv.IsOld && !mv.Missing && rules.ReadsEveryVersion(w.successorReads[readerKey{mv.Old, ev.User.Username, ev.UserAgent}], sec) {
+	if at := w.successorReads[readerKey{mv.Old, ev.User.Username, ev.UserAgent}]; mv.IsOld && !mv.Missing && at != nil && rules.ReadsEveryVersion(*at, sec) {
 		for i := range w.matches {
 			w.engine.AsEnumeratorRead(&w.matches[i], rules.BothVersions)
 		}
@@ -79,17 +79,18 @@ func (w *worker) readers(ev *auditevent.Event, sec int64) {
 		return
 	}
 	if w.successorReads == nil || len(w.successorReads) >= maxReaders {
-		w.successorReads = map[readerKey]int64{}
+		w.successorReads = map[readerKey]*int64{}
 	}
 	for _, api := range mv.Replaces {
 		k := readerKey{api, ev.User.Username, ev.UserAgent}
-		if old, ok := w.successorReads[k]; ok {
-			w.successorReads[k] = max(old, sec)
+		if at := w.successorReads[k]; at != nil {
+			*at = max(*at, sec) // in place: assigning would store the key given, its strings the line's
 			continue
 		}
 		// The event's strings live until the next line: a key kept owns its strings.
 		k.user, k.agent = strings.Clone(k.user), strings.Clone(k.agent)
-		w.successorReads[k] = sec
+		at := sec
+		w.successorReads[k] = &at
 	}
 }
 

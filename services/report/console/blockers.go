@@ -250,10 +250,13 @@ LIMIT 1000`, []any{cluster, rollup.Day(from), rollup.Day(to)}, func(rows *sql.Ro
 	return best, nil
 }
 
+// Move is a caller that moved off a blocker (package rollup's).
+type Move = rollup.Move
+
 // Migrated lists the callers (user and user agent) that moved off what blocks target in
 // cluster's window: they called the replacement after their last call of it, so Blockers
 // leaves them out. The newest moves first, at most limit, and how many there are.
-func (r Reader) Migrated(ctx context.Context, cluster string, w Window, target kubeversion.Version, limit int) ([]rollup.Move, int, error) {
+func (r Reader) Migrated(ctx context.Context, cluster string, w Window, target kubeversion.Version, limit int) ([]Move, int, error) {
 	t, _, err := r.check(cluster, w, Page{})
 	if err != nil {
 		return nil, 0, err

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
-	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/render"
 )
@@ -56,7 +55,7 @@ type clusterRow struct {
 	Newer string
 	// Migrated names the callers that moved to the replacement of a blocker in the window
 	// (they no longer block), the newest first; MigratedCount counts them all.
-	Migrated      []rollup.Move
+	Migrated      []console.Move
 	MigratedCount int
 	// Fleet is the window's version spread of kubelets, kube-proxies and kubectl, as
 	// "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)"; "" when none was seen.

@@ -161,17 +161,9 @@ func (h *heartbeats) add(counts map[string]map[int64]uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for cluster, minutes := range counts {
-		c := h.clusters[cluster]
-		if c == nil {
-			c = map[int64]*minuteCount{}
-			h.clusters[cluster] = c
-		}
+		c := of(h.clusters, cluster)
 		for m, n := range minutes {
-			mc := c[m]
-			if mc == nil {
-				mc = &minuteCount{}
-				c[m] = mc
-			}
+			mc := entry(c, m)
 			mc.events += n
 			mc.dirty, mc.touched = true, now
 		}
@@ -203,17 +195,9 @@ func (h *heartbeats) covered(cluster string, kinds map[coverageKey]*int64, now t
 func (h *heartbeats) moved(cluster string, obs map[moveKey]*moveObs, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.moves[cluster]
-	if c == nil {
-		c = map[moveKey]*move{}
-		h.moves[cluster] = c
-	}
+	c := of(h.moves, cluster)
 	for k, o := range obs {
-		mv := c[k]
-		if mv == nil {
-			mv = &move{}
-			c[k] = mv
-		}
+		mv := entry(c, k)
 		if o.lastOld > 0 {
 			// The successor calls before the settle's last old call cover nothing.
 			mv.lastOld, mv.oldKinds, mv.covered = max(mv.lastOld, o.lastOld), mv.oldKinds|o.oldKinds, o.newKinds
@@ -237,18 +221,30 @@ func (h *heartbeats) newestRead(cluster string, k moveKey) int64 {
 
 // see records that cluster's k was seen in minute (h.mu held).
 func see[K comparable](all map[string]map[K]*sighting, cluster string, k K, minute int64, now time.Time) {
-	c := all[cluster]
-	if c == nil {
-		c = map[K]*sighting{}
-		all[cluster] = c
-	}
-	sg := c[k]
-	if sg == nil {
-		sg = &sighting{}
-		c[k] = sg
-	}
+	sg := entry(of(all, cluster), k)
 	sg.minute = max(sg.minute, minute)
 	sg.touched = now
+}
+
+// of is cluster's map in all, a new one inserted when there is none.
+func of[K comparable, V any](all map[string]map[K]*V, cluster string) map[K]*V {
+	c := all[cluster]
+	if c == nil {
+		c = map[K]*V{}
+		all[cluster] = c
+	}
+	return c
+}
+
+// entry is m's value at k, a new zero one inserted when there is none. A key already in m is
+// never assigned again: that would store the key given (see clusterPlane.move).
+func entry[K comparable, V any](m map[K]*V, k K) *V {
+	if v := m[k]; v != nil {
+		return v
+	}
+	v := new(V)
+	m[k] = v
+	return v
 }
 
 // dirtyKeys returns the keys of p to send, forgetting the published ones untouched for

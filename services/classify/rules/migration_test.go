@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
@@ -26,12 +27,7 @@ func TestSuccessors(t *testing.T) {
 			{"", "v1", "endpoints"}, {"discovery.k8s.io", "v1alpha1", "endpointslices"}, {"discovery.k8s.io", "v1beta1", "endpointslices"}}},
 	} {
 		got := slices.Clone(e.successors[c.to])
-		slices.SortFunc(got, func(a, b API) int {
-			if a.Group != b.Group {
-				return cmpStr(a.Group, b.Group)
-			}
-			return cmpStr(a.Version, b.Version)
-		})
+		slices.SortFunc(got, func(a, b API) int { return strings.Compare(a.Group+" "+a.Version, b.Group+" "+b.Version) })
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s replaces %v, want %v", c.to, got, c.want)
 		}
@@ -40,16 +36,6 @@ func TestSuccessors(t *testing.T) {
 	if olds := e.successors[API{"", "v1", "componentstatuses"}]; len(olds) > 0 {
 		t.Errorf("v1 componentstatuses replaces %v", olds)
 	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func TestMoveOf(t *testing.T) {

@@ -88,8 +88,12 @@ func (m Move) API() string { return kubeapi.Name(m.APIGroup, m.APIVersion, m.Res
 
 // Moves lists the callers (user and user agent) of the rows f asks for whose newest call of
 // the API's successor is later than their newest row, newest move first, and how many there
-// are; at most limit are listed. f.Migrated and f.Columns are Moves' own.
+// are; at most limit are listed. f.Cluster is required (a caller moves in one cluster);
+// f.Migrated and f.Columns are Moves' own.
 func Moves(ctx context.Context, db *sql.DB, t Tables, f Filter, limit int) ([]Move, int, error) {
+	if f.Cluster == "" {
+		return nil, 0, fmt.Errorf("rollup: the moves of every cluster at once: name one")
+	}
 	f.Migrated, f.Columns = WithMigratedAt, []string{"api_group", "api_version", "resource", "removed_in", "username", "user_agent", "last_seen"}
 	src, args, err := Days(ctx, db, t, f)
 	if err != nil {

@@ -149,6 +149,9 @@ type heartbeats struct {
 // request-body rule reads, whether its body was logged ("body", "no-body"; "" otherwise).
 type coverageKey struct {
 	input, level, writes string
+	// day (Unix days of event time): a kind is kept per day, so that report holds a sighting in
+	// each day it was seen (an imported log's window, weeks back, finds its own).
+	day int64
 }
 
 func newHeartbeats() *heartbeats {
@@ -321,7 +324,10 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 			if a.level != b.level {
 				return a.level < b.level
 			}
-			return a.writes < b.writes
+			if a.writes != b.writes {
+				return a.writes < b.writes
+			}
+			return a.day < b.day
 		})
 		sort.Slice(minutes, func(i, j int) bool { return minutes[i] < minutes[j] })
 		sort.Slice(keys, func(i, j int) bool {

@@ -564,3 +564,36 @@ func coverageIn(t *testing.T, ds []*bus.Delivery) []*auditlensv1.CoverageSightin
 	}
 	return out
 }
+
+// TestCoverageKeptPerDay: one kind of event seen on two days is sent for each, with that day's
+// newest minute, so that a window weeks back (an imported log's) finds its own day's.
+func TestCoverageKeptPerDay(t *testing.T) {
+	h := newHeartbeats()
+	p := &clusterPlane{}
+	for _, at := range []string{"2026-11-28T09:00:00Z", "2026-11-28T23:59:00Z", "2026-11-29T00:01:00Z"} {
+		ev, err := auditevent.NewDecoder(0).DecodeEvent(eventAt("d", at, `"requestURI":"/api/v1/pods","verb":"list","user":{"username":"a"},"objectRef":{"resource":"pods","apiVersion":"v1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.observe(ev, &bus.Delivery{Message: bus.Message{Header: map[string]string{bus.HeaderInput: "file"}}}, ev.EventTime(), rules.Move{})
+	}
+	now := time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)
+	h.covered("prod", p.kinds, now)
+	msgs, _, err := h.pending(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		var hb auditlensv1.Heartbeat
+		if err := proto.Unmarshal(m.Data, &hb); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range hb.Coverage {
+			got = append(got, c.Input+" "+c.Level+" "+c.Seen.AsTime().Format(time.RFC3339))
+		}
+	}
+	if want := "[file Metadata 2026-11-28T23:59:00Z file Metadata 2026-11-29T00:01:00Z]"; fmt.Sprint(got) != want {
+		t.Errorf("coverage %v, want %s", got, want)
+	}
+}

@@ -249,6 +249,7 @@ func (p *clusterPlane) observe(ev *auditevent.Event, d *bus.Delivery, at time.Ti
 		p.kinds = map[coverageKey]*int64{}
 	}
 	m := at.Truncate(time.Minute).Unix()
+	k.day = m / 86400
 	// Assigning to a key already in a map stores the key given (its strings here point into
 	// the decoded line): a kept key is only ever inserted, owning its strings, and its minute
 	// changed in place.

@@ -49,8 +49,10 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		b.sightings = append(b.sightings, hb.sightings...)
 		b.coverage = append(b.coverage, hb.coverage...)
 		b.moves = append(b.moves, hb.moves...)
-		if r := hb.review; r.Cluster != "" && w.reviews.fresh(r) {
-			b.reviews = append(b.reviews, r)
+		for _, r := range hb.reviews {
+			if w.reviews.fresh(r) {
+				b.reviews = append(b.reviews, r)
+			}
 		}
 		b.ds = append(b.ds, d)
 		return
@@ -177,9 +179,9 @@ type heartbeatRows struct {
 	sightings []store.ControlPlaneSighting
 	coverage  []store.CoverageSighting
 	moves     []store.MigrationSighting
-	// review is the catalogue release the heartbeat names, at its newest minute (Cluster ""
-	// when it names none, or has no minute).
-	review store.ReviewSighting
+	// reviews are the catalogue release the heartbeat names, at the newest of its minutes of
+	// each day (none when it names none).
+	reviews []store.ReviewSighting
 	// skipped counts the minutes out of range, badSightings the sightings not kept;
 	// firstBad says why the first of those was not.
 	skipped, badSightings int
@@ -214,12 +216,17 @@ func heartbeat(data []byte, cluster string, notAfter time.Time) (heartbeatRows, 
 			continue
 		}
 		out.minutes = append(out.minutes, store.EventMinute{Cluster: cluster, Minute: m.Minute.AsTime(), Events: m.Events})
-		if at := m.Minute.AsTime(); at.After(out.review.Seen) {
-			out.review.Seen = at
-		}
 	}
-	if v, err := kubeversion.Parse(hb.GetReviewedThrough()); err == nil && hb.ReviewedThrough != "" && len(out.minutes) > 0 {
-		out.review.Cluster, out.review.Through = cluster, v
+	if v, err := kubeversion.Parse(hb.GetReviewedThrough()); err == nil && hb.ReviewedThrough != "" {
+		newest := map[int64]time.Time{} // per day
+		for _, m := range out.minutes {
+			if d := m.Minute.Unix() / 86400; m.Minute.After(newest[d]) {
+				newest[d] = m.Minute
+			}
+		}
+		for _, at := range newest {
+			out.reviews = append(out.reviews, store.ReviewSighting{Cluster: cluster, Through: v, Seen: at})
+		}
 	}
 	for i, s := range hb.ControlPlane {
 		cs, err := sighting(s, cluster, last)

@@ -248,8 +248,8 @@ FROM `+st.Table("migration_sightings")).Scan(&got)
 }
 
 // TestReviewSightingsAreStoredOncePerDay: the catalogue release of classify's heartbeats lands
-// in review_sightings at the heartbeat's newest minute, once per cluster, release and day
-// however many heartbeats say it; a release that is not one, or a heartbeat without minutes,
+// in review_sightings at the newest minute of each day of the heartbeat's minutes, once per
+// cluster, release and day however many heartbeats say it; a release that is not one, or a heartbeat without minutes,
 // writes nothing.
 func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
@@ -276,6 +276,7 @@ func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
 		beat("r3", "1.38", 24*60+1)
 		beat("r4", "one.38", 7)
 		beat("r5", "1.37")
+		beat("r6", "1.38", 3*24*60+2, 2*24*60+9, 2*24*60+4) // two days in one heartbeat: each day's newest
 		var got []string
 		rows, err := st.DB().QueryContext(ctx, `SELECT concat(toString(cluster), ' ', through, ' ', toString(seen)) FROM `+st.Table("review_sightings")+` ORDER BY seen`)
 		if err != nil {
@@ -289,7 +290,8 @@ func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
 			}
 			got = append(got, s)
 		}
-		want := []string{"prod 1.38 " + t0.Add(3*time.Minute).Format(time.DateTime), "prod 1.38 " + t0.Add(24*time.Hour+time.Minute).Format(time.DateTime)}
+		want := []string{"prod 1.38 " + t0.Add(3*time.Minute).Format(time.DateTime), "prod 1.38 " + t0.Add(24*time.Hour+time.Minute).Format(time.DateTime),
+			"prod 1.38 " + t0.Add(48*time.Hour+9*time.Minute).Format(time.DateTime), "prod 1.38 " + t0.Add(72*time.Hour+2*time.Minute).Format(time.DateTime)}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("review sightings %v, want %v", got, want)
 		}

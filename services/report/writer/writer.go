@@ -134,22 +134,25 @@ type Writer struct {
 	reviews reviewed
 }
 
-// reviewed is, per cluster and catalogue release, the newest day (Unix days) written.
+// reviewed holds the days (per cluster and catalogue release) whose review sighting was
+// written.
 type reviewed struct {
 	mu   sync.Mutex
-	days map[string]int64
+	days map[string]bool
 }
 
 // maxReviewed bounds reviewed's keys; past it, it starts again (a day written twice).
-const maxReviewed = 10_000
+const maxReviewed = 100_000
 
-func reviewKey(r store.ReviewSighting) string { return r.Cluster + "\x00" + r.Through.String() }
+func reviewKey(r store.ReviewSighting) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", r.Cluster, r.Through, r.Seen.Unix()/86400)
+}
 
-// fresh reports whether r's day is newer than the newest written of its cluster and release.
+// fresh reports whether r's day was not written yet for its cluster and release.
 func (v *reviewed) fresh(r store.ReviewSighting) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return r.Seen.Unix()/86400 > v.days[reviewKey(r)]
+	return !v.days[reviewKey(r)]
 }
 
 // written records rs as written.
@@ -157,11 +160,10 @@ func (v *reviewed) written(rs []store.ReviewSighting) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.days == nil || len(v.days) >= maxReviewed {
-		v.days = map[string]int64{}
+		v.days = map[string]bool{}
 	}
 	for _, r := range rs {
-		k := reviewKey(r)
-		v.days[k] = max(v.days[k], r.Seen.Unix()/86400)
+		v.days[reviewKey(r)] = true
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/auditlens/auditlens/lib/flagenv"
 	"github.com/auditlens/auditlens/lib/printable"
-	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -167,21 +166,21 @@ func Main(args []string, stdout, stderr io.Writer, eng Engine, register func(*fl
 	}
 	defer st.Close()
 	if c.Target.IsZero() {
-		// One default for every command: the release after the cluster's.
+		// One default for every command: the release after the cluster's (weekly.TargetFor).
 		now := time.Now
 		if eng.Now != nil {
 			now = eng.Now
 		}
-		v, why, err := (console.Reader{DB: st.DB()}).ClusterRelease(ctx, c.Cluster, now())
+		t, why, err := weekly.TargetFor(ctx, st.DB(), "", c.Cluster, now())
 		if err != nil {
 			fmt.Fprintf(stderr, "report readiness: %v\n", err)
 			return ExitError
 		}
-		if v.IsZero() {
+		if t.IsZero() {
 			return usage(fmt.Errorf("--target-version is required: the release of cluster %q is unknown (no control-plane user agent seen; --current-version gives it)", c.Cluster))
 		}
-		c.Target = v.Next()
-		fmt.Fprintf(stderr, "report readiness: target %s, the release after the cluster's %s (%s)\n", c.Target, v, printable.String(why))
+		c.Target = t
+		fmt.Fprintf(stderr, "report readiness: target %s, %s\n", c.Target, why)
 	}
 	o := Options{Cluster: c.Cluster, Target: c.Target, Window: c.Window, MaxSilence: c.MaxSilence, Acceptor: acc, Now: eng.Now}
 	if !c.Current.IsZero() {

@@ -191,7 +191,7 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	// move reaches it (classify's next heartbeat), not when the v1beta1 call leaves the window.
 	time.Sleep(1100 * time.Millisecond) // a call of the replacement in a later second than the old one
 	get("", "dra-driver/v0.4.0", "/apis/resource.k8s.io/v1/deviceclasses", http.StatusOK)
-	moved := time.Now()
+	moved := time.Now() // a duration against the live apiserver's wall clock, not a date: the test clock is not it
 	judge := func() bool {
 		g, err = readiness.Evaluate(ctx, db, readiness.Options{Cluster: "upgrade", Target: target, Now: time.Now, Acceptor: acceptBefore(target)})
 		return err == nil

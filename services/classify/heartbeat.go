@@ -78,10 +78,7 @@ type kept interface {
 }
 
 // moveKey is one caller of one catalogued API version that has a successor.
-type moveKey struct {
-	api         rules.API
-	user, agent string
-}
+type moveKey = rules.APICaller
 
 // move is what the heartbeats know of a caller's calls of an API and of its successor: the
 // newest call of each (Unix seconds of event time; newest 0: none of the successor), the
@@ -315,7 +312,7 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 		if len(mvs) == 0 {
 			delete(h.moves, cluster)
 		}
-		sort.Slice(callers, func(i, j int) bool { return callers[i].less(callers[j]) })
+		sort.Slice(callers, func(i, j int) bool { return lessCaller(callers[i], callers[j]) })
 		sort.Slice(kinds, func(i, j int) bool {
 			a, b := kinds[i], kinds[j]
 			if a.input != b.input {
@@ -384,9 +381,9 @@ func (h *heartbeats) pending(now time.Time) ([]bus.Message, *receipt, error) {
 			}
 			for _, k := range movers {
 				at := mvs[k].newest
-				hb.Migrations = append(hb.Migrations, &auditlensv1.MigrationSighting{ApiGroup: k.api.Group, ApiVersion: k.api.Version,
-					Resource: k.api.Resource, Username: k.user, UserAgent: k.agent, Seen: timestamppb.New(time.Unix(at, 0))})
-				for _, s := range [...]string{k.api.Group, k.api.Version, k.api.Resource, k.user, k.agent} {
+				hb.Migrations = append(hb.Migrations, &auditlensv1.MigrationSighting{ApiGroup: k.API.Group, ApiVersion: k.API.Version,
+					Resource: k.API.Resource, Username: k.User, UserAgent: k.Agent, Seen: timestamppb.New(time.Unix(at, 0))})
+				for _, s := range [...]string{k.API.Group, k.API.Version, k.API.Resource, k.User, k.Agent} {
 					sum.Write([]byte{2})
 					sum.Write([]byte(s))
 				}
@@ -455,15 +452,15 @@ type sentMove struct {
 	at      int64
 }
 
-// less orders callers for a stable message content.
-func (k moveKey) less(o moveKey) bool {
-	if k.api != o.api {
-		return k.api.String() < o.api.String()
+// lessCaller orders callers for a stable message content.
+func lessCaller(k, o moveKey) bool {
+	if k.API != o.API {
+		return k.API.String() < o.API.String()
 	}
-	if k.user != o.user {
-		return k.user < o.user
+	if k.User != o.User {
+		return k.User < o.User
 	}
-	return k.agent < o.agent
+	return k.Agent < o.Agent
 }
 
 // sentCoverage is one published kind of event: its minute.

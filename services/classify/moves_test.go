@@ -22,7 +22,7 @@ import (
 func TestHeartbeatMovesPending(t *testing.T) {
 	h := newHeartbeats()
 	api := rules.API{Group: "resource.k8s.io", Version: "v1beta1", Resource: "deviceclasses"}
-	k := moveKey{api, "system:serviceaccount:dra:driver", "driver/v0.3"}
+	k := moveKey{API: api, User: "system:serviceaccount:dra:driver", Agent: "driver/v0.3"}
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	sends := func(at time.Time) []string {
 		t.Helper()
@@ -189,7 +189,7 @@ func TestMoveKeysOwnTheirStrings(t *testing.T) {
 		t.Fatal("no move kept")
 	}
 	for k := range p.moves {
-		if k.user != "alice" || k.agent != "driver/v0.3" || k.api.Group != "resource.k8s.io" {
+		if k.User != "alice" || k.Agent != "driver/v0.3" || k.API.Group != "resource.k8s.io" {
 			t.Errorf("kept caller %+v after its bytes were overwritten", k)
 		}
 	}

@@ -270,11 +270,11 @@ func (p *clusterPlane) move(user, agent string, sec int64, mv rules.Move) {
 	// stores the key given: a kept key is only ever inserted, owning its strings, and its
 	// calls changed in place.
 	obs := func(api rules.API) *moveObs {
-		k := moveKey{api, user, agent}
+		k := moveKey{API: api, User: user, Agent: agent}
 		if o := p.moves[k]; o != nil {
 			return o
 		}
-		k.user, k.agent = strings.Clone(user), strings.Clone(agent)
+		k.User, k.Agent = strings.Clone(user), strings.Clone(agent)
 		o := &moveObs{}
 		p.moves[k] = o
 		return o
@@ -531,7 +531,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 		s.met.lagLast.Set(lag)
 	}
 	matches = s.engine.Classify(ev, matches)
-	if mv.IsOld && mv.Read && !mv.Missing && s.readSuccessor(cluster, cp, moveKey{mv.Old, ev.User.Username, ev.UserAgent}, at.Unix()) {
+	if mv.IsOld && mv.Read && !mv.Missing && s.readSuccessor(cluster, cp, moveKey{API: mv.Old, User: ev.User.Username, Agent: ev.UserAgent}, at.Unix()) {
 		// A read of the old version minutes after a read of its successor by the same caller:
 		// a reader of every served version (a cache, a backup), which stops when it is gone.
 		for i := range matches {

@@ -14,6 +14,13 @@ type API struct{ Group, Version, Resource string }
 // String is "group/version resource" ("v1 resource" for the core group).
 func (a API) String() string { return groupVersion(a.Group, a.Version) + " " + a.Resource }
 
+// APICaller is one caller (user and user agent) of one API version: what classify keeps a
+// caller's moves and reads of every version by.
+type APICaller struct {
+	API         API
+	User, Agent string
+}
+
 // Move says what one request tells of a caller's move from catalogued API versions to their
 // successors: Old is the API it called when that is one of them, Replaces the APIs whose
 // successor it called (with success). A caller whose newest call of an API is to its

@@ -52,10 +52,7 @@ type worker struct {
 }
 
 // readerKey is one caller of one API version that has a successor.
-type readerKey struct {
-	api         rules.API
-	user, agent string
-}
+type readerKey = rules.APICaller
 
 // maxReaders bounds successorReads; past it, the map starts again (a read of the old
 // version then may count as a use: a finding more, never one less).
@@ -70,7 +67,7 @@ func (w *worker) readers(ev *auditevent.Event, sec int64) {
 	if !mv.Read {
 		return
 	}
-	if at := w.successorReads[readerKey{mv.Old, ev.User.Username, ev.UserAgent}]; mv.IsOld && !mv.Missing && at != nil && rules.ReadsEveryVersion(*at, sec) {
+	if at := w.successorReads[readerKey{API: mv.Old, User: ev.User.Username, Agent: ev.UserAgent}]; mv.IsOld && !mv.Missing && at != nil && rules.ReadsEveryVersion(*at, sec) {
 		for i := range w.matches {
 			w.engine.AsEnumeratorRead(&w.matches[i], rules.BothVersions)
 		}
@@ -82,13 +79,13 @@ func (w *worker) readers(ev *auditevent.Event, sec int64) {
 		w.successorReads = map[readerKey]*int64{}
 	}
 	for _, api := range mv.Replaces {
-		k := readerKey{api, ev.User.Username, ev.UserAgent}
+		k := readerKey{API: api, User: ev.User.Username, Agent: ev.UserAgent}
 		if at := w.successorReads[k]; at != nil {
 			*at = max(*at, sec) // in place: assigning would store the key given, its strings the line's
 			continue
 		}
 		// The event's strings live until the next line: a key kept owns its strings.
-		k.user, k.agent = strings.Clone(k.user), strings.Clone(k.agent)
+		k.User, k.Agent = strings.Clone(k.User), strings.Clone(k.Agent)
 		at := sec
 		w.successorReads[k] = &at
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,12 +46,14 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 			w.log.Warn("heartbeat sightings skipped (a control-plane sighting without a component or a Kubernetes release, a coverage one of an unknown kind, a migration one without an API, or no time from 1970 to a day past this clock)",
 				"cluster", d.Cluster, "skipped", hb.badSightings, "kept", len(hb.sightings), "position", d.Position, "first", hb.firstBad)
 		}
+		b.heartbeats++
 		b.beats = append(b.beats, hb.minutes...)
 		b.sightings = append(b.sightings, hb.sightings...)
 		b.coverage = append(b.coverage, hb.coverage...)
 		b.moves = append(b.moves, hb.moves...)
+		// Once per day: two heartbeats of a day can share a batch (neither written yet).
 		for _, r := range hb.reviews {
-			if w.reviews.fresh(r) {
+			if w.reviews.fresh(r) && !slices.ContainsFunc(b.reviews, func(o store.ReviewSighting) bool { return reviewKey(o) == reviewKey(r) }) {
 				b.reviews = append(b.reviews, r)
 			}
 		}

@@ -256,6 +256,7 @@ func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
 		b := openBus(t)
 		w, _ := startWriter(t, testConfig(), st, b)
 		ctx := context.Background()
+		beats := 0.0
 		beat := func(id, through string, minutes ...int) {
 			t.Helper()
 			hb := &auditlensv1.Heartbeat{Cluster: "prod", ReviewedThrough: through}
@@ -266,10 +267,9 @@ func TestReviewSightingsAreStoredOncePerDay(t *testing.T) {
 				Header: map[string]string{auditlensv1.MessageTypeHeader: auditlensv1.HeartbeatMessageType}}); err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, time.Minute, "every message acknowledged", func() bool {
-				n, err := b.Backlog(ctx, bus.Findings, testConfig().Group)
-				return err == nil && n == 0
-			})
+			// One at a time: the next heartbeat is sent once this one is written.
+			beats++
+			testkit.Eventually(t, time.Minute, "the heartbeat written", func() bool { return testutil.ToFloat64(w.m.heartbeats) >= beats })
 		}
 		beat("r1", "1.38", 0, 3)
 		beat("r2", "1.38", 5)

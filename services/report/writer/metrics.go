@@ -14,6 +14,8 @@ type metrics struct {
 	// sightings counts the control-plane sightings of classify's heartbeats written,
 	// sightingsSkipped those not usable (no component, not a release, time out of range).
 	sightings, sightingsSkipped prometheus.Counter
+	// heartbeats counts classify's heartbeats written and acknowledged.
+	heartbeats prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -46,9 +48,11 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Control-plane sightings of classify's heartbeats (a component's release and the newest minute it was seen) written to ClickHouse, repeats included."}),
 		sightingsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_control_plane_sightings_skipped_total",
 			Help: "Control-plane sightings of classify's heartbeats skipped: no component, a version that is not a Kubernetes release, or no time from 1970 to a day past report's clock."}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_heartbeats_written_total",
+			Help: "Heartbeats of classify (event minutes and sightings) written to ClickHouse and acknowledged, redeliveries included."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped, m.sightings, m.sightingsSkipped)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped, m.sightings, m.sightingsSkipped, m.heartbeats)
 	}
 	return m
 }

@@ -198,13 +198,15 @@ func (w *Writer) Migrated() <-chan struct{} { return w.migrated }
 // minutes and control-plane sightings of classify's heartbeats, and the deliveries to
 // acknowledge once all are committed.
 type batch struct {
-	blk       *store.Block
-	beats     []store.EventMinute
-	sightings []store.ControlPlaneSighting
-	coverage  []store.CoverageSighting
-	moves     []store.MigrationSighting
-	reviews   []store.ReviewSighting
-	ds        []*bus.Delivery
+	blk   *store.Block
+	beats []store.EventMinute
+	// heartbeats counts the heartbeat messages of the batch.
+	heartbeats int
+	sightings  []store.ControlPlaneSighting
+	coverage   []store.CoverageSighting
+	moves      []store.MigrationSighting
+	reviews    []store.ReviewSighting
+	ds         []*bus.Delivery
 }
 
 // inBuffer is how many deliveries wait between the bus and the decoder. A delivery can hold
@@ -451,6 +453,7 @@ func (w *Writer) write(ctx context.Context, b batch) bool {
 		}
 	}
 	w.m.eventMinutes.Add(float64(len(b.beats)))
+	w.m.heartbeats.Add(float64(b.heartbeats))
 	w.m.sightings.Add(float64(len(b.sightings) + len(b.coverage) + len(b.moves)))
 	if n == 0 {
 		return true

@@ -366,3 +366,12 @@ CREATE TABLE IF NOT EXISTS auditlens.review_sightings (
     seen    DateTime('UTC')
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, through, toDate(seen));
+
+-- migration 12: retention settings
+CREATE TABLE IF NOT EXISTS auditlens.retention_settings (
+    kind    String,
+    days    UInt32,
+    set_at  DateTime('UTC'),
+    version UInt64
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY kind;

@@ -367,5 +367,25 @@ CREATE TABLE IF NOT EXISTS auditlens.review_sightings (
 ) ENGINE = ReplacingMergeTree(seen)
 ORDER BY (cluster, through, toDate(seen));
 
--- retention (report --retention-days 400)
-ALTER TABLE auditlens.findings MODIFY TTL event_time + toIntervalDay(400);
+-- migration 12: retention settings
+CREATE TABLE IF NOT EXISTS auditlens.retention_settings (
+    kind    String,
+    days    UInt32,
+    set_at  DateTime('UTC'),
+    version UInt64
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY kind;
+
+-- retention (report --retention-days 400): every table naming a caller
+ALTER TABLE auditlens.findings MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
+ALTER TABLE auditlens.finding_requests MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
+ALTER TABLE auditlens.daily_callers MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.finding_days_state MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.finding_days MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.finding_hours_state MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);
+ALTER TABLE auditlens.finding_day_prefixes MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.migration_sightings MODIFY TTL toStartOfDay(seen) + toIntervalDay(400);
+ALTER TABLE auditlens.finding_day_changes MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.finding_day_builds MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
+ALTER TABLE auditlens.finding_hour_changes MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);
+ALTER TABLE auditlens.finding_day_prefix_builds MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);

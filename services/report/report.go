@@ -146,13 +146,15 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 	}
 	wc := cfg.Writer
 	wc.RetentionDays = cfg.Engine.RetentionDays
+	wc.CountsRetentionDays = cfg.Engine.CountsRetentionDays
 	w, err := writer.New(wc, st, d.Bus, log, reg)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
 	// What reads the store starts once the writer has applied the schema.
-	comps := []daemon.Component{w, afterSchema(w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg))}
+	comps := []daemon.Component{w, afterSchema(w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg)),
+		afterSchema(w, newExpirer(st, log, reg))}
 	if cfg.Weekly.Enabled() {
 		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)
 		if err != nil {

@@ -43,8 +43,8 @@ func TestNewEmbeddedService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(comps) != 4 {
-		t.Fatalf("%d components, want the writer, the compaction of the finding days, the readiness gate and the store closer (no weekly schedule without --mail-to)", len(comps))
+	if len(comps) != 5 {
+		t.Fatalf("%d components, want the writer, the compaction of the finding days, the retention's deletion, the readiness gate and the store closer (no weekly schedule without --mail-to)", len(comps))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

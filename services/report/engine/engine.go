@@ -23,8 +23,11 @@ type Config struct {
 	DSN string
 	// DataDir keeps the embedded engine's data.
 	DataDir string
-	// RetentionDays of raw findings where the server supports TTL; 0 keeps them forever.
+	// RetentionDays of raw findings and of every table that names a caller (store.Tables);
+	// 0 keeps them forever.
 	RetentionDays int
+	// CountsRetentionDays of the tables of counts without callers; 0 keeps them forever.
+	CountsRetentionDays int
 	// Cluster names the ClickHouse cluster (remote_servers) the schema spans: replicated
 	// tables per shard under Distributed tables (store.OpenCluster). Empty: one server.
 	Cluster string
@@ -33,19 +36,21 @@ type Config struct {
 // DefaultRetentionDays is how long raw findings are kept by default.
 const DefaultRetentionDays = 400
 
-// DefaultConfig is embedded chDB in dataRoot/chdb, keeping raw findings DefaultRetentionDays.
+// DefaultConfig is embedded chDB in dataRoot/chdb, keeping findings and callers
+// DefaultRetentionDays and counts forever.
 func DefaultConfig(dataRoot string) Config {
 	return Config{DataDir: filepath.Join(dataRoot, "chdb"), RetentionDays: DefaultRetentionDays}
 }
 
-// RegisterFlags adds --clickhouse-dsn, --clickhouse-data-dir, --retention-days and
-// --clickhouse-cluster to fs, each
+// RegisterFlags adds --clickhouse-dsn, --clickhouse-data-dir, --retention-days,
+// --counts-retention-days and --clickhouse-cluster to fs, each
 // defaulting to the current value of its field, and the deprecated --data-dir (the name of
 // --clickhouse-data-dir before) unless fs already has a --data-dir of its own.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "clickhouse-dsn", c.DSN, "ClickHouse server `dsn`, native protocol, e.g. clickhouse://user:pass@HOST:9000/auditlens (empty: embedded ClickHouse in --clickhouse-data-dir)")
 	fs.StringVar(&c.DataDir, "clickhouse-data-dir", c.DataDir, "`directory` of the embedded ClickHouse when no --clickhouse-dsn")
-	fs.IntVar(&c.RetentionDays, "retention-days", c.RetentionDays, "keep raw findings this many `days` (TTL, on servers that support it; 0: forever); rollups are kept")
+	fs.IntVar(&c.RetentionDays, "retention-days", c.RetentionDays, "keep findings and everything that names a caller (user, service account, user agent, source IP: the rollups, the requests index, the migration sightings) this many `days`, whole UTC days, then delete them (0: forever); set by the report service, read by every command")
+	fs.IntVar(&c.CountsRetentionDays, "counts-retention-days", c.CountsRetentionDays, "keep the counts that name no caller (trend lines by rule and API, the minutes that carried events, control-plane and coverage sightings) this many `days` (0: forever)")
 	fs.StringVar(&c.Cluster, "clickhouse-cluster", c.Cluster, "ClickHouse cluster `name` (remote_servers, with shard/replica macros and ZooKeeper) to create the schema ON CLUSTER: replicated tables per shard, Distributed tables to write and read (empty: one server)")
 	flagenv.Deprecated(fs, "data-dir", "clickhouse-data-dir")
 }
@@ -68,6 +73,9 @@ func (c Config) Validate() error {
 	}
 	if c.RetentionDays < 0 {
 		return fmt.Errorf("--retention-days %d: want 0 (forever) or more", c.RetentionDays)
+	}
+	if c.CountsRetentionDays < 0 {
+		return fmt.Errorf("--counts-retention-days %d: want 0 (forever) or more", c.CountsRetentionDays)
 	}
 	return nil
 }

@@ -21,8 +21,9 @@ import (
 // Synopsis is the head of --help.
 const Synopsis = `report migrate [flags]
 
-Creates the database and applies the schema migrations not applied yet, then sets the
-retention of raw findings (on servers with TTL). Running it again changes nothing.`
+Creates the database and applies the schema migrations not applied yet, then records the
+retention (--retention-days, --counts-retention-days) and sets it as TTL on servers that have
+TTL. Running it again changes nothing.`
 
 // DefaultTimeout is how long migrate tries before it gives up.
 const DefaultTimeout = 2 * time.Minute
@@ -69,7 +70,7 @@ func run(ctx context.Context, c engine.Config, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	did, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: c.RetentionDays})
+	did, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: c.RetentionDays, CountsRetentionDays: c.CountsRetentionDays})
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.Describe(), err)
 	}

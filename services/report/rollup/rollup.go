@@ -55,6 +55,9 @@ type Tables struct {
 	// Migrations holds the callers' newest calls of the successors of the APIs they used
 	// (migration 10; migrated.go).
 	Migrations string
+	// Retention holds the retention the report service set (migration 12): Days reads no day
+	// before the first one it keeps.
+	Retention string
 }
 
 // TablesFor returns the day tables beside findings ("findings" or "db.findings").
@@ -74,6 +77,7 @@ func TablesFor(findings string) Tables {
 		PrefixBuilds: prefix + "finding_day_prefix_builds",
 		Requests:     prefix + "finding_requests",
 		Migrations:   prefix + "migration_sightings",
+		Retention:    prefix + "retention_settings",
 	}
 }
 
@@ -189,6 +193,16 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	if f.Migrated != AllRows {
 		keys, values = withMoveColumns(keys, values)
 	}
+	kept, _, err := KeptFrom(ctx, db, t)
+	if err != nil {
+		return "", nil, err
+	}
+	if f.From.Before(kept) {
+		f.From = kept
+	}
+	if f.To.Before(f.From) {
+		f.To = f.From
+	}
 	p, err := plan(ctx, db, t, f.Cluster, f.From, f.To)
 	if err != nil {
 		return "", nil, err
@@ -229,6 +243,23 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	}
 	src, more := f.Migrated.join(src, given, t.Migrations, f.Cluster, f.From)
 	return src, append(all, more...), nil
+}
+
+// KeptFrom is the first UTC day the retention keeps by the server's clock, and the retention
+// in days (the zero time and 0 when it keeps everything): the day rows of earlier days are
+// deleted or about to be (TTL merges, store.Store.Expire), so Days reads none of them, and
+// every reader agrees at once. The same rule as store.KeptFrom: a retention of d days keeps
+// today and the d-1 days before.
+func KeptFrom(ctx context.Context, db *sql.DB, t Tables) (time.Time, int, error) {
+	var days, now uint32
+	err := db.QueryRowContext(ctx, `SELECT toUInt32(argMax(days, version)), toUInt32(now()) FROM `+t.Retention+` WHERE kind = 'callers'`).Scan(&days, &now)
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("read the retention: %w", err)
+	}
+	if days == 0 {
+		return time.Time{}, 0, nil
+	}
+	return time.Unix(int64(now), 0).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-int(days)), int(days), nil
 }
 
 // builtRows selects the rows of the builds ids from table (finding_days or

@@ -28,6 +28,10 @@ type Block struct {
 	// The writer sets it to its clock plus a margin, so a finding dated far ahead (a wrong
 	// clock, a forged event) is dead-lettered rather than the cluster's newest event for good.
 	NotAfter int64
+	// NotBefore is the first event time (Unix seconds) AppendWire takes; 0 means any. The
+	// writer sets it to the first second the retention keeps: an older finding would be
+	// deleted at once, and its rollup rows, which name its caller, would outlive it.
+	NotBefore int64
 
 	n   int
 	str [numStrCols]strCol
@@ -219,6 +223,23 @@ var ErrNoIdentity = errors.New("finding without cluster, audit_id or rule_id")
 // stand as the cluster's newest event for good.
 var ErrEventTime = errors.New("event time out of range")
 
+// ErrExpired is what an ExpiredError is (errors.Is).
+var ErrExpired = errors.New("older than the retention")
+
+// ExpiredError is returned by AppendWire for a finding older than the block's NotBefore: past
+// the retention when it arrives.
+type ExpiredError struct {
+	// At is the finding's event time; KeptFrom the block's NotBefore.
+	At, KeptFrom time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%v: %s (kept from %s)", ErrExpired, e.At.UTC().Format(time.RFC3339), e.KeptFrom.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrExpired) hold.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
 // MaxEventTime is the last second a DateTime column holds (2106-02-07T06:28:15Z).
 const MaxEventTime = math.MaxUint32
 
@@ -240,6 +261,9 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 	if err == nil && (w.seconds != 0 || w.nanos != 0) && (w.seconds < 0 || w.seconds > b.notAfter()) {
 		err = fmt.Errorf("%w: %s (kept: 1970-01-01 to %s)", ErrEventTime,
 			time.Unix(w.seconds, int64(w.nanos)).UTC().Format(time.RFC3339), time.Unix(b.notAfter(), 0).UTC().Format(time.RFC3339))
+	}
+	if err == nil && (w.seconds != 0 || w.nanos != 0) && w.seconds < b.NotBefore {
+		err = &ExpiredError{At: time.Unix(w.seconds, int64(w.nanos)), KeptFrom: time.Unix(b.NotBefore, 0)}
 	}
 	if err != nil {
 		b.evPath.truncate(evStart)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 )
@@ -60,6 +61,7 @@ func TestClusterSchema(t *testing.T) {
 		"coverage_sightings": "Distributed", "coverage_sightings_local": "ReplicatedReplacingMergeTree",
 		"migration_sightings": "Distributed", "migration_sightings_local": "ReplicatedReplacingMergeTree",
 		"review_sightings": "Distributed", "review_sightings_local": "ReplicatedReplacingMergeTree",
+		"retention_settings": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)
@@ -171,6 +173,33 @@ func TestClusterSchema(t *testing.T) {
 		if want := uint64(2*day.Unix() + 60); err != nil || releases != 2 || newest != want {
 			t.Errorf("shard %s replica %s: control_plane_sightings %d releases, newest minutes summing to %d, %v; want 2, %d", srv.Cluster.Shard, srv.Cluster.Replica, releases, newest, err, want)
 		}
+	}
+
+	// The retention: recorded on every server, and Expire deletes the days past it from every
+	// shard and replica (mutations through distributed DDL, replicated).
+	if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 3}); err != nil {
+		t.Fatal(err)
+	}
+	kept := retentionFixture(t, st)
+	c.WaitReplicated(t, "auditlens")
+	if _, err := st.Expire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range c.Servers() {
+		db := srv.DB(t)
+		var left map[string]uint64
+		testkit.Eventually(t, time.Minute, "every replica deleted the days past the retention", func() bool {
+			left = callersBefore(t, db, "auditlens", "_local", kept)
+			return len(left) == 0
+		})
+		var r uint32
+		if err := db.QueryRowContext(ctx, "SELECT argMax(days, version) FROM auditlens.retention_settings WHERE kind = 'callers'").Scan(&r); err != nil || r != 3 {
+			t.Errorf("shard %s replica %s: retention %d days, %v; want 3", srv.Cluster.Shard, srv.Cluster.Replica, r, err)
+		}
+	}
+	var recent uint64
+	if err := st.DB().QueryRowContext(ctx, "SELECT uniqExact(audit_id) FROM findings").Scan(&recent); err != nil || recent != 2 {
+		t.Errorf("findings kept on the cluster: %d, %v; want 2", recent, err)
 	}
 }
 

@@ -2,7 +2,7 @@ package store
 
 import "context"
 
-// RetentionOf exposes retentionOf: the TTL of a table in days.
-func RetentionOf(ctx context.Context, s *Store, table string) (int, error) {
-	return s.retentionOf(ctx, table)
+// TTLOf exposes ttlOf: the TTL expression of a table, "" without one.
+func TTLOf(ctx context.Context, s *Store, table string) (string, error) {
+	return s.ttlOf(ctx, table)
 }

@@ -17,10 +17,8 @@ type Migration struct {
 	// ENGINE = {{.Engine "name" "XMergeTree(...)"}}, followed by {{.Distributed "name" KEY}}:
 	// one table on a single server; on a cluster a replicated table on each shard and the
 	// Distributed table of the name users query over them.
+	// Every table a step creates is listed in Tables with what it holds (the retention).
 	SQL []string
-	// Retained names the tables of this step whose rows the retention deletes (a TTL on
-	// event_time, set by Migrate on servers that support it).
-	Retained []string
 }
 
 // schemaVars fill the statement templates for one engine.
@@ -165,7 +163,7 @@ FROM {{.DB}}.findings`
 
 // Migrations is the schema history, oldest first. Append new steps; never edit applied ones.
 var Migrations = []Migration{
-	{Version: 1, Name: "findings", Retained: []string{"findings"}, SQL: []string{`
+	{Version: 1, Name: "findings", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "findings"}}{{.On}} (
     rule_id        {{.LC}},
     severity       {{.LC}},
@@ -337,7 +335,7 @@ ORDER BY (cluster, minute)`,
 	// The last three statements fill the states, changes and requests from the findings
 	// stored before (the states' GROUP BY spills to disk past 2 GB: a large store's backfill
 	// holds every day's audit ids).
-	{Version: 6, Name: "finding days", Retained: []string{"finding_requests"}, SQL: []string{`
+	{Version: 6, Name: "finding days", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}} (
     cluster        {{.LC}},
     day            Date,
@@ -531,4 +529,16 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "review_sightings"}}{{.On}} (
 ) ENGINE = {{.Engine "review_sightings" "ReplacingMergeTree(seen)"}}
 ORDER BY (cluster, through, toDate(seen))`,
 		`{{.Distributed "review_sightings" "cityHash64(cluster)"}}`}},
+	// The retention Migrate last set, per kind of table (Holds: "callers", "counts"; the newest
+	// version, in Unix nanoseconds, is in force): every
+	// process reads it here (the readers start their windows at the first day kept; Expire
+	// deletes what is past it where the server has no TTL). On every server of a cluster.
+	{Version: 12, Name: "retention settings", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.retention_settings{{.On}} (
+    kind    String,
+    days    UInt32,
+    set_at  DateTime('UTC'),
+    version UInt64
+) ENGINE = {{.EngineEverywhere "retention_settings" "ReplacingMergeTree(version)"}}
+ORDER BY kind`}},
 }

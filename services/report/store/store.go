@@ -35,7 +35,8 @@
 // # One schema, two generations of ClickHouse
 //
 // The schema is written for ClickHouse 18.16 and adds, on servers from 20.3 on,
-// LowCardinality(String) for low-cardinality columns and TTL retention of raw findings.
+// LowCardinality(String) for low-cardinality columns and the retention as TTL (on 18.16,
+// Expire deletes what lies past it; see Tables).
 // Queries must stick to what 18.16 understands (see DESIGN.md): no WITH subqueries, window
 // functions, JSON functions, toStartOfInterval; toMonday instead of toStartOfWeek; only
 // positional ? arguments, which both drivers bind client-side as escaped literals.

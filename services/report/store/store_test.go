@@ -76,30 +76,47 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if want := (store.Retention{Callers: 30}); ret != want {
+			t.Errorf("retention %+v on %s, want %+v", ret, e, want)
+		}
 		ver, err := st.Version(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantRet := 0
-		if ver.Modern() {
-			wantRet = 30
-		}
-		if ret != wantRet {
-			t.Errorf("retention %d days on %s %s, want %d", ret, e, ver, wantRet)
-		}
-		// The console's projection of the requests goes with the findings.
-		if ret, err := store.RetentionOf(ctx, st, "finding_requests"); err != nil || ret != wantRet {
-			t.Errorf("retention of finding_requests %d days (%v) on %s %s, want %d", ret, err, e, ver, wantRet)
-		}
-		if ver.Modern() {
-			if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 0}); err != nil {
-				t.Fatal(err)
+		// Every table that names a caller expires with the findings, where the server has TTL.
+		ttls := func() map[string]string {
+			out := map[string]string{}
+			for _, tb := range store.Tables {
+				ttl, err := store.TTLOf(ctx, st, tb.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[tb.Name] = ttl
 			}
-			if ret, _ := st.Retention(ctx); ret != 0 {
-				t.Errorf("retention after removing the TTL: %d", ret)
+			return out
+		}
+		for name, ttl := range ttls() {
+			want := ""
+			if ver.Modern() && slices.ContainsFunc(store.Tables, func(tb store.RetainedTable) bool { return tb.Name == name && tb.Holds == store.Callers }) {
+				want = "+ toIntervalDay(30)"
 			}
-			if ret, _ := store.RetentionOf(ctx, st, "finding_requests"); ret != 0 {
-				t.Errorf("retention of finding_requests after removing the TTL: %d", ret)
+			if (want == "") != (ttl == "") || !strings.HasSuffix(ttl, want) {
+				t.Errorf("TTL of %s on %s %s: %q, want one ending in %q", name, e, ver, ttl, want)
+			}
+		}
+		if _, err := st.Migrate(ctx, store.MigrateOptions{RetentionDays: 0, CountsRetentionDays: 700}); err != nil {
+			t.Fatal(err)
+		}
+		if ret, _ := st.Retention(ctx); ret != (store.Retention{Counts: 700}) {
+			t.Errorf("retention after setting none for callers and 700 days for counts: %+v", ret)
+		}
+		for name, ttl := range ttls() {
+			want := ""
+			if ver.Modern() && slices.ContainsFunc(store.Tables, func(tb store.RetainedTable) bool { return tb.Name == name && tb.Holds == store.Counts }) {
+				want = "+ toIntervalDay(700)"
+			}
+			if (want == "") != (ttl == "") || !strings.HasSuffix(ttl, want) {
+				t.Errorf("TTL of %s on %s %s after the change: %q, want one ending in %q", name, e, ver, ttl, want)
 			}
 		}
 	})

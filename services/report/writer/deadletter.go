@@ -28,8 +28,14 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	data := d.Data
-	notAfter := w.now().Add(MaxAhead)
+	now := w.now()
+	notAfter := now.Add(MaxAhead)
 	b.blk.NotAfter = notAfter.Unix()
+	keptFrom := store.KeptFrom(now, w.cfg.RetentionDays)
+	b.blk.NotBefore = 0
+	if !keptFrom.IsZero() {
+		b.blk.NotBefore = keptFrom.Unix()
+	}
 	if d.Header[auditlensv1.MessageTypeHeader] == auditlensv1.HeartbeatMessageType {
 		hb, err := heartbeat(data, d.Cluster, notAfter)
 		if err != nil {
@@ -50,7 +56,13 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		b.beats = append(b.beats, hb.minutes...)
 		b.sightings = append(b.sightings, hb.sightings...)
 		b.coverage = append(b.coverage, hb.coverage...)
-		b.moves = append(b.moves, hb.moves...)
+		for _, m := range hb.moves {
+			if m.Seen.Before(keptFrom) {
+				w.expiredOnArrival(m.Cluster, m.Seen, true)
+				continue
+			}
+			b.moves = append(b.moves, m)
+		}
 		// Once per day: two heartbeats of a day can share a batch (neither written yet).
 		for _, r := range hb.reviews {
 			if w.reviews.fresh(r) && !slices.ContainsFunc(b.reviews, func(o store.ReviewSighting) bool { return reviewKey(o) == reviewKey(r) }) {
@@ -63,6 +75,11 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 	if d.Header[auditlensv1.MessageTypeHeader] != auditlensv1.FindingBatchMessageType {
 		// One Finding: what classify published before batches, still read during an upgrade.
 		if err := b.blk.AppendWire(data, d.Cluster); err != nil {
+			if at, ok := expiredAt(err); ok {
+				w.expiredOnArrival(d.Cluster, at, false)
+				b.ds = append(b.ds, d) // acknowledged with the batch
+				return
+			}
 			w.invalid(ctx, d, findingCause(err))
 			return
 		}
@@ -78,6 +95,10 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 		return
 	}
 	n, err := b.blk.AppendBatch(data, d.Cluster, func(i int, f []byte, err error) error {
+		if at, ok := expiredAt(err); ok {
+			w.expiredOnArrival(d.Cluster, at, false)
+			return nil
+		}
 		return w.deadLetterFinding(ctx, d, i, f, findingCause(err))
 	})
 	switch {
@@ -87,7 +108,7 @@ func (w *Writer) add(ctx context.Context, d *bus.Delivery, b *batch) {
 	case err != nil:
 		w.invalid(ctx, d, fmt.Errorf("undecodable finding batch: %w", err))
 	case n == 0:
-		// Every finding in it was dead-lettered.
+		// Every finding in it was dead-lettered or older than the retention.
 		if err := d.Ack(ctx); err != nil {
 			w.m.ackErrors.Inc()
 		}

@@ -14,6 +14,8 @@ type metrics struct {
 	// sightings counts the control-plane sightings of classify's heartbeats written,
 	// sightingsSkipped those not usable (no component, not a release, time out of range).
 	sightings, sightingsSkipped prometheus.Counter
+	// expired counts the findings and migration sightings older than the retention, by kind.
+	expired *prometheus.CounterVec
 	// heartbeats counts classify's heartbeats written and acknowledged.
 	heartbeats prometheus.Counter
 }
@@ -48,11 +50,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Control-plane sightings of classify's heartbeats (a component's release and the newest minute it was seen) written to ClickHouse, repeats included."}),
 		sightingsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_control_plane_sightings_skipped_total",
 			Help: "Control-plane sightings of classify's heartbeats skipped: no component, a version that is not a Kubernetes release, or no time from 1970 to a day past report's clock."}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "auditlens_report_expired_on_arrival_total",
+			Help: "Findings (kind=finding) and migration sightings (kind=migration_sighting) not written because they arrived older than --retention-days."}, []string{"kind"}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_heartbeats_written_total",
 			Help: "Heartbeats of classify (event minutes and sightings) written to ClickHouse and acknowledged, redeliveries included."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped, m.sightings, m.sightingsSkipped, m.heartbeats)
+		reg.MustRegister(m.written, m.ackErrors, m.invalid, m.deadLettered, m.writeErrors, m.unwritten, m.batches, m.batchSize, m.writeSeconds, m.pending, m.eventMinutes, m.minutesSkipped, m.sightings, m.sightingsSkipped, m.heartbeats, m.expired)
 	}
 	return m
 }

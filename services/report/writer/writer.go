@@ -40,10 +40,14 @@ type Config struct {
 	DrainTimeout time.Duration
 	// MaxFindingBytes caps one message; larger ones go to the dead-letter stream.
 	MaxFindingBytes int
-	// RetentionDays of raw findings, applied by the schema migration at start; 0 keeps them
-	// forever. Not a flag of the writer's: the service sets it from the engine's
+	// RetentionDays of findings and of everything that names a caller, applied by the schema
+	// migration at start; 0 keeps them forever. A finding or migration sighting older than it
+	// is not written (counted in auditlens_report_findings_expired_total): its rollup rows
+	// would outlive it. Not a flag of the writer's: the service sets it from the engine's
 	// --retention-days.
 	RetentionDays int
+	// CountsRetentionDays of the counts without callers (--counts-retention-days).
+	CountsRetentionDays int
 }
 
 // DefaultBatchSize is the default of --report-batch-size. ClickHouse 18.16 spent 12-18 us of
@@ -132,6 +136,8 @@ type Writer struct {
 	// reviews remembers the review sightings written, so that each cluster's catalogue
 	// release is written once a day, not with every heartbeat.
 	reviews reviewed
+	// expired sums what arrived older than the retention, for its log line.
+	expired expiredLog
 }
 
 // reviewed holds the days (per cluster and catalogue release) whose review sighting was
@@ -370,7 +376,7 @@ loop:
 func (w *Writer) migrate(ctx context.Context) bool {
 	bo := w.retry()
 	for attempt := 1; ; attempt++ {
-		did, err := w.st.Migrate(ctx, store.MigrateOptions{RetentionDays: w.cfg.RetentionDays})
+		did, err := w.st.Migrate(ctx, store.MigrateOptions{RetentionDays: w.cfg.RetentionDays, CountsRetentionDays: w.cfg.CountsRetentionDays})
 		if err == nil {
 			if len(did) > 0 {
 				w.log.Info("schema migrated", "applied", did)

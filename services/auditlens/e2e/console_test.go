@@ -81,6 +81,60 @@ func TestFirstHour(t *testing.T) {
 	}
 }
 
+// TestSampleExpiresWithTheDefaultRetention runs the all-in-one on examples/audit.log with the
+// default retention (400 days): every event of the sample (2017 to 2025) is older than it, so
+// no page names a caller of the sample, and the first screen and the readiness gate say that
+// the events arrived and expired, and which flag keeps them. The sample's newest event is of
+// 2025-10-07: from 2026-11-12 on it lies past 400 days, by the real clock the engine's TTL
+// reads.
+func TestSampleExpiresWithTheDefaultRetention(t *testing.T) {
+	if err := chdb.Available(); err != nil {
+		enginetest.Unavailable(t, "chdb", err)
+	}
+	if now := testkit.Now(); now.Before(time.Date(2026, 11, 12, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("the sample's newest event is within 400 days of %s: this test needs a later clock", now.Format(time.DateOnly))
+	}
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	p := start(t, dir, "auditlens", "--data-root", filepath.Join(dir, "data"), "--audit-log", "../../../examples/audit.log",
+		"--metrics-addr", freeAddr(t), "--report-console-addr", addr, "--log-format", "json", "--cluster", "default")
+	var url string
+	testkit.Eventually(t, 90*time.Second, "the console's URL in the log", func() bool {
+		url = readyURL(t, p.log.Name())
+		return url != ""
+	})
+	var index string
+	testkit.Eventually(t, 60*time.Second, "the first screen says the sample expired", func() bool {
+		index = get(t, url)
+		return strings.Contains(index, "arrived, all older than the retention")
+	})
+	for _, want := range []string{"events of 2017 to 2025 arrived", "--retention-days 400 keeps"} {
+		if !strings.Contains(index, want) {
+			t.Errorf("the first screen lacks %q:\n%.3000s", want, index)
+		}
+	}
+	// Callers of the sample: its kubelets, their node names and addresses, its kubectl.
+	callers := []string{"gce-scale-cluster-minion-group", "kubelet/v1.14", "35.229.86.146", "kubectl/v1.26", "callers-link"}
+	for _, c := range callers {
+		if strings.Contains(index, c) {
+			t.Errorf("the first screen names %q, a caller of the expired sample:\n%.3000s", c, index)
+		}
+	}
+	gate := get(t, url+"api/v1/readiness?cluster=default&target_version=1.38")
+	var res struct{ State, Message string }
+	if err := json.Unmarshal([]byte(gate), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.State != "unknown" || !strings.Contains(res.Message, "arrived, all older than the retention") {
+		t.Errorf("the gate: %s %q, want unknown, saying the events expired", res.State, res.Message)
+	}
+	for _, c := range callers {
+		if strings.Contains(gate, c) {
+			t.Errorf("the gate names %q, a caller of the expired sample: %s", c, gate)
+		}
+	}
+}
+
 // readyURL is the url of the "ready: open the console" line of the JSON log in path, "" when
 // there is none yet; a second such line fails the test.
 func readyURL(t *testing.T, path string) string {

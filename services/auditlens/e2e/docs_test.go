@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/auditlens/auditlens/services/report/store"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/configuration.md from the binaries' --help")
@@ -34,6 +36,7 @@ func TestConfigurationReferenceIsCurrent(t *testing.T) {
 		text := strings.ReplaceAll(string(out), `default "`+host+`"`, `default: the host name`)
 		doc.WriteString("\n## `" + strings.Join(c, " ") + "`\n\n```text\n" + strings.TrimRight(text, "\n") + "\n```\n")
 	}
+	doc.WriteString(retentionDoc())
 	path := "../../../docs/configuration.md"
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -50,4 +53,33 @@ func TestConfigurationReferenceIsCurrent(t *testing.T) {
 	if !bytes.Equal(got, doc.Bytes()) {
 		t.Fatal("docs/configuration.md is stale: run `go test ./e2e -run Configuration -update` in services/auditlens")
 	}
+}
+
+// retentionDoc is the section of the configuration reference on what each table of the store
+// holds and how long, from store.Tables.
+func retentionDoc() string {
+	var b strings.Builder
+	b.WriteString(`
+## Retention and personal data
+
+Findings name who did something: user names and service accounts, user agents, source IPs,
+namespaces and object names. The report service keeps every table that holds them, the raw
+findings and everything derived from them, for ` + "`--retention-days`" + ` (default 400; 0 keeps them
+forever), by whole UTC days: a retention of 400 keeps today and the 399 days before. It deletes
+them with a TTL on servers that have one (20.3 and later, chDB) and hourly on ClickHouse 18.16;
+a finding that arrives already older than the retention is not written at all (counted in
+` + "`auditlens_report_expired_on_arrival_total`" + `), and every reader (console, weekly report, readiness
+gate) starts at the first day kept. When every event of a cluster lies before it (an imported
+log of past years), the console, the gate and the weekly report say so and name the flag.
+The counts that name no caller live ` + "`--counts-retention-days`" + ` (default 0: forever). The
+report service sets both; every other command reads them from the store.
+
+| Table | Holds | Kept |
+|---|---|---|
+`)
+	kept := map[store.Holds]string{store.Callers: "`--retention-days`", store.Counts: "`--counts-retention-days`", store.Ledger: "forever"}
+	for _, t := range store.Tables {
+		b.WriteString("| `" + t.Name + "` | " + t.Holds.String() + " | " + kept[t.Holds] + " |\n")
+	}
+	return b.String()
 }

@@ -39,6 +39,9 @@ type Coverage struct {
 	// window knows (the oldest such catalogue when classify replicas differ; zero: no
 	// heartbeat said): a verdict for a later target cannot have checked what it changes.
 	ReviewedThrough kubeversion.Version `json:"reviewed_through,omitzero"`
+	// Expired, when the cluster sent events and all of them lie before the retention, says so
+	// (Reader.Expired): the verdict rests on nothing kept.
+	Expired Expired `json:"expired,omitzero"`
 }
 
 // maxCoverageRows bounds the kinds Coverage reads (a few inputs, three levels, three kinds of
@@ -96,6 +99,9 @@ LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows
 	if err != nil {
 		return Coverage{}, err
 	}
+	if c.Expired, err = r.Expired(ctx, cluster); err != nil {
+		return Coverage{}, err
+	}
 	return c, nil
 }
 
@@ -139,6 +145,9 @@ func (c Coverage) String() string {
 	reviewed := ""
 	if !c.ReviewedThrough.IsZero() {
 		reviewed = "; rules reviewed through " + c.ReviewedThrough.String()
+	}
+	if e := c.Expired.String(); e != "" {
+		reviewed += "; " + e
 	}
 	if !c.Known {
 		return "no heartbeat says what the events were" + reviewed

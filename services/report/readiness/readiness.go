@@ -272,6 +272,10 @@ func Evaluate(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 			r.Message += fmt.Sprintf(" but %d accepted risk(s)", len(r.Accepted))
 		}
 	}
+	if e := cov.Expired.String(); e != "" && r.State == Unknown {
+		// Silent because what came was too old to keep: say so, and how to keep it.
+		r.Message += "; " + e
+	}
 	if r.MigratedCount > 0 && r.State != Unknown {
 		m := r.Migrated[0]
 		r.Message += fmt.Sprintf("; %d caller(s) moved to the replacement and no longer block, the last %s (%s) at %s",

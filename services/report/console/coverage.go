@@ -146,7 +146,11 @@ func (c Coverage) String() string {
 	if !c.ReviewedThrough.IsZero() {
 		reviewed = "; rules reviewed through " + c.ReviewedThrough.String()
 	}
-	if e := c.Expired.String(); e != "" {
+	e := c.Expired.String()
+	if !c.Known && e != "" {
+		return "no event kept: " + e + reviewed
+	}
+	if e != "" {
 		reviewed += "; " + e
 	}
 	if !c.Known {

@@ -146,7 +146,7 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cov.Known {
+	if cov.Known || cov.Expired.Events > 0 {
 		r.Coverage, r.NotChecked = cov.String(), cov.UncheckedFor(o.Target)
 	}
 	MarkFailingNow(r.Blockers, r.Current)

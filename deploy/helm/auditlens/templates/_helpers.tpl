@@ -117,6 +117,8 @@ AUDITLENS_CLICKHOUSE_CLUSTER: {{ . | quote }}
 {{- with .Values.config.report.batchMaxWait }}
 AUDITLENS_REPORT_BATCH_MAX_WAIT: {{ . | quote }}
 {{- end }}
+AUDITLENS_RETENTION_DAYS: {{ .Values.config.report.retentionDays | int | toString | quote }}
+AUDITLENS_COUNTS_RETENTION_DAYS: {{ .Values.config.report.countsRetentionDays | int | toString | quote }}
 AUDITLENS_LOG_FORMAT: {{ .Values.config.logFormat | quote }}
 AUDITLENS_METRICS_ADDR: {{ .Values.config.metricsAddr | quote }}
 {{- end }}

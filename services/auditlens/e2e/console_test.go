@@ -73,6 +73,11 @@ func TestFirstHour(t *testing.T) {
 			t.Fatalf("the %s page has no %s link:\n%.3000s", s.page, s.class, body)
 		}
 	}
+	// Kept forever (--retention-days 0), the search of 2019 finds the sample's kubelets (the
+	// default retention's test finds none there).
+	if search := get(t, url+"search?cluster=default&by=user&q=system%3Anode&until=2019-12-31&days=400"); !strings.Contains(search, "gce-scale-cluster-minion-group") {
+		t.Errorf("the search of 2019 lacks the sample's kubelets:\n%.3000s", search)
+	}
 	body := get(t, url+strings.TrimPrefix(next, "/"))
 	for _, want := range []string{`id="audit-id"`, "kubelet 1.14", "system:node:gce-scale-cluster-minion-group-"} {
 		if !strings.Contains(body, want) {
@@ -118,6 +123,13 @@ func TestSampleExpiresWithTheDefaultRetention(t *testing.T) {
 	for _, c := range callers {
 		if strings.Contains(index, c) {
 			t.Errorf("the first screen names %q, a caller of the expired sample:\n%.3000s", c, index)
+		}
+	}
+	// The drill-down over the window of the sample's kubelets (2019): nothing either.
+	search := get(t, url+"search?cluster=default&by=user&q=system%3Anode&until=2019-12-31&days=400")
+	for _, c := range callers[:3] {
+		if strings.Contains(search, c) {
+			t.Errorf("the search of 2019 names %q, a caller of the expired sample:\n%.3000s", c, search)
 		}
 	}
 	gate := get(t, url+"api/v1/readiness?cluster=default&target_version=1.38")

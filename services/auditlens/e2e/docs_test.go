@@ -72,7 +72,10 @@ a finding that arrives already older than the retention is not written at all (c
 gate) starts at the first day kept. When every event of a cluster lies before it (an imported
 log of past years), the console, the gate and the weekly report say so and name the flag.
 The counts that name no caller live ` + "`--counts-retention-days`" + ` (default 0: forever). The
-report service sets both; every other command reads them from the store.
+report service sets both; every other command reads them from the store. Outside the store,
+the bus keeps the audit events, the findings and the dead letters (which hold the bytes of what
+could not be read) for ` + "`--nats-max-age`" + ` (default 7 days; on Kafka, the topics' own retention),
+and the weekly e-mails sent stay in their recipients' mailboxes.
 
 | Table | Holds | Kept |
 |---|---|---|

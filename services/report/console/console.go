@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeapi"
@@ -346,25 +347,42 @@ func (r Reader) Known(ctx context.Context, cluster string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var n uint8
-	err = r.DB.QueryRowContext(ctx, bounded(ctx, `SELECT toUInt8(1) FROM `+t+` WHERE cluster = ? LIMIT 1`), cluster).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+	// Findings, else the minutes that carried events: a cluster whose events named no finding,
+	// or whose findings all expired, is still one the first screen lists.
+	for _, from := range []string{t, r.eventMinutes(t)} {
+		var n uint8
+		err = r.DB.QueryRowContext(ctx, bounded(ctx, `SELECT toUInt8(1) FROM `+from+` WHERE cluster = ? LIMIT 1`), cluster).Scan(&n)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("query cluster: %w", err)
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("query cluster: %w", err)
-	}
-	return true, nil
+	return false, nil
 }
 
-// Names lists the clusters the findings name (at most MaxClusters, by name).
+// eventMinutes is EventMinutesTable, by default event_minutes beside the findings table t.
+func (r Reader) eventMinutes(t string) string {
+	if r.EventMinutesTable != "" {
+		return r.EventMinutesTable
+	}
+	return t[:strings.LastIndexByte(t, '.')+1] + "event_minutes"
+}
+
+// Names lists the clusters the findings or the minutes that carried events name (at most
+// MaxClusters, by name).
 func (r Reader) Names(ctx context.Context) ([]string, error) {
 	t, err := r.table()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+rollup.TablesFor(t).Changes+` ORDER BY c LIMIT ?`, []any{MaxClusters},
+	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT c FROM (
+  SELECT DISTINCT toString(cluster) AS c FROM `+rollup.TablesFor(t).Changes+`
+  UNION ALL
+  SELECT DISTINCT toString(cluster) AS c FROM `+r.eventMinutes(t)+`)
+ORDER BY c LIMIT ?`, []any{MaxClusters},
 		func(rows *sql.Rows) error {
 			var n string
 			if err := rows.Scan(&n); err != nil {

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/rollup"
@@ -52,10 +51,7 @@ func (r Reader) Expired(ctx context.Context, cluster string) (Expired, error) {
 	if err != nil || days == 0 {
 		return Expired{}, err
 	}
-	minutes := r.EventMinutesTable
-	if minutes == "" {
-		minutes = t[:strings.LastIndexByte(t, '.')+1] + "event_minutes"
-	}
+	minutes := r.eventMinutes(t)
 	var kept uint64
 	if err := r.DB.QueryRowContext(ctx, `SELECT count() FROM (SELECT minute FROM `+minutes+` WHERE cluster = ? AND minute >= toDateTime(?) LIMIT 1)`,
 		cluster, from.Unix()).Scan(&kept); err != nil {

@@ -451,8 +451,16 @@ func TestSightingsThroughEmbeddedNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = svc.Run(ctx) }()
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(ctx) }()
+	// Run's last heartbeat flush publishes after the consumer stops: wait for it, before the bus
+	// closes (goleak found it still waiting on the bus in a CI run).
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	kubelet := func(id, at string) bus.Message {
 		data := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"` + id + `","stage":"ResponseComplete",` +
 			`"requestReceivedTimestamp":"` + at + `","verb":"update","requestURI":"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",` +

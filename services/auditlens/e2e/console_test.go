@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/auditlens/auditlens/lib/enginetest"
 	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chdb"
+	"github.com/auditlens/auditlens/services/report/engine"
 )
 
 // TestFirstHour runs the all-in-one as `make run` does (embedded NATS and ClickHouse, the
@@ -102,6 +104,7 @@ func TestSampleExpiresWithTheDefaultRetention(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := start(t, dir, "auditlens", "--data-root", filepath.Join(dir, "data"), "--audit-log", "../../../examples/audit.log",
+		"--retention-days", strconv.Itoa(engine.DefaultRetentionDays), // the default, given: start passes 0 otherwise
 		"--metrics-addr", freeAddr(t), "--report-console-addr", addr, "--log-format", "json", "--cluster", "default")
 	var url string
 	testkit.Eventually(t, 90*time.Second, "the console's URL in the log", func() bool {

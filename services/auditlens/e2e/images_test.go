@@ -303,7 +303,8 @@ func TestServiceImages(t *testing.T) {
 		append([]string{"--audit-log", "/logs/audit.log", "--checkpoint-dir", "/tmp/checkpoints"}, common...)...)
 	container(t, dir, "classify", refs["classify"], nil, common...)
 	// No console: on the host's network its default 127.0.0.1:9104 may be another job's.
-	container(t, dir, "report", refs["report"], nil, append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-console-addr="}, common...)...)
+	// The sample's events are older than any retention: kept forever.
+	container(t, dir, "report", refs["report"], nil, append([]string{"--clickhouse-dsn", ch.DSN("auditlens"), "--report-console-addr=", "--retention-days=0"}, common...)...)
 	db, err := sql.Open("clickhouse", ch.DSN("default"))
 	if err != nil {
 		t.Fatal(err)

@@ -43,18 +43,27 @@ func (h Holds) String() string {
 type RetainedTable struct {
 	Name  string
 	Holds Holds
-	// Day is the SQL expression of the UTC day a row belongs to, as a Date; the rows of a day
-	// expire together, when the day lies days or more in the past (see KeptFrom). Empty for
-	// Ledger tables.
-	Day string
+	// Time is the column a row's age is read from: a DateTime('UTC'), or a Date when Date is
+	// set. The rows of a UTC day expire together, when the day lies the retention's days or
+	// more in the past (see KeptFrom). Empty for Ledger tables.
+	Time string
+	Date bool
+}
+
+// Day is the SQL expression of the UTC day a row belongs to, as a Date.
+func (t RetainedTable) Day() string {
+	if t.Date {
+		return t.Time
+	}
+	return "toDate(" + t.Time + ")"
 }
 
 // ttl is the TTL expression that expires a row of t after days: the start of its UTC day
-// plus days. ClickHouse prints it back in this form (retentionOf compares it).
+// plus days. ClickHouse prints it back in this form (ttlOf reads it to compare).
 func (t RetainedTable) ttl(days int) string {
-	start := "toStartOfDay(" + strings.TrimSuffix(strings.TrimPrefix(t.Day, "toDate("), ")") + ")"
-	if !strings.HasPrefix(t.Day, "toDate(") {
-		start = "toDateTime(" + t.Day + ", 'UTC')"
+	start := "toStartOfDay(" + t.Time + ")"
+	if t.Date {
+		start = "toDateTime(" + t.Time + ", 'UTC')"
 	}
 	return fmt.Sprintf("%s + toIntervalDay(%d)", start, days)
 }
@@ -63,28 +72,28 @@ func (t RetainedTable) ttl(days int) string {
 // A table added to the schema must be added here: TestEveryTableHasARetention fails
 // otherwise, and fails a Counts or Ledger table that has a column naming callers.
 var Tables = []RetainedTable{
-	{Name: "findings", Holds: Callers, Day: "toDate(event_time)"},
-	{Name: "finding_requests", Holds: Callers, Day: "toDate(event_time)"},
-	{Name: "daily_callers", Holds: Callers, Day: "day"},
-	{Name: "finding_days_state", Holds: Callers, Day: "day"},
-	{Name: "finding_days", Holds: Callers, Day: "day"},
-	{Name: "finding_hours_state", Holds: Callers, Day: "toDate(hour)"},
-	{Name: "finding_day_prefixes", Holds: Callers, Day: "day"},
-	{Name: "migration_sightings", Holds: Callers, Day: "toDate(seen)"},
+	{Name: "findings", Holds: Callers, Time: "event_time"},
+	{Name: "finding_requests", Holds: Callers, Time: "event_time"},
+	{Name: "daily_callers", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_days_state", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_days", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_hours_state", Holds: Callers, Time: "hour"},
+	{Name: "finding_day_prefixes", Holds: Callers, Time: "day", Date: true},
+	{Name: "migration_sightings", Holds: Callers, Time: "seen"},
 	// The rollup's records of its builds and changes name no caller, but go with the rows
 	// they describe: a build recorded without its rows would read as a day without findings.
-	{Name: "finding_day_changes", Holds: Callers, Day: "day"},
-	{Name: "finding_day_builds", Holds: Callers, Day: "day"},
-	{Name: "finding_hour_changes", Holds: Callers, Day: "toDate(hour)"},
-	{Name: "finding_day_prefix_builds", Holds: Callers, Day: "day"},
+	{Name: "finding_day_changes", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_day_builds", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_hour_changes", Holds: Callers, Time: "hour"},
+	{Name: "finding_day_prefix_builds", Holds: Callers, Time: "day", Date: true},
 
-	{Name: "daily_rules", Holds: Counts, Day: "day"},
-	{Name: "daily_apis", Holds: Counts, Day: "day"}, // its callers column is a count (uniq state)
-	{Name: "stream_minutes", Holds: Counts, Day: "toDate(minute)"},
-	{Name: "event_minutes", Holds: Counts, Day: "toDate(minute)"},
-	{Name: "control_plane_sightings", Holds: Counts, Day: "toDate(seen)"},
-	{Name: "coverage_sightings", Holds: Counts, Day: "toDate(seen)"},
-	{Name: "review_sightings", Holds: Counts, Day: "toDate(seen)"},
+	{Name: "daily_rules", Holds: Counts, Time: "day", Date: true},
+	{Name: "daily_apis", Holds: Counts, Time: "day", Date: true}, // its callers column is a count (uniq state)
+	{Name: "stream_minutes", Holds: Counts, Time: "minute"},
+	{Name: "event_minutes", Holds: Counts, Time: "minute"},
+	{Name: "control_plane_sightings", Holds: Counts, Time: "seen"},
+	{Name: "coverage_sightings", Holds: Counts, Time: "seen"},
+	{Name: "review_sightings", Holds: Counts, Time: "seen"},
 
 	{Name: "schema_migrations", Holds: Ledger},
 	{Name: "weekly_reports", Holds: Ledger},
@@ -258,7 +267,7 @@ func (s *Store) Expire(ctx context.Context) ([]Expired, error) {
 			continue
 		}
 		from := KeptFrom(time.Unix(int64(now), 0), days)
-		where := t.Day + " < toDate('" + from.Format(time.DateOnly) + "')"
+		where := t.Day() + " < toDate('" + from.Format(time.DateOnly) + "')"
 		var n uint64
 		if err := s.db.QueryRowContext(ctx, "SELECT count() FROM "+s.Table(t.Name)+" WHERE "+where).Scan(&n); err != nil {
 			return out, fmt.Errorf("expire %s: %w", t.Name, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -70,8 +71,8 @@ func TestEveryTableHasARetention(t *testing.T) {
 				continue
 			}
 			var n uint64
-			if err := st.DB().QueryRowContext(ctx, "SELECT count() FROM "+st.Table(name)+" WHERE "+tb.Day+" < toDate('2000-01-01')").Scan(&n); err != nil {
-				t.Errorf("the day of a row of %s (%s) does not read: %v", name, tb.Day, err)
+			if err := st.DB().QueryRowContext(ctx, "SELECT count() FROM "+st.Table(name)+" WHERE "+tb.Day()+" < toDate('2000-01-01')").Scan(&n); err != nil {
+				t.Errorf("the day of a row of %s (%s) does not read: %v", name, tb.Day(), err)
 			}
 		}
 		for name := range known {
@@ -114,18 +115,18 @@ func TestKeptFrom(t *testing.T) {
 			t.Errorf("KeptFrom(%s, %d) = %s, want %s", c.now, c.days, got, c.want)
 		}
 	}
-	if !store.KeptFrom(time.Now(), 0).IsZero() {
+	if !store.KeptFrom(testkit.Now(), 0).IsZero() {
 		t.Error("KeptFrom with no retention: want the zero time (everything kept)")
 	}
 }
 
-// retentionFixture writes, by the real clock (the server's TTL and Expire use it), findings,
+// retentionFixture writes, by the engine's clock (its TTL and Expire use it), findings,
 // migration sightings and event minutes on days past a retention of 3 days and within it, and
 // builds the rollup's days; it returns the first day kept.
 func retentionFixture(t *testing.T, st *store.Store) time.Time {
 	t.Helper()
 	ctx := context.Background()
-	now := time.Now().UTC()
+	now := chtest.ServerNow(t, st.DB())
 	kept := store.KeptFrom(now, 3)
 	old := []time.Time{now.AddDate(0, 0, -40), now.AddDate(0, 0, -10), kept.Add(-time.Second)}
 	recent := []time.Time{kept, now.Add(-time.Minute)}
@@ -169,7 +170,7 @@ func callersBefore(t *testing.T, db *sql.DB, database, suffix string, kept time.
 			continue
 		}
 		var n uint64
-		q := "SELECT count() FROM " + database + "." + tb.Name + suffix + " WHERE " + tb.Day + " < toDate('" + kept.Format(time.DateOnly) + "')"
+		q := "SELECT count() FROM " + database + "." + tb.Name + suffix + " WHERE " + tb.Day() + " < toDate('" + kept.Format(time.DateOnly) + "')"
 		if err := db.QueryRowContext(context.Background(), q).Scan(&n); err != nil {
 			t.Fatal(err)
 		}

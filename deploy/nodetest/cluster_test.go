@@ -42,6 +42,60 @@ func readyPod(ctx context.Context, c *kubernetes.Clientset, ns, selector string)
 	return ready[0], nil
 }
 
+// waitReadyPod waits up to two minutes for exactly one Ready pod of selector in ns and returns
+// its name. A pod that was not Ready at once is logged with the state of every pod of the
+// selector (restarts, the last exit, the previous container's last lines): a crash shows there.
+func waitReadyPod(ctx context.Context, t *testing.T, c *kubernetes.Clientset, ns, selector string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	waited := false
+	for {
+		pod, err := readyPod(ctx, c, ns, selector)
+		if err == nil {
+			if waited {
+				t.Logf("%s %s Ready after a wait; its pods:\n%s", ns, selector, describePods(ctx, c, ns, selector))
+			}
+			return pod
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after 2m; its pods:\n%s", err, describePods(ctx, c, ns, selector))
+		}
+		waited = true
+		time.Sleep(time.Second)
+	}
+}
+
+// describePods is what a test failure needs to know of the pods of selector: phase, readiness,
+// restarts, the last termination and, after a restart, the previous container's last log lines.
+func describePods(ctx context.Context, c *kubernetes.Clientset, ns, selector string) string {
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s phase %s deleting %v\n", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
+		for _, cond := range p.Status.Conditions {
+			fmt.Fprintf(&b, "  condition %s=%s at %s %s\n", cond.Type, cond.Status, cond.LastTransitionTime.UTC().Format(time.RFC3339), cond.Message)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "  container %s ready %v restarts %d\n", cs.Name, cs.Ready, cs.RestartCount)
+			if term := cs.LastTerminationState.Terminated; term != nil {
+				fmt.Fprintf(&b, "  last exit %d (%s) at %s: %s\n", term.ExitCode, term.Reason, term.FinishedAt.UTC().Format(time.RFC3339), term.Message)
+			}
+			if cs.RestartCount > 0 {
+				tail := int64(30)
+				logs, err := c.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, Previous: true, TailLines: &tail}).DoRaw(ctx)
+				if err != nil {
+					logs = []byte(err.Error())
+				}
+				fmt.Fprintf(&b, "  previous container's last lines:\n%s\n", logs)
+			}
+		}
+	}
+	return b.String()
+}
+
 // metrics scrapes a pod's metrics port through the apiserver's pod proxy.
 func metrics(ctx context.Context, c *kubernetes.Clientset, ns, pod string) (map[string]float64, error) {
 	body, err := c.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(pod + ":9090").
@@ -146,10 +200,7 @@ func TestConsoleThroughPortForward(t *testing.T) {
 	if code != http.StatusNotFound {
 		t.Fatalf("extensions/v1beta1 ingresses: status %d, want 404", code)
 	}
-	pod, err := readyPod(ctx, c, "auditlens", "app.kubernetes.io/name=auditlens-report")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := waitReadyPod(ctx, t, c, "auditlens", "app.kubernetes.io/name=auditlens-report")
 	local := portForward(t, "auditlens", pod, 9104)
 	search := fmt.Sprintf("http://127.0.0.1:%d/search?by=user&q=%s", local, url.QueryEscape(l.ns))
 	waitFor(t, 90*time.Second, "the caller on the console's search page", func() (bool, error) {

@@ -175,10 +175,7 @@ func TestIngestRollingUpdate(t *testing.T) {
 	l := newLegacyClient(t, c, "nodetest-rollout")
 	const ns, sel = "auditlens-ingest", "app.kubernetes.io/name=auditlens-ingest"
 	ids := burst(t, l, "before", 20)
-	old, err := readyPod(ctx, c, ns, sel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := waitReadyPod(ctx, t, c, ns, sel)
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"nodetest.auditlens.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
 	if _, err := c.AppsV1().DaemonSets(ns).Patch(ctx, "ingest", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -187,6 +184,7 @@ func TestIngestRollingUpdate(t *testing.T) {
 	ids = append(ids, during...)
 	var next string
 	waitFor(t, 120*time.Second, "the new ingest pod Ready", func() (bool, error) {
+		var err error
 		next, err = readyPod(ctx, c, ns, sel)
 		return err == nil && next != old, err
 	})
@@ -245,10 +243,7 @@ func TestReportRestarted(t *testing.T) {
 // period (as `kubectl delete --force --grace-period=0`) and returns its name.
 func forceDeleteReady(ctx context.Context, t *testing.T, c *kubernetes.Clientset, selector string) string {
 	t.Helper()
-	pod, err := readyPod(ctx, c, "auditlens", selector)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := waitReadyPod(ctx, t, c, "auditlens", selector)
 	zero := int64(0)
 	if err := c.CoreV1().Pods("auditlens").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)

@@ -16,11 +16,13 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -293,6 +295,94 @@ func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
 		t.Errorf("Argo CD's endpoints requests: warnings %q, want the deprecation", ws)
 	}
 
+	// 7. IPs and CIDRs that strict validation (on by default since 1.36) refuses: each write
+	// is answered 422 and logged with its body. Near misses: the canonical forms, accepted.
+	lb := corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: port}
+	for _, c := range []struct {
+		name   string
+		ranges []string
+		ok     bool
+	}{{"strict-source-ranges", []string{"10.0.0.1/8", "192.168.001.0/24"}, false}, {"near-miss-source-ranges", []string{"10.0.0.0/8"}, true}} {
+		spec := lb
+		spec.LoadBalancerSourceRanges = c.ranges
+		_, err := admin.CoreV1().Services(familiesNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: c.name}, Spec: spec}, metav1.CreateOptions{})
+		strictCase(t, "service "+c.name, err, c.ok)
+	}
+	for _, c := range []struct {
+		name, cidr string
+		ok         bool
+	}{{"strict-cidr", "192.168.1.1/24", false}, {"near-miss-cidr", "192.168.1.0/24", true}} {
+		_, err := admin.NetworkingV1().NetworkPolicies(familiesNS).Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: c.cidr}}}}}}},
+			metav1.CreateOptions{})
+		strictCase(t, "networkpolicy "+c.name, err, c.ok)
+	}
+	for _, c := range []struct {
+		name, ip string
+		ok       bool
+	}{{"strict-host-alias", "010.1.2.3", false}, {"near-miss-host-alias", "10.1.2.3", true}} {
+		_, err := admin.CoreV1().Pods(familiesNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+			Spec: corev1.PodSpec{HostAliases: []corev1.HostAlias{{IP: c.ip, Hostnames: []string{"legacy.example"}}},
+				Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}, metav1.CreateOptions{})
+		strictCase(t, "pod "+c.name, err, c.ok)
+	}
+	w.take()
+
+	// 8. A Windows pod on the host's network without HostProcess containers (the deprecated
+	// alpha); near miss: a Linux pod on the host's network.
+	for _, c := range []struct {
+		name string
+		os   corev1.OSName
+	}{{"windows-host-network", corev1.Windows}, {"near-miss-linux-host-network", corev1.Linux}} {
+		_, err := admin.CoreV1().Pods(familiesNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+			Spec: corev1.PodSpec{OS: &corev1.PodOS{Name: c.os}, HostNetwork: true,
+				Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}, metav1.CreateOptions{})
+		create("pod "+c.name, err)
+	}
+
+	// 9. The warnings node components write about themselves at start: node-old's kubelet
+	// on cgroup v1 (a core v1 Event, as the kubelet's recorder writes it) and kube-proxy in
+	// ipvs mode (events.k8s.io/v1). Near misses: node-new's ordinary Starting event, and
+	// mallory writing a CgroupV1 event about node-new.
+	nodeEvent := func(node, reason, message string) *corev1.Event {
+		now := metav1.Now()
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: node + "." + strings.ToLower(reason), Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node)}, Reason: reason, Message: message,
+			Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "kubelet", Host: node}, FirstTimestamp: now, LastTimestamp: now, Count: 1}
+	}
+	_, err = as(nodeOld, agentKubeletOld).CoreV1().Events("default").Create(ctx, nodeEvent("node-old", "CgroupV1", cgroupV1Warning), metav1.CreateOptions{})
+	must("create the CgroupV1 event as node-old's kubelet", err)
+	starting := nodeEvent("node-new", "Starting", "Starting kubelet.")
+	starting.Type = corev1.EventTypeNormal
+	_, err = as(nodeNew, agentKubeletNew).CoreV1().Events("default").Create(ctx, starting, metav1.CreateOptions{})
+	must("create the Starting event as node-new's kubelet", err)
+	if _, err := as(mallory, agentFakeKubelet).CoreV1().Events("default").Create(ctx, nodeEvent("node-new", "CgroupV1", cgroupV1Warning), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("mallory's CgroupV1 event: %v, want forbidden", err)
+	}
+	_, err = as(kubeProxy, agentKubeProxy).EventsV1().Events("default").Create(ctx, &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-old.ipvsdeprecation", Namespace: "default"}, EventTime: metav1.NowMicro(),
+		Regarding: corev1.ObjectReference{Kind: "Node", Name: "node-old", UID: types.UID("node-old")}, Reason: "IPVSDeprecation",
+		Action: "StartKubeProxy", Note: ipvsWarning, Type: corev1.EventTypeWarning, ReportingController: "kube-proxy", ReportingInstance: "kube-proxy-node-old",
+	}, metav1.CreateOptions{})
+	must("create the IPVSDeprecation event as kube-proxy", err)
+
+	// 10. Ingresses written for ingress-nginx (its annotations); near miss: traefik's.
+	pathType := networkingv1.PathTypePrefix
+	backend := networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "web.example", IngressRuleValue: networkingv1.IngressRuleValue{
+		HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: &pathType,
+			Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}}}}}}}}}
+	for _, c := range []struct {
+		name string
+		ann  map[string]string
+	}{
+		{"nginx-annotated", map[string]string{"nginx.ingress.kubernetes.io/rewrite-target": "/", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}},
+		{"near-miss-traefik", map[string]string{"traefik.ingress.kubernetes.io/router.entrypoints": "web"}},
+	} {
+		_, err := admin.NetworkingV1().Ingresses(familiesNS).Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: c.name, Annotations: c.ann}, Spec: backend}, metav1.CreateOptions{})
+		create("ingress "+c.name, err)
+	}
+
 	raw, err := os.ReadFile(auditLog)
 	must("read audit log", err)
 	// A line the apiserver may be writing as we read is not one yet.
@@ -302,6 +392,27 @@ func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
 		must("write fixture", os.WriteFile(familiesFixture, raw, 0o644))
 	}
 	scanFamilies(t, auditLog)
+}
+
+// The warnings of the kubelet on cgroup v1 and of kube-proxy in ipvs mode, as 1.37 writes them
+// (pkg/kubelet/cm/container_manager.go, cmd/kube-proxy/app/server_linux.go).
+const (
+	cgroupV1Warning = "cgroup v1 detected. cgroup v1 support is deprecated and will be removed in a future release. Please migrate to cgroup v2. " +
+		"More information at https://git.k8s.io/enhancements/keps/sig-node/5573-remove-cgroup-v1"
+	ipvsWarning = "The ipvs proxier has been deprecated and will be disabled by default in Kubernetes 1.40 and removed in Kubernetes 1.43. " +
+		"Migrate to the 'nftables' proxier instead."
+)
+
+// strictCase checks the answer to a write of strict validation's case: refused as invalid,
+// or (a near miss) accepted.
+func strictCase(t *testing.T, what string, err error, ok bool) {
+	t.Helper()
+	if ok && err != nil {
+		t.Fatalf("create %s: %v", what, err)
+	}
+	if !ok && !apierrors.IsInvalid(err) {
+		t.Errorf("create %s: %v, want refused as invalid (StrictIPCIDRValidation)", what, err)
+	}
 }
 
 // scanFamilies runs classify scan on the live log for an upgrade from 1.37 to 1.38: the
@@ -335,14 +446,14 @@ func scanFamilies(t *testing.T, auditLog string) {
 		rulesSeen[f.RuleID]++
 	}
 	for rule, n := range map[string]int{"version-skew": 3, "kubectl-version-skew": 3, "node-container-runtime": 1, "gitrepo-volume": 2,
-		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 2, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1,
-		"enumerator-read": 1} {
+		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 3, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1,
+		"enumerator-read": 1, "strict-ip-cidr": 3, "windows-host-network": 1, "node-cgroup-v1": 1, "kube-proxy-ipvs": 1} {
 		if rulesSeen[rule] != n {
 			t.Errorf("classify scan: %d %s findings, want %d (all: %v)", rulesSeen[rule], rule, n, rulesSeen)
 		}
 	}
 	for _, want := range []string{
-		"blocking an upgrade from 1.37 to 1.38 (1 new in 1.38, 4 failing now)",
+		"blocking an upgrade from 1.37 to 1.38 (1 new in 1.38, 8 failing now)",
 		"Breaks on the upgrade to 1.38 (removed after 1.37, the cluster's release, at or before 1.38): 1 blocker, 1 finding\n" +
 			"  kube-proxy 1.34 (version-skew)",
 		"kubelet 1.33 (version-skew)",
@@ -438,9 +549,10 @@ func checkFamilyPremises(t *testing.T, evs []auditEvent, warned map[string][]str
 		node   bool
 		events int
 	}{
-		{nodeOld, agentKubeletOld, true, 2}, {nodeNew, agentKubeletNew, true, 2}, {kubeProxy, agentKubeProxy, false, 2},
+		// node-old, node-new, kube-proxy and mallory also write an event each (case 9).
+		{nodeOld, agentKubeletOld, true, 3}, {nodeNew, agentKubeletNew, true, 3}, {kubeProxy, agentKubeProxy, false, 3},
 		{alice, agentKubectlOld, false, 2}, {alice, agentKubectlNew, false, 2}, {controllerMgr, agentCM, false, 2},
-		{scheduler, agentScheduler, false, 2}, {mallory, agentFakeKubelet, false, 2},
+		{scheduler, agentScheduler, false, 2}, {mallory, agentFakeKubelet, false, 3},
 	} {
 		n := 0
 		for _, e := range evs {
@@ -552,6 +664,50 @@ func checkFamilyPremises(t *testing.T, evs []auditEvent, warned map[string][]str
 	}
 	if e := one(metricsScraper.name, "get", "/nodes//node-containerd2/"); e.code() != http.StatusForbidden {
 		t.Errorf("get node as metrics-scraper: %d", e.code())
+	}
+
+	// 7-10. Strict validation refuses the non-standard values (422) and the request body is
+	// logged all the same; the near misses, the Windows pods and the Ingresses are created.
+	for _, c := range []struct {
+		ref, path string
+		want      any
+		code      int32
+	}{
+		{"/services/families/strict-source-ranges/", "spec.loadBalancerSourceRanges", []any{"10.0.0.1/8", "192.168.001.0/24"}, http.StatusUnprocessableEntity},
+		{"/services/families/near-miss-source-ranges/", "spec.loadBalancerSourceRanges", []any{"10.0.0.0/8"}, http.StatusCreated},
+		{"networking.k8s.io/networkpolicies/families/strict-cidr/", "spec.ingress", []any{map[string]any{"from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "192.168.1.1/24"}}}}}, http.StatusUnprocessableEntity},
+		{"networking.k8s.io/networkpolicies/families/near-miss-cidr/", "spec.ingress", []any{map[string]any{"from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "192.168.1.0/24"}}}}}, http.StatusCreated},
+		{"/pods/families/strict-host-alias/", "spec.hostAliases", []any{map[string]any{"ip": "010.1.2.3", "hostnames": []any{"legacy.example"}}}, http.StatusUnprocessableEntity},
+		{"/pods/families/near-miss-host-alias/", "spec.hostAliases", []any{map[string]any{"ip": "10.1.2.3", "hostnames": []any{"legacy.example"}}}, http.StatusCreated},
+		{"/pods/families/windows-host-network/", "spec.os", map[string]any{"name": "windows"}, http.StatusCreated},
+		{"/pods/families/near-miss-linux-host-network/", "spec.hostNetwork", true, http.StatusCreated},
+		{"networking.k8s.io/ingresses/families/nginx-annotated/", "metadata.annotations",
+			map[string]any{"nginx.ingress.kubernetes.io/rewrite-target": "/", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}, http.StatusCreated},
+		{"networking.k8s.io/ingresses/families/near-miss-traefik/", "metadata.annotations",
+			map[string]any{"traefik.ingress.kubernetes.io/router.entrypoints": "web"}, http.StatusCreated},
+	} {
+		e := one("admin", "create", c.ref)
+		if got := dig(body(e), strings.Split(c.path, ".")...); e.code() != c.code || !jsonEqual(got, c.want) {
+			t.Errorf("create %s: %d, %s = %v, want %d and %v", c.ref, e.code(), c.path, got, c.code, c.want)
+		}
+	}
+	// The components' events reach the log with their bodies (Request level for nodes and
+	// kube-proxy); mallory's is refused by the Node authorizer and logged at Metadata.
+	for _, c := range []struct {
+		user, ref, reason string
+	}{
+		{nodeOld.name, "/events/default/node-old.cgroupv1/", "CgroupV1"},
+		{nodeNew.name, "/events/default/node-new.starting/", "Starting"},
+		{kubeProxy.name, "events.k8s.io/events/default/node-old.ipvsdeprecation/", "IPVSDeprecation"},
+	} {
+		e := one(c.user, "create", c.ref)
+		if e.code() != http.StatusCreated || e.Level != "Request" || dig(body(e), "reason") != c.reason {
+			t.Errorf("%s's event %s: %d at %s, reason %v", c.user, c.ref, e.code(), e.Level, dig(body(e), "reason"))
+		}
+	}
+	// (A refused create is logged before its body is decoded: no name in objectRef.)
+	if e := one(mallory.name, "create", "/events/default//"); e.code() != http.StatusForbidden || e.Level != "Metadata" {
+		t.Errorf("mallory's event: %d at %s", e.code(), e.Level)
 	}
 
 	// The apiserver accepts the deprecated fields (201 above) and warns the client.

@@ -17,7 +17,9 @@ var bodyGroups = map[string][]string{
 	"deployments": {"apps", "extensions"}, "daemonsets": {"apps", "extensions"}, "replicasets": {"apps", "extensions"}, "statefulsets": {"apps"},
 	"jobs": {"batch"}, "cronjobs": {"batch"}, "certificatesigningrequests": {"certificates.k8s.io"},
 	"storageclasses": {"storage.k8s.io"}, "runtimeclasses": {"node.k8s.io"},
-	"ingressclasses": {"networking.k8s.io"},
+	"ingressclasses":  {"networking.k8s.io"},
+	"ingresses":       {"networking.k8s.io", "extensions"},
+	"networkpolicies": {"networking.k8s.io", "extensions"},
 }
 
 // TestAuditPolicy loads deploy/audit-policy.yaml with the apiserver's own policy loader
@@ -68,6 +70,31 @@ func TestAuditPolicy(t *testing.T) {
 	} {
 		if l := level(c[0], c[1], c[2], c[3]); l != audit.LevelMetadata {
 			t.Errorf("%s %s/%s/%s logged at %s, want Metadata", c[0], c[1], c[2], c[3], l)
+		}
+	}
+	// Events: created by a node or kube-proxy at Request level (their warnings), by anyone
+	// else at Metadata.
+	event := func(name, group, verb, apiGroup string) audit.Level {
+		return ev.EvaluatePolicyRule(&authorizer.AttributesRecord{
+			User: &user.DefaultInfo{Name: name, Groups: []string{group}}, Verb: verb, APIGroup: apiGroup, APIVersion: "v1",
+			Resource: "events", ResourceRequest: true, Namespace: "default",
+		}).Level
+	}
+	for _, g := range []string{"", "events.k8s.io"} {
+		for _, c := range []struct {
+			name, group, verb string
+			want              audit.Level
+		}{
+			{"system:node:n1", "system:nodes", "create", audit.LevelRequest},
+			{"system:kube-proxy", "system:authenticated", "create", audit.LevelRequest},
+			{"system:serviceaccount:kube-system:kube-proxy", "system:serviceaccounts", "create", audit.LevelRequest},
+			{"system:node:n1", "system:nodes", "patch", audit.LevelMetadata},
+			{"system:kube-scheduler", "system:authenticated", "create", audit.LevelMetadata},
+			{"alice", "system:authenticated", "create", audit.LevelMetadata},
+		} {
+			if l := event(c.name, c.group, c.verb, g); l != c.want {
+				t.Errorf("%s of %q events by %s: %s, want %s", c.verb, g, c.name, l, c.want)
+			}
 		}
 	}
 	nonResource := func(path string) audit.Level {

@@ -32,6 +32,8 @@ var BodyResources = map[string]string{
 	"storageclasses":             "",
 	"runtimeclasses":             "",
 	"ingressclasses":             "",
+	"ingresses":                  "",
+	"networkpolicies":            "",
 }
 
 // NeedsBody reports whether ev is a write (create, update, patch) whose body some rule
@@ -52,7 +54,7 @@ func NeedsBody(ev *auditevent.Event) bool {
 
 func (m *matcher) body() {
 	switch m.ev.ObjectRef.Resource {
-	case "services", "certificatesigningrequests", "ingressclasses":
+	case "services", "certificatesigningrequests", "ingressclasses", "ingresses", "networkpolicies":
 	default:
 		if !m.mayMatch(m.ev.RequestObjectRaw) {
 			return // skip parsing a body that contains no key any rule looks for
@@ -103,6 +105,10 @@ func (m *matcher) object(res string, obj *fastjson.Value) {
 				})
 			}
 		}
+	case "ingresses":
+		m.ingress(obj)
+	case "networkpolicies":
+		m.networkPolicy(obj)
 	case "ingressclasses":
 		if c := string(obj.GetStringBytes("spec", "controller")); c == ingressNginxController {
 			m.add(IngressNginx, Match{Detail: "IngressClass spec.controller", Value: c,
@@ -167,6 +173,8 @@ func (m *matcher) podObject(obj *fastjson.Value, path string) {
 		return
 	}
 	path += ".spec"
+	m.podIPs(spec, path)
+	m.windowsHostNetwork(spec, path)
 	for i, v := range spec.GetArray("volumes") {
 		if g := v.Get("gitRepo"); g != nil && g.Type() == fastjson.TypeObject {
 			repo := string(g.GetStringBytes("repository"))
@@ -303,6 +311,7 @@ func (m *matcher) nodeStatus() {
 const ingressNginxController = "k8s.io/ingress-nginx"
 
 func (m *matcher) service(obj *fastjson.Value) {
+	m.serviceIPs(obj)
 	if ips := obj.GetArray("spec", "externalIPs"); len(ips) > 0 {
 		v := joinStrings(ips)
 		m.add(ServiceExternalIPs, Match{Detail: "spec.externalIPs", Value: v,

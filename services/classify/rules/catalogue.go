@@ -43,6 +43,10 @@ const (
 	EvictionBlocked      = "eviction-blocked"
 	WebhookFailedOpen    = "webhook-failed-open"
 	NodesProxy           = "nodes-proxy"
+	StrictIPCIDR         = "strict-ip-cidr"
+	WindowsHostNetwork   = "windows-host-network"
+	NodeCgroupV1         = "node-cgroup-v1"
+	KubeProxyIPVS        = "kube-proxy-ipvs"
 	// EnumeratorRead is a read of a removed or deprecated version by a tool that reads every
 	// served version of a resource: it stops when the version goes, nothing to change.
 	EnumeratorRead = "enumerator-read"
@@ -55,6 +59,7 @@ var BuiltinRuleIDs = []string{
 	PodSecurityViolation, LegacyAuthProviderClient, LegacySAToken,
 	VersionSkew, KubectlVersionSkew, NodeContainerRuntime, GitRepoVolume, ServiceExternalIPs,
 	ServicePreferClose, IngressNginx, EvictionBlocked, WebhookFailedOpen, NodesProxy, EnumeratorRead,
+	StrictIPCIDR, WindowsHostNetwork, NodeCgroupV1, KubeProxyIPVS,
 }
 
 //go:embed catalogue.yaml

@@ -154,8 +154,10 @@ func NewEngine(c *Catalogue) *Engine {
 // "kubernetes.io/" covers every built-in key, catalogue additions bring their own.
 func bodyNeedles(e *Engine) [][]byte {
 	const common = "kubernetes.io/"
-	// gitRepo volumes and a node's container runtime carry no such key.
-	set := map[string]bool{common: true, `"gitRepo"`: true, "containerRuntimeVersion": true}
+	// gitRepo volumes, a node's container runtime, a Windows pod's host network and the IPs a
+	// pod spec sets carry no such key.
+	set := map[string]bool{common: true, `"gitRepo"`: true, "containerRuntimeVersion": true, `"hostNetwork"`: true,
+		`"nameservers"`: true, `"hostAliases"`: true}
 	for _, a := range e.objAnnotations {
 		set[a.Key+a.Prefix] = true
 	}
@@ -259,6 +261,7 @@ func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 	m.nodesProxy()
 	m.eviction()
 	m.nodeStatus()
+	m.componentEvent()
 	m.out = append(m.out[:first], onePSP(m.out[first:])...)
 	return m.out
 }

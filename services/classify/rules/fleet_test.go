@@ -99,8 +99,9 @@ func TestRuleSources(t *testing.T) {
 // one request and a caller's repeated requests merged by their key, as the pipeline does),
 // and the near misses (node-new's kubelet within policy for 1.38, mallory's forged kubelet
 // agent, containerd 2, PreferSameZone, an emptyDir pod, traefik, an eviction without a budget,
-// a webhook in another namespace, a plain node read) nothing more; Argo CD's read of a
-// deprecated version is an enumerator's.
+// a webhook in another namespace, a plain node read, canonical IPs and CIDRs, a Linux pod on
+// the host's network, a node's ordinary event, mallory's forged CgroupV1 event, traefik's
+// Ingress) nothing more; Argo CD's read of a deprecated version is an enumerator's.
 func TestRuleFamiliesOnGenuineEvents(t *testing.T) {
 	e := mustEngine(t)
 	data, err := os.ReadFile("testdata/families-1.37.log")
@@ -149,6 +150,15 @@ func TestRuleFamiliesOnGenuineEvents(t *testing.T) {
 		"nodes-proxy metrics-scraper nodes/node-containerd2 removed_in= detail=node-containerd2",
 		// Argo CD's list of the deprecated Endpoints (its create is a deprecated-api finding).
 		"enumerator-read admin endpoints/ removed_in= detail=Argo CD's application controller",
+		// Strict IP/CIDR validation: three writes the 1.37 apiserver refused (422).
+		"strict-ip-cidr admin networkpolicies/strict-cidr removed_in=1.36 detail=spec.ingress[0].from[0].ipBlock.cidr",
+		"strict-ip-cidr admin pods/strict-host-alias removed_in=1.36 detail=spec.hostAliases[0].ip",
+		"strict-ip-cidr admin services/strict-source-ranges removed_in=1.36 detail=spec.loadBalancerSourceRanges[0], spec.loadBalancerSourceRanges[1]",
+		"windows-host-network admin pods/windows-host-network removed_in= detail=spec.hostNetwork on a Windows pod",
+		// The components' own warnings, by the node they are about.
+		"node-cgroup-v1 system:node:node-old events/node-old.cgroupv1 removed_in=1.35 detail=node-old",
+		"kube-proxy-ipvs system:kube-proxy events/node-old.ipvsdeprecation removed_in=1.40 detail=node-old",
+		"ingress-nginx admin ingresses/nginx-annotated removed_in= detail=Ingress annotations",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -42,6 +42,33 @@ func readyPod(ctx context.Context, c *kubernetes.Clientset, ns, selector string)
 	return ready[0], nil
 }
 
+// TestPodsStartWithoutRestarts: on a node this run started, every auditlens pod came up
+// without a restart (the services wait for a bus they cannot reach yet, such as a name the
+// cluster's DNS does not answer yet, rather than exit). First in the package, before any test
+// kills a pod.
+func TestPodsStartWithoutRestarts(t *testing.T) {
+	need(t)
+	if !startedUp {
+		t.Skip("the node was up before this run: its pods may have restarted for reasons of their own")
+	}
+	ctx := context.Background()
+	c := mustClient(t)
+	for _, ns := range []string{"auditlens", "auditlens-ingest"} {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.RestartCount > 0 {
+					t.Errorf("%s/%s restarted %d times:\n%s", ns, p.Name, cs.RestartCount,
+						describePods(ctx, c, ns, "app.kubernetes.io/name="+p.Labels["app.kubernetes.io/name"]))
+				}
+			}
+		}
+	}
+}
+
 // waitReadyPod waits up to two minutes for exactly one Ready pod of selector in ns and returns
 // its name. A pod that was not Ready at once is logged with the state of every pod of the
 // selector (restarts, the last exit, the previous container's last lines): a crash shows there.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditlens/auditlens/lib/backoff"
 	"github.com/auditlens/auditlens/lib/buildinfo"
 	"github.com/auditlens/auditlens/lib/bus"
 	"github.com/auditlens/auditlens/lib/bus/natsbus"
@@ -184,7 +185,7 @@ func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger)
 	reg := telemetry.NewRegistry()
 	d := Deps{Cluster: tr.Cluster, Logger: log, Registry: reg, HTTP: http.NewServeMux()}
 	if !spec.NoBus {
-		b, err := transport.Open(ctx, tr, log, reg)
+		b, err := openBus(ctx, tr, log, reg)
 		if err != nil {
 			return fmt.Errorf("open bus: %w", err)
 		}
@@ -218,6 +219,31 @@ func run(spec Spec, tel telemetry.Config, tr transport.Config, log *slog.Logger)
 	}
 	log.Info("started", "stages", len(comps))
 	return RunStages(ctx, comps, log)
+}
+
+// BusConnectWait is how long a service waits at start for a bus it cannot reach (its name not
+// resolvable yet, its server still starting: a pod started beside the cluster's DNS) before it
+// exits. It is under the two minutes the manifests' startup probes allow.
+var BusConnectWait = time.Minute
+
+// openBus opens the bus, retrying with backoff for BusConnectWait while it is unreachable;
+// any other error (a refused stream configuration, bad credentials) returns at once.
+func openBus(ctx context.Context, tr transport.Config, log *slog.Logger, reg prometheus.Registerer) (bus.Bus, error) {
+	bo := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
+	deadline := time.Now().Add(BusConnectWait)
+	for attempt := 1; ; attempt++ {
+		b, err := transport.Open(ctx, tr, log, reg)
+		if err == nil || !errors.Is(err, bus.ErrUnavailable) || !time.Now().Before(deadline) {
+			return b, err
+		}
+		wait := bo.Delay(attempt)
+		log.Warn("bus not reachable yet; retrying", "err", err, "retry_in", wait, "gives_up_in", time.Until(deadline).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // RunStages runs the components until ctx is done or one fails, then stops them upstream

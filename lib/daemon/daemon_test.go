@@ -6,13 +6,17 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/auditlens/auditlens/lib/buildinfo"
+	"github.com/auditlens/auditlens/lib/bus/natsbus"
 	"github.com/auditlens/auditlens/lib/transport"
 )
 
@@ -145,5 +149,60 @@ func TestMemoryLimitYieldsToGOMEMLIMIT(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	if got := run("--nats-url", "embedded", store); got != math.MaxInt64 {
 		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
+	}
+}
+
+// TestMainWaitsForTheBus: a service started before its bus (a pod beside a DNS or NATS still
+// starting) retries instead of exiting, and runs once the server is up; with nothing coming up
+// it gives up after BusConnectWait with the error.
+func TestMainWaitsForTheBus(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	built := make(chan struct{}, 1)
+	spec := Spec{Name: "x", Synopsis: "x [flags]", Build: func(_ context.Context, d Deps) ([]Component, error) {
+		if d.Bus == nil {
+			return nil, errors.New("no bus")
+		}
+		built <- struct{}{}
+		// Stages run until a signal or a failure: this one fails at once, ending the run.
+		return []Component{ComponentFuncs{RunFunc: func(context.Context) error { return errors.New("the stage ran") }}}, nil
+	}}
+	args := []string{"--nats-url", "nats://" + addr, "--metrics-addr", "", "--log-format", "text"}
+
+	// Nothing listens: the service gives up after the wait, naming the bus.
+	defer func(w time.Duration) { BusConnectWait = w }(BusConnectWait)
+	BusConnectWait = 1500 * time.Millisecond
+	var out bytes.Buffer
+	if code := Main(spec, args, &out); code != 1 || !strings.Contains(out.String(), "bus not reachable yet") || !strings.Contains(out.String(), "open bus") {
+		t.Fatalf("no server: code %d, output %q", code, out.String())
+	}
+
+	// The server comes up a second after the service starts: it connects and runs.
+	BusConnectWait = time.Minute
+	srvc := make(chan *server.Server, 1)
+	go func() {
+		time.Sleep(time.Second)
+		srv, err := natsbus.StartServer(t.TempDir(), addr)
+		if err != nil {
+			t.Error(err)
+		}
+		srvc <- srv
+	}()
+	out.Reset()
+	code := Main(spec, args, &out)
+	if srv := <-srvc; srv != nil {
+		srv.Shutdown()
+	}
+	if code != 1 || !strings.Contains(out.String(), "bus not reachable yet") || !strings.Contains(out.String(), "the stage ran") {
+		t.Fatalf("server up after 1s: code %d, output %q", code, out.String())
+	}
+	select {
+	case <-built:
+	default:
+		t.Fatal("the stages were not built")
 	}
 }

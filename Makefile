@@ -21,7 +21,7 @@ BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%
 BUILDINFO := github.com/auditlens/auditlens/lib/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(BUILD_DATE)
 
-.PHONY: run test date-check build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver release notice
+.PHONY: run test date-check build mod-check vet fmt-check lint proto proto-check tools chdb bench bench-10m bench-capacity fuzz clean images kube-apiserver release notice sign verify
 
 ## run: the whole pipeline in one process on embedded defaults (embedded NATS, embedded ClickHouse),
 ## fed with the genuine events of examples/audit.log (kept forever: they are from 2017 to 2025).
@@ -150,6 +150,7 @@ REGISTRY ?= ghcr.io/auditlens
 IMAGES := ingest classify report auditlens
 images: chdb
 	cd deploy/images && GOWORK=off go run . -repo ../.. -out $(BIN)/images -registry $(REGISTRY) -libchdb $(CHDB_LIB_PATH) $(IMAGES)
+	@if [ -n "$(SIGNING_KEY)" ]; then cd deploy/release && GOWORK=off go run . sign -repo ../.. -key $(abspath $(SIGNING_KEY)) -images $(BIN)/images; fi
 
 ## release: dist/ for the commit you are on (see docs/install.md): a tar.gz per platform
 ## (linux/amd64 with libchdb.so), the krew plugin's archives, a CycloneDX SBOM, SHA256SUMS, and
@@ -157,7 +158,21 @@ images: chdb
 ## Reproducible: the same commit gives the same SHA256SUMS (deploy/release TestDist).
 release: chdb
 	cd deploy/release && GOWORK=off go run . dist -repo ../.. -out ../../dist -libchdb $(CHDB_LIB_PATH) -libchdb-version $(CHDB_VERSION)
+	@if [ -n "$(SIGNING_KEY)" ]; then cd deploy/release && GOWORK=off go run . sign -repo ../.. -key $(abspath $(SIGNING_KEY)) -dist ../../dist -libchdb-version $(CHDB_VERSION); fi
 	cat dist/SHA256SUMS
+
+## Signatures (docs/install.md, "Verify what you download"): make release and make images sign
+## what they write when SIGNING_KEY names the release's private key (PEM; cosign's encrypted
+## format with AUDITLENS_SIGNING_PASSWORD or COSIGN_PASSWORD); the maintainers keep it offline.
+## verify checks dist/ and the image archives, whichever exist, against VERIFY_KEY (default: the
+## project's public key, deploy/release/auditlens-release.pub); sign signs them afterwards.
+VERIFY_KEY ?= deploy/release/auditlens-release.pub
+sign:
+	@test -n "$(SIGNING_KEY)" || { echo "make sign SIGNING_KEY=path/to/private.key"; exit 2; }
+	cd deploy/release && GOWORK=off go run . sign -repo ../.. -key $(abspath $(SIGNING_KEY)) $(if $(wildcard dist/SHA256SUMS),-dist ../../dist -libchdb-version $(CHDB_VERSION)) $(if $(wildcard $(BIN)/images/*.tar),-images $(BIN)/images)
+verify:
+	@test -n "$(wildcard dist/SHA256SUMS)$(wildcard $(BIN)/images/*.tar)" || { echo "nothing to verify: make release or make images first"; exit 2; }
+	cd deploy/release && GOWORK=off go run . verify -repo ../.. -key $(abspath $(VERIFY_KEY)) $(if $(wildcard dist/SHA256SUMS),-dist ../../dist) $(if $(wildcard $(BIN)/images/*.tar),-images $(BIN)/images)
 
 ## notice: regenerate NOTICE from the module graph of the shipped binaries (a test fails when stale).
 notice:

@@ -213,6 +213,22 @@ func TestDist(t *testing.T) {
 			}
 		}
 	}
+	// make release SIGNING_KEY=... then make verify: the real dist signed with a key made
+	// here (the project's private key is kept offline), checked with its public half; the
+	// repository's public key does not verify it.
+	keys := t.TempDir()
+	if err := run([]string{"keygen", "-out", keys}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"sign", "-repo", repo, "-key", filepath.Join(keys, "auditlens-release.key"), "-dist", out, "-libchdb-version", "26.7.3-stable.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"verify", "-repo", repo, "-key", filepath.Join(keys, "auditlens-release.pub"), "-dist", out}); err != nil {
+		t.Errorf("verify the signed release: %v", err)
+	}
+	if err := run([]string{"verify", "-repo", repo, "-dist", out}); err == nil || !strings.Contains(err.Error(), "SHA256SUMS: the signature does not match") {
+		t.Errorf("verify with the repository's key: %v, want a signature mismatch", err)
+	}
 }
 
 // TestSBOM: the bill of materials names auditlens, every module (own ones at the release's

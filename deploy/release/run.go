@@ -14,7 +14,11 @@ var Platforms = []gobuild.Platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", A
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: release notice|dist [flags]")
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "sign", "verify", "keygen":
+		return runSign(args)
 	}
 	fs := flag.NewFlagSet("release "+args[0], flag.ContinueOnError)
 	repo := fs.String("repo", "../..", "`directory` of the auditlens repository")
@@ -54,8 +58,10 @@ func run(args []string) error {
 		}
 		return os.WriteFile(*out, []byte(Notice(mods)), 0o644)
 	}
-	return errors.New("usage: release notice|dist [flags]")
+	return errors.New(usage)
 }
+
+const usage = "usage: release notice|dist|sign|verify|keygen [flags]"
 
 // modules is the module graph of every binary on every platform shipped.
 func modules(repo string) ([]deps.Module, error) {

@@ -160,6 +160,12 @@ func TestConsoleInChromium(t *testing.T) {
 	br.do(chromedp.Navigate(srv.URL+"/?target-version=1.22"), chromedp.WaitVisible(chromedp.ID("clusters")))
 	br.wantText(`[...document.querySelectorAll("table.blockers tr.blocker td:nth-child(2)")].map(td => td.textContent).sort()`,
 		"coordination.k8s.io/v1beta1 leases", "storage.k8s.io/v1beta1 csidrivers")
+	// The top callers' column is wide enough for a user agent on one or two lines (it once
+	// broke agents every 10-12 characters while "Use instead" took the width).
+	br.wantText(`[...document.querySelectorAll("table.blockers tr.blocker td:nth-child(8)")].map(td => td.getBoundingClientRect().width >= 300 ? "wide" : "narrow " + td.getBoundingClientRect().width)`,
+		"wide", "wide")
+	br.wantText(`[...document.querySelectorAll("ul.top-callers .ua")].filter(s => s.textContent.startsWith("kubelet/")).map(s => s.getClientRects().length <= 2 ? "kept" : "broken into " + s.getClientRects().length)`,
+		"kept", "kept", "kept")
 	shot := br.run(chromedp.CaptureScreenshot())
 	out := filepath.Join(dir, "console.png")
 	if *update {

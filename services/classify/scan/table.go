@@ -36,7 +36,7 @@ func (c column) optional() bool { return c.drop > 0 }
 var columns = [...]column{
 	{name: "TIME", min: 20, drop: 4, cut: cutEnd},
 	{name: "SEVERITY", min: 8, drop: 2, cut: cutEnd},
-	{name: "RULE", min: 10, readable: 16, cut: cutEnd},
+	{name: "RULE", min: 28, readable: 28, cut: cutEnd}, // never cut: an id to copy (the longest is 28)
 	{name: "REMOVED", min: 7, drop: 5, cut: cutEnd},
 	{name: "API", min: 16, readable: 30, cut: cutAPI},
 	{name: "VERB", min: 6, readable: 8, cut: cutEnd},

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // hostileLong is an event whose user agent, user and object name are long, wide (CJK) and
@@ -107,6 +109,28 @@ func TestFitWidths(t *testing.T) {
 		if width == 80 && (w[2] != 15 || w[5] != 6 || w[4] < 24 || w[7] < 24) {
 			t.Errorf("width 80: %v, want the whole rule and verb, API and user at least 24", w)
 		}
+	}
+}
+
+// A rule id is never cut: it is what a reader copies into an acknowledgement or a search. The
+// RULE column's minimum holds the longest id of the catalogue, and at 80 columns the longest
+// id prints whole beside a readable API and user.
+func TestRuleIDsAreNeverCut(t *testing.T) {
+	cat, err := rules.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := 0
+	for _, r := range cat.Rules {
+		longest = max(longest, len(r.ID))
+	}
+	if columns[2].name != "RULE" || columns[2].min < longest {
+		t.Fatalf("the RULE column's minimum %d is below the longest rule id (%d)", columns[2].min, longest)
+	}
+	natural := colWidths{20, 8, longest, 7, 41, 6, 80, 109, 86}
+	w := fitWidths(natural, 80)
+	if w[2] != longest || w[4] < 20 || w[7] < 16 {
+		t.Errorf("width 80: %v, want the whole rule (%d), API at least 20, user at least 16", w, longest)
 	}
 }
 

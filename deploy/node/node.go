@@ -106,6 +106,12 @@ func (n *Node) AuditDir() string { return filepath.Join(n.cfg.Run, "audit") }
 // Up starts every part of the node, deploys auditlens and returns once every pod is Ready.
 func (n *Node) Up(ctx context.Context) error {
 	start := time.Now()
+	if err := n.checkOwner("up"); err != nil {
+		return err
+	}
+	if err := n.claim(); err != nil {
+		return err
+	}
 	for _, d := range []string{n.cfg.Root, n.cfg.Run, n.AuditDir(), filepath.Join(n.cfg.Run, "checkpoints")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -206,6 +212,9 @@ func (n *Node) upAuditlens(ctx context.Context) error {
 // cgroups and the cluster's data (etcd, NATS, ClickHouse); the certificates, the images and the
 // logs in Root stay for the next Up.
 func (n *Node) Down() error {
+	if err := n.checkOwner("down"); err != nil {
+		return err
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil {

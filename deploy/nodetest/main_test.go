@@ -102,7 +102,13 @@ func setup() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := c.CoreV1().Nodes().Get(ctx, "auditlens-node", metav1.GetOptions{}); err == nil {
-			return nil // a node is up already (make node-up): use it, leave it up
+			// A node is up already (make node-up): use it and leave it up, if it is this
+			// checkout's (the kubeconfig's directory may be shared: AUDITLENS_CACHE_DIR).
+			owner, _ := os.ReadFile("/run/auditlens-node/owner")
+			if o := strings.TrimSpace(string(owner)); o != repo {
+				return fmt.Errorf("the node up on this machine is the checkout %q's, not this one's (%s): make node-down there", o, repo)
+			}
+			return nil
 		}
 	}
 	for _, a := range []string{"ingest", "classify", "report"} {

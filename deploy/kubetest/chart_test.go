@@ -637,3 +637,84 @@ func lookup(v map[string]any, key string) (any, bool) {
 	}
 	return cur, true
 }
+
+// TestChartPodSettings: imagePullSecrets, podAnnotations, priorityClassName, nodeSelector,
+// tolerations and affinity reach the pods of every workload of every preset (the quickstart's NATS and ClickHouse too) (the ingest
+// DaemonSet keeps its own control-plane placement, taking the chart's affinity), and what
+// they render applies to the real apiserver.
+func TestChartPodSettings(t *testing.T) {
+	s := kubeapiserver.Start(t, kubeapiserver.Options{})
+	w := &warnings{}
+	a := newApplier(t, s, w)
+	applyMonitoringCRDs(t, a, w)
+	for _, ns := range []string{"auditlens", "auditlens-pods"} {
+		if err := a.apply(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	affinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"audit"}}}}}}}}
+	settings := map[string]any{
+		"imagePullSecrets":  []any{map[string]any{"name": "regcred"}},
+		"podAnnotations":    map[string]any{"team.example.com/owner": "platform"},
+		"priorityClassName": "platform-critical",
+		"nodeSelector":      map[string]any{"pool": "audit"},
+		"tolerations":       []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "audit", "effect": "NoSchedule"}},
+		"affinity":          affinity,
+	}
+	kinds := map[string]bool{}
+	for _, p := range presets {
+		vals := presetValues(t, p)
+		for k, v := range settings {
+			vals[k] = v
+		}
+		if p == "self-managed" {
+			vals["weekly"] = map[string]any{"enabled": true, "smtpAddr": "smtp.example.com:587", "mailFrom": "a@example.com", "mailTo": "b@example.com"}
+		}
+		objs, _, err := renderChart(t, vals)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		for _, o := range objs {
+			path := []string{"spec", "template"}
+			switch o.GetKind() {
+			case "Deployment", "DaemonSet", "StatefulSet":
+			case "CronJob":
+				path = []string{"spec", "jobTemplate", "spec", "template"}
+			default:
+				continue
+			}
+			tmpl, _, _ := unstructured.NestedMap(o.Object, path...)
+			kinds[o.GetKind()] = true
+			id := p + ": " + o.GetKind() + " " + o.GetName()
+			ann, _, _ := unstructured.NestedStringMap(tmpl, "metadata", "annotations")
+			spec, _ := tmpl["spec"].(map[string]any)
+			if ann["team.example.com/owner"] != "platform" || spec["priorityClassName"] != "platform-critical" ||
+				!jsonEqual(spec["imagePullSecrets"], settings["imagePullSecrets"]) || !jsonEqual(spec["affinity"], affinity) {
+				t.Errorf("%s: annotations %v, priorityClassName %v, imagePullSecrets %v, affinity %v", id, ann, spec["priorityClassName"], spec["imagePullSecrets"], spec["affinity"])
+			}
+			wantSelector, wantTolerations := settings["nodeSelector"], settings["tolerations"]
+			if o.GetKind() == "DaemonSet" {
+				wantSelector = map[string]any{"node-role.kubernetes.io/control-plane": ""}
+				wantTolerations = []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}}
+			}
+			if !jsonEqual(spec["nodeSelector"], wantSelector) || !jsonEqual(spec["tolerations"], wantTolerations) {
+				t.Errorf("%s: nodeSelector %v, tolerations %v; want %v, %v", id, spec["nodeSelector"], spec["tolerations"], wantSelector, wantTolerations)
+			}
+		}
+		if p == "self-managed" || p == "eks-cloudwatch" {
+			sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+			for _, o := range objs {
+				if err := a.apply(o, false); err != nil {
+					t.Errorf("%s: apply %s %s: %v", p, o.GetKind(), o.GetName(), err)
+				}
+				w.take()
+			}
+		}
+	}
+	for _, k := range []string{"Deployment", "DaemonSet", "StatefulSet", "CronJob"} {
+		if !kinds[k] {
+			t.Errorf("no preset renders a %s: the test checks too little", k)
+		}
+	}
+}

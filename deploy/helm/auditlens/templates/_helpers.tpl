@@ -219,9 +219,13 @@ spec:
       labels: {app.kubernetes.io/name: {{ .app }}, app.kubernetes.io/component: ingest, app.kubernetes.io/part-of: auditlens}
       annotations:
         checksum/config: {{ include "auditlens.config" .root | sha256sum }}
+        {{- with .root.Values.podAnnotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
     spec:
       serviceAccountName: {{ .name }}
       automountServiceAccountToken: false
+      {{- include "auditlens.podSettings" (dict "root" .root) | nindent 6 }}
       {{- include "auditlens.podSecurityContext" .root | nindent 6 }}
       containers:
         - name: ingest
@@ -283,5 +287,32 @@ report and the weekly CronJob. */}}
 {{- if or .Values.acknowledgements.inline .Values.acknowledgements.configMap }}
 - name: acknowledgements
   configMap: {name: {{ .Values.acknowledgements.configMap | default "auditlens-acknowledgements" }}}
+{{- end }}
+{{- end }}
+
+{{/* The pod settings every workload shares, from .Values: imagePullSecrets, priorityClassName,
+nodeSelector, tolerations and affinity; a workload's own nodeSelector, tolerations or affinity
+(the ingest DaemonSet's control-plane placement) take precedence. dict "root" $ "own" MAP */}}
+{{- define "auditlens.podSettings" -}}
+{{- $v := .root.Values }}
+{{- $own := .own | default dict }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with ($own.nodeSelector | default $v.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($own.tolerations | default $v.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($own.affinity | default $v.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}

@@ -150,10 +150,22 @@ type RuleSpec struct {
 	// Source is where the rule's facts come from: a KEP, a pull request, a release note or
 	// a documentation page (every rule of the embedded catalogue has one; TestRuleSources).
 	Source string `yaml:"source"`
+	// FeatureGate is the Kubernetes feature gate whose lifecycle dates the rule, where one
+	// does: deploy/kubetest checks DeprecatedIn or RemovedIn against kube_features.go of the
+	// Kubernetes release it builds.
+	FeatureGate *FeatureGateSpec `yaml:"feature_gate"`
 
 	tmpl *template.Template
 	// msg is tmpl compiled (message.go), nil when it uses more than fields and ifs.
 	msg []msgStep
+}
+
+// FeatureGateSpec names a feature gate. With BreaksWhen, RemovedIn is the first release whose
+// default is that value (the old behaviour gone, or the new restriction on); without it,
+// DeprecatedIn is the first release that marks the gate deprecated.
+type FeatureGateSpec struct {
+	Name       string `yaml:"name"`
+	BreaksWhen *bool  `yaml:"breaks_when"`
 }
 
 // APISpec is one removed or deprecated API version.

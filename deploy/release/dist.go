@@ -2,8 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/auditlens/auditlens/deploy/release/deps"
 	"github.com/auditlens/auditlens/deploy/release/gobuild"
+	"github.com/auditlens/auditlens/deploy/release/sign"
 )
 
 // Dist is one release build.
@@ -109,7 +108,7 @@ func (d Dist) Run() error {
 		names = append(names, name, kname)
 	}
 	sbomName := "auditlens_" + d.Stamp.Version + "_sbom.cdx.json"
-	libSum, err := sumFile(d.Libchdb)
+	libSum, err := sign.FileSHA256(d.Libchdb)
 	if err != nil {
 		return err
 	}
@@ -125,7 +124,7 @@ func (d Dist) Run() error {
 	sums := map[string]string{}
 	var b strings.Builder
 	for _, n := range names {
-		s, err := sumFile(filepath.Join(d.Out, n))
+		s, err := sign.FileSHA256(filepath.Join(d.Out, n))
 		if err != nil {
 			return err
 		}
@@ -222,15 +221,3 @@ func writeEntry(tw *tar.Writer, e entry, mtime time.Time) error {
 	return err
 }
 
-func sumFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}

@@ -171,7 +171,7 @@ func checkSums(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	for _, n := range sortedKeys(sums) {
-		got, err := fileSHA256(filepath.Join(dir, n))
+		got, err := FileSHA256(filepath.Join(dir, n))
 		if err != nil {
 			return nil, err
 		}

@@ -139,8 +139,8 @@ func readSums(dir string) (map[string]string, error) {
 	return sums, nil
 }
 
-// fileSHA256 is the hex SHA-256 of a file.
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the hex SHA-256 of a file (SHA256SUMS's lines).
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

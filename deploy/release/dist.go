@@ -220,4 +220,3 @@ func writeEntry(tw *tar.Writer, e entry, mtime time.Time) error {
 	_, err = io.Copy(tw, f)
 	return err
 }
-

@@ -156,8 +156,8 @@ func TestRuleFamiliesOnGenuineEvents(t *testing.T) {
 		"strict-ip-cidr admin services/strict-source-ranges removed_in=1.36 detail=spec.loadBalancerSourceRanges[0], spec.loadBalancerSourceRanges[1]",
 		"windows-host-network admin pods/windows-host-network removed_in= detail=spec.hostNetwork on a Windows pod",
 		// The components' own warnings, by the node they are about.
-		"node-cgroup-v1 system:node:node-old events/node-old.cgroupv1 removed_in=1.35 detail=node-old",
-		"kube-proxy-ipvs system:kube-proxy events/node-old.ipvsdeprecation removed_in=1.40 detail=node-old",
+		"node-cgroup-v1 system:node:node-old cgroup v1 nodes/node-old.cgroupv1 removed_in=1.35 detail=node-old",
+		"kube-proxy-ipvs system:kube-proxy kube-proxy in ipvs mode/node-old.ipvsdeprecation removed_in=1.40 detail=node-old",
 		"ingress-nginx admin ingresses/nginx-annotated removed_in= detail=Ingress annotations",
 	}
 	slices.Sort(got)

@@ -13,12 +13,15 @@ import (
 var componentEvents = []struct {
 	reason string
 	rule   string
-	writer func(user, agent string) bool
+	// subject is what the finding is about, in place of the API called (the Events API):
+	// the blocker's name, whose callers are the nodes that run it (as "kubelet 1.33" for skew).
+	subject string
+	writer  func(user, agent string) bool
 }{
 	// kubelet, at start on a cgroup v1 host (pkg/kubelet/kubelet_linux.go, core v1 events).
-	{"CgroupV1", NodeCgroupV1, func(user, _ string) bool { return strings.HasPrefix(user, "system:node:") }},
+	{"CgroupV1", NodeCgroupV1, "cgroup v1 nodes", func(user, _ string) bool { return strings.HasPrefix(user, "system:node:") }},
 	// kube-proxy, at start in ipvs mode (cmd/kube-proxy/app/server_linux.go, events.k8s.io/v1).
-	{"IPVSDeprecation", KubeProxyIPVS, func(user, agent string) bool {
+	{"IPVSDeprecation", KubeProxyIPVS, "kube-proxy in ipvs mode", func(user, agent string) bool {
 		return user == "system:kube-proxy" || user == "system:serviceaccount:kube-system:kube-proxy" || strings.HasPrefix(agent, "kube-proxy/")
 	}},
 }
@@ -48,7 +51,7 @@ func (m *matcher) componentEvent() {
 		if note == "" {
 			note = string(obj.GetStringBytes("note"))
 		}
-		m.add(c.rule, Match{ID: m.sightingID(c.rule, node), Detail: node, Value: note,
+		m.add(c.rule, Match{ID: m.sightingID(c.rule, node), APIGroup: "", APIVersion: "", Resource: c.subject, Detail: node, Value: note,
 			Evidence: []Evidence{{"requestObject.reason", c.reason}, {"requestObject." + path, node}}})
 		return
 	}

@@ -197,12 +197,13 @@ func (a *apiSum) facts() string {
 
 // removalWord is how a finding's removed_in reads for its rule: an API is "removed in" a
 // release, a kubelet or a runtime "unsupported from" it (the version-skew policy, the
-// runtimes kubelets support), a gitRepo volume "disabled from" it.
+// runtimes kubelets support, a kubelet on cgroup v1), a gitRepo volume or kube-proxy's ipvs
+// mode "disabled from" it.
 func removalWord(rule string) string {
 	switch rule {
-	case rules.VersionSkew, rules.NodeContainerRuntime:
+	case rules.VersionSkew, rules.NodeContainerRuntime, rules.NodeCgroupV1:
 		return "unsupported from"
-	case rules.GitRepoVolume:
+	case rules.GitRepoVolume, rules.KubeProxyIPVS:
 		return "disabled from"
 	}
 	return "removed in"

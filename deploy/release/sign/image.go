@@ -46,6 +46,8 @@ func ReadImage(path string) (Image, error) {
 	}
 	defer f.Close()
 	blobs := map[string]int64{} // digest -> size
+	// docs are the blobs small enough to be an index or a manifest, kept from the one pass.
+	docs := map[string][]byte{}
 	var index []byte
 	tr := tar.NewReader(f)
 	for {
@@ -65,7 +67,12 @@ func ReadImage(path string) (Image, error) {
 		case strings.HasPrefix(name, "blobs/sha256/") && h.Typeflag == tar.TypeReg:
 			want := strings.TrimPrefix(name, "blobs/sha256/")
 			hash := sha256.New()
-			n, err := io.Copy(hash, tr)
+			var doc bytes.Buffer
+			w := io.Writer(hash)
+			if h.Size <= maxDoc {
+				w = io.MultiWriter(hash, &doc)
+			}
+			n, err := io.Copy(w, tr)
 			if err != nil {
 				return Image{}, err
 			}
@@ -73,6 +80,9 @@ func ReadImage(path string) (Image, error) {
 				return Image{}, fmt.Errorf("%s: blob %s has sha256 %s", filepath.Base(path), want, got)
 			}
 			blobs["sha256:"+want] = n
+			if doc.Len() > 0 {
+				docs["sha256:"+want] = doc.Bytes()
+			}
 		}
 	}
 	var idx struct {
@@ -93,15 +103,18 @@ func ReadImage(path string) (Image, error) {
 	if img.Ref == "" {
 		return Image{}, fmt.Errorf("%s: the image has no %s", filepath.Base(path), refAnnotation)
 	}
-	if err := reachable(path, blobs, top.Digest, top.Size, 0); err != nil {
+	if err := reachable(path, blobs, docs, top.Digest, top.Size, 0); err != nil {
 		return Image{}, err
 	}
 	return img, nil
 }
 
+// maxDoc is the largest blob read as a possible index or manifest (they are a few KB).
+const maxDoc = 1 << 20
+
 // reachable checks that the blob digest is present with its size and, for an index or a
-// manifest, every descriptor it names (read again from the archive).
-func reachable(path string, blobs map[string]int64, digest string, size int64, depth int) error {
+// manifest, every descriptor it names.
+func reachable(path string, blobs map[string]int64, docs map[string][]byte, digest string, size int64, depth int) error {
 	n, ok := blobs[digest]
 	if !ok || n != size {
 		return fmt.Errorf("%s: blob %s missing or not of size %d", filepath.Base(path), digest, size)
@@ -109,10 +122,7 @@ func reachable(path string, blobs map[string]int64, digest string, size int64, d
 	if depth > 3 {
 		return nil
 	}
-	b, err := readBlob(path, digest)
-	if err != nil {
-		return err
-	}
+	b := docs[digest]
 	var doc struct {
 		MediaType string `json:"mediaType"`
 		Manifests []struct {
@@ -135,7 +145,7 @@ func reachable(path string, blobs map[string]int64, digest string, size int64, d
 		return fmt.Errorf("%s: %s: %w", filepath.Base(path), digest, err)
 	}
 	for _, m := range doc.Manifests {
-		if err := reachable(path, blobs, m.Digest, m.Size, depth+1); err != nil {
+		if err := reachable(path, blobs, docs, m.Digest, m.Size, depth+1); err != nil {
 			return err
 		}
 	}
@@ -150,29 +160,6 @@ func reachable(path string, blobs map[string]int64, digest string, size int64, d
 		}
 	}
 	return nil
-}
-
-// readBlob reads one small blob (an index or a manifest) of the archive.
-func readBlob(path, digest string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	want := "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:")
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", filepath.Base(path), want, err)
-		}
-		if strings.TrimPrefix(h.Name, "./") == want {
-			if h.Size > 4<<20 {
-				return nil, nil // a layer, not JSON
-			}
-			return io.ReadAll(tr)
-		}
-	}
 }
 
 // SignImage writes ARCHIVE.payload.json, cosign's simple-signing payload naming the image's

@@ -236,6 +236,17 @@ const nodeName = "auditlens-node"
 // cgroup2Magic is the file system type of /sys/fs/cgroup on a host with the unified hierarchy.
 const cgroup2Magic = 0x63677270
 
+// cgroupV1Host reports whether this host (and so the node's kubelet) runs on cgroup v1: a
+// legacy or hybrid hierarchy.
+func cgroupV1Host(t *testing.T) bool {
+	t.Helper()
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs("/sys/fs/cgroup", &fs); err != nil {
+		t.Fatal(err)
+	}
+	return fs.Type != cgroup2Magic
+}
+
 // TestKubeletCgroupV1: the node's own kubelet reports at start, as a Warning event, that it
 // runs on cgroup v1 (a hybrid or legacy hierarchy, as on this project's machines, started with
 // failCgroupV1: false); the audit policy logs that event's body, and the node-cgroup-v1 finding
@@ -243,11 +254,7 @@ const cgroup2Magic = 0x63677270
 // such event, and no finding may appear.
 func TestKubeletCgroupV1(t *testing.T) {
 	need(t)
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs("/sys/fs/cgroup", &fs); err != nil {
-		t.Fatal(err)
-	}
-	v1 := fs.Type != cgroup2Magic
+	v1 := cgroupV1Host(t)
 	db := clickhouse(t)
 	user := "system:node:" + nodeName
 	q := "SELECT count(), any(user_agent), any(message) FROM auditlens.findings FINAL WHERE cluster = ? AND rule_id = 'node-cgroup-v1' AND username = ?"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,11 +28,7 @@ func TestUpgradeReadinessOnTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs("/sys/fs/cgroup", &fs); err != nil {
-		t.Fatal(err)
-	}
-	v1 := fs.Type != cgroup2Magic
+	v1 := cgroupV1Host(t)
 	n, err := mustClient(t).CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -87,19 +87,10 @@ test-job:
 ## read by lib/testkit.Now): every day of next week, a Sunday's last second, a Monday's first
 ## minute, a month's and a year's last minute, the next 29 February; the rollup and the
 ## console pages, which turn on days, months and years but not on the weekday, at the last
-## five only. On ClickHouse 18.16 only: the chDB, ClickHouse cluster and browser variants of
-## these tests read the same queries at the same now, and run in the main pass at the real
-## date; so do the packages that take no clock (store, console: their tests' dates are fixed).
+## five only. .ci/date-check links each package's tests once and runs them at every date.
 ## It is one of make test's jobs.
-DATE_WEEK := ./readiness/ ./weekly/ ./weekly/command/ ./weekly/schedule/ ./acks/ ./owners/ ./cmd/report/ .
-DATE_DAY := ./rollup/ ./page/
-DATE_SKIP := OnCluster|ClusterSchema|InChromium|MatchesOneServer|/chdb$$
 date-check:
-	@set -e; boundaries=" $$(.ci/test-dates --boundaries | tr '\n' ' ')"; for n in $$(.ci/test-dates); do \
-	  pkgs="$(DATE_WEEK)"; case "$$boundaries" in *" $$n "*) pkgs="$$pkgs $(DATE_DAY)";; esac; \
-	  echo "== AUDITLENS_TEST_NOW=$$n"; \
-	  (cd services/report && AUDITLENS_TEST_NOW=$$n GOWORK=off go test -count=1 -timeout 20m -skip '$(DATE_SKIP)' $$pkgs); \
-	  (cd services/classify && AUDITLENS_TEST_NOW=$$n GOWORK=off go test -count=1 -timeout 5m -run Heartbeat .); done
+	@.ci/date-check
 
 # gotest runs a module's packages once each: those named in $(1) with -race, the others without.
 # TEST_TIMEOUT catches a hang, not slowness: deploy/release's reproducibility test took 1175 s

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
+	"github.com/auditlens/auditlens/lib/kubeversion"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/classify/manifests"
 	"github.com/auditlens/auditlens/services/classify/rules"
@@ -116,6 +118,17 @@ func TestHelmLiveReleases(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "2 Helm releases read from the cluster") || !strings.Contains(errOut, "2 older Helm revisions left out") {
 		t.Errorf("summary: %s", errOut)
+	}
+	// The release judged is the cluster's own (its /version), the target the one after it: the
+	// CronJob and PodSecurityPolicy (removed in 1.25) and the Ingress (1.22) fail there today.
+	minor := kubeversion.MustParse(kubeapiserver.Version)
+	release := "the cluster runs " + minor.String() + ": the apiserver's /version (" + kubeapiserver.Version + ")"
+	blocking := fmt.Sprintf("3 blocking an upgrade from %s to %s (0 new in %s, 3 failing now", minor, minor.Next(), minor.Next())
+	if !strings.Contains(errOut, release) || !strings.Contains(errOut, blocking) {
+		t.Errorf("summary: %s\nwant %q and %q", errOut, release, blocking)
+	}
+	if _, errOut, _ := runManifests(t, "", "--helm-live", "--kubeconfig", kubeconfig, "--current-version", "1.30"); !strings.Contains(errOut, "from 1.30 to 1.31") || strings.Contains(errOut, "/version") {
+		t.Errorf("--current-version is the release judged, not /version: %s", errOut)
 	}
 	// One object per page: the pages are followed to the end.
 	cat, err := rules.Load()

@@ -30,8 +30,9 @@ import (
 )
 
 // TestFailingNowApartOnARealAPIServer: a real kube-apiserver 1.37 serving
-// resource.k8s.io/v1beta1 (which 1.38 removes) writes the audit log of a controller manager
-// that names its release (kube-controller-manager/v1.37.2), a caller of that API (200) and
+// resource.k8s.io/v1beta1 (which 1.38 removes) writes the audit log of its own requests (as
+// system:apiserver, kube-apiserver/v1.37.2: built with Kubernetes' version stamp), a controller
+// manager that names the same release, a caller of that API (200) and
 // callers of APIs removed in 1.22, 1.25 and 1.32 (404). The pipeline (ingest, classify,
 // report on ClickHouse 18.16) learns the cluster runs 1.37 from classify's heartbeats; then
 // classify scan, the readiness gate, the weekly report and the console's first screen all say
@@ -120,7 +121,7 @@ func TestFailingNowApartOnARealAPIServer(t *testing.T) {
 	})
 	wantOrder := "+resource.k8s.io/v1beta1 deviceclasses"
 	if got := order(g.Blockers); !strings.HasPrefix(got, wantOrder) || g.NewBlockers != 1 || g.FailingNow != 3 ||
-		!strings.Contains(g.CurrentWhy, "kube-controller-manager") {
+		!strings.Contains(g.CurrentWhy, "the kube-apiserver's user agent") {
 		t.Errorf("gate: %s (new %d, failing %d, release %s from %q)", got, g.NewBlockers, g.FailingNow, g.Current, g.CurrentWhy)
 	}
 	if !strings.Contains(g.Message, "1 removed after 1.37, the cluster's release: resource.k8s.io/v1beta1 deviceclasses; 3 failing now") {

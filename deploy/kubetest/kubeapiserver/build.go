@@ -50,7 +50,7 @@ func Binary() (string, error) {
 	if p := os.Getenv("AUDITLENS_KUBE_APISERVER"); p != "" {
 		return p, nil
 	}
-	dir, err := build("kube-apiserver", "", "kube-apiserver")
+	dir, err := build("kube-apiserver", versionFlags(), "kube-apiserver")
 	if err != nil {
 		return "", err
 	}
@@ -67,8 +67,9 @@ func NodeBinaries() (string, error) {
 	return build("kubernetes", versionFlags(), NodeCommands...)
 }
 
-// versionFlags stamp the binaries with Version (as Kubernetes' own build does), so the node
-// reports it and the components' user agents name it (kubelet/v1.37.2, not v0.0.0-master).
+// versionFlags stamp the binaries with Version (as Kubernetes' own build does), so /version
+// and the node report it and the components' user agents name it (kubelet/v1.37.2, not
+// v0.0.0-master).
 func versionFlags() string {
 	var major, minor string
 	if parts := strings.SplitN(strings.TrimPrefix(Version, "v"), ".", 3); len(parts) == 3 {

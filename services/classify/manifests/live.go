@@ -7,9 +7,13 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 )
 
@@ -23,6 +27,39 @@ type LiveConfig struct {
 	AllRevisions bool
 	// PageSize is how many Secrets or ConfigMaps one list request returns.
 	PageSize int64
+}
+
+// rest is the client configuration of cfg's kubeconfig and context.
+func (cfg LiveConfig) rest() (*rest.Config, error) {
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	loading.ExplicitPath = cfg.Kubeconfig
+	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: cfg.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	restCfg.UserAgent = "auditlens-classify-manifests"
+	return restCfg, nil
+}
+
+// ServerRelease asks the apiserver of cfg's kubeconfig which release it runs (its /version,
+// as kubectl version does) and says so in why: "the apiserver's /version (v1.37.2)".
+func ServerRelease(cfg LiveConfig) (v kubeversion.Version, why string, err error) {
+	restCfg, err := cfg.rest()
+	if err != nil {
+		return v, "", err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(restCfg)
+	if err != nil {
+		return v, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return v, "", fmt.Errorf("the apiserver's /version: %w", err)
+	}
+	if v, err = kubeversion.Parse(info.GitVersion); err != nil {
+		return v, "", fmt.Errorf("the apiserver's /version: %w", err)
+	}
+	return v, "the apiserver's /version (" + printable.String(info.GitVersion) + ")", nil
 }
 
 // storedRelease is one release Secret or ConfigMap, before its release is decoded.
@@ -48,13 +85,10 @@ func (s *storedRelease) better(cur *storedRelease) bool {
 // documents checked; a release that cannot be decoded is an error naming it, and the others
 // are still checked.
 func (c *Checker) CheckLive(ctx context.Context, cfg LiveConfig, emit func(source string, f *auditlensv1.Finding)) (releases, docs int, errs []error) {
-	loading := clientcmd.NewDefaultClientConfigLoadingRules()
-	loading.ExplicitPath = cfg.Kubeconfig
-	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: cfg.Context}).ClientConfig()
+	restCfg, err := cfg.rest()
 	if err != nil {
-		return 0, 0, []error{fmt.Errorf("kubeconfig: %w", err)}
+		return 0, 0, []error{err}
 	}
-	restCfg.UserAgent = "auditlens-classify-manifests"
 	client, err := corev1client.NewForConfig(restCfg)
 	if err != nil {
 		return 0, 0, []error{fmt.Errorf("kubeconfig: %w", err)}

@@ -161,7 +161,18 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Checked by Validate; unset when empty.
 	target, _ := kubeversion.Parse(cfg.TargetVersion)
 	current, _ := kubeversion.Parse(cfg.CurrentVersion)
-	up, err := scan.ResolveUpgrade(cat, current, target, "--current-version", !current.IsZero())
+	currentWhy := "--current-version"
+	live := LiveConfig{Kubeconfig: cfg.Kubeconfig, Context: cfg.KubeContext, Namespace: cfg.HelmNamespace, AllRevisions: cfg.HelmAllRevisions}
+	if cfg.HelmLive && current.IsZero() {
+		// the cluster read is the cluster judged: its release is the current one
+		if current, currentWhy, err = ServerRelease(live); err != nil {
+			fmt.Fprintf(stderr, "classify manifests: the cluster's release is unknown (--current-version gives it): %s\n", printable.String(err.Error()))
+		} else if !target.IsZero() && !current.Less(target) {
+			fmt.Fprintf(stderr, "classify manifests: the cluster runs %s, not a release before --target-version %s: judged against the target alone\n", current, target)
+			current = kubeversion.Version{}
+		}
+	}
+	up, err := scan.ResolveUpgrade(cat, current, target, currentWhy, cfg.CurrentVersion != "")
 	if err != nil {
 		fmt.Fprintf(stderr, "classify manifests: %v\n", err)
 		return scan.ExitError
@@ -208,7 +219,6 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	if cfg.HelmLive {
-		live := LiveConfig{Kubeconfig: cfg.Kubeconfig, Context: cfg.KubeContext, Namespace: cfg.HelmNamespace, AllRevisions: cfg.HelmAllRevisions}
 		var found []pending
 		releases, docs, errs := c.CheckLive(context.Background(), live, func(source string, f *auditlensv1.Finding) {
 			found = append(found, pending{Location{Source: source}, f}) // in the cluster: no file
@@ -386,6 +396,9 @@ func (o *output) summary() string {
 	}
 	s := fmt.Sprintf("%d document%s in %d file%s, %d finding%s, %d %s",
 		o.docs, plural(o.docs), o.files, plural(o.files), o.findings, plural(o.findings), o.blocking, blocking)
+	if !u.Current.IsZero() && u.CurrentWhy != "--current-version" {
+		s += "; the cluster runs " + u.Current.String() + ": " + u.CurrentWhy
+	}
 	if !u.Target.IsZero() && u.TargetWhy != "--target-version" {
 		s += "; target " + u.Target.String() + ": " + u.TargetWhy
 	}

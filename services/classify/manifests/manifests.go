@@ -85,7 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetVersion, "target-version", "", "Kubernetes `X.Y` you plan to run: exit 3 when a manifest uses something removed at or before it "+
 		"(empty: the release after --current-version, else the newest release the catalogue judges)")
 	fs.StringVar(&c.CurrentVersion, "current-version", "", "Kubernetes `X.Y` the cluster runs: manifests using what was removed at or before it are listed as failing now "+
-		"(the cluster refuses them today), apart from what the upgrade breaks")
+		"(the cluster refuses them today), apart from what the upgrade breaks (empty with --helm-live: the apiserver's /version)")
 	fs.Var(&c.TargetVersions, "target-versions", "releases of third-party components you plan to run, `COMPONENT=X.Y,...` (e.g. cert-manager=1.6,istio=1.22): exit 3 when a manifest uses a version of their CRDs removed at or before it (no release given: any removal)")
 	fs.StringVar(&c.Format, "format", "json", "output format: json (one finding per line), table (fitted to the terminal, else $COLUMNS, else 120 columns), markdown, "+
 		"sarif (SARIF 2.1.0, one result per finding at its file and line: error when it blocks --target-version, else warning) or "+

@@ -113,6 +113,9 @@ type seen struct {
 	// after it in the list (unset: the kind is in the newest version).
 	last, next kubeversion.Version
 	inNewest   bool
+	// first is the release of the oldest version with the kind; unset when that is the
+	// oldest version read (the kind may be older).
+	first kubeversion.Version
 }
 
 // union reads every module version, oldest first: the newest version that has a kind gives
@@ -140,6 +143,9 @@ func union(mods []moduleSpec, dirs map[string]string) (map[gvk]*seen, error) {
 				s := all[key]
 				if s == nil {
 					s = &seen{}
+					if i > 0 {
+						s.first = last
+					}
 					all[key] = s
 				}
 				s.info, s.from, s.module = k, m.Path+"@"+v, m.Path
@@ -180,8 +186,10 @@ var subresourceKinds = map[string]string{
 
 // Row is one line of the generated catalogue.
 type Row struct {
-	Group, Version, Resource, Kind     string
-	DeprecatedIn, RemovedIn            kubeversion.Version
+	Group, Version, Resource, Kind string
+	DeprecatedIn, RemovedIn        kubeversion.Version
+	// IntroducedIn (served rows only) is the first release that has the kind (introduced).
+	IntroducedIn                       kubeversion.Version
 	Replacement, Subresource, Note     string
 	Source                             string
 	fromOverlay, tagged, removedByGone bool
@@ -291,7 +299,7 @@ func build(all map[gvk]*seen, newest kubeversion.Version, ov *overlay) (*catalog
 			continue
 		}
 		if served[key] && k.Resource != "" {
-			out.Served = append(out.Served, Row{Group: k.Group, Version: k.Version, Resource: k.Resource, Kind: k.Kind})
+			out.Served = append(out.Served, Row{Group: k.Group, Version: k.Version, Resource: k.Resource, Kind: k.Kind, IntroducedIn: introduced(s)})
 		}
 		rem := removed[key]
 		dep := k.Deprecated
@@ -344,6 +352,16 @@ func build(all map[gvk]*seen, newest kubeversion.Version, ov *overlay) (*catalog
 	sortRows(out.APIs)
 	sortRows(out.BodyKinds)
 	return out, nil
+}
+
+// introduced is the first release that has a kind: its prerelease-lifecycle introduced tag
+// (alpha and beta versions), else the release of the first module version read that has it;
+// unset when neither says (a GA kind already in the oldest version read).
+func introduced(s *seen) kubeversion.Version {
+	if s.info.Tagged && !s.info.Introduced.IsZero() {
+		return s.info.Introduced
+	}
+	return s.first
 }
 
 // effectiveRemoved is the release from which a kind is not served: its tag, or, for an alpha,
@@ -406,9 +424,16 @@ func (c *catalogueData) write(w io.Writer, mods []moduleSpec) error {
 	for _, r := range c.BodyKinds {
 		fmt.Fprintf(bw, "  - %s\n", r.yaml(true))
 	}
-	fmt.Fprintf(bw, "\n# Every resource served by the newest release, to look a replacement up by group and kind.\nserved:\n")
+	fmt.Fprintf(bw, "\n# Every resource served by the newest release, to look a replacement up by group and kind.\n"+
+		"# introduced_in: the first release that has it (its prerelease-lifecycle introduced tag, else the\n"+
+		"# first module version above that has the kind; none when that is the oldest): the release\n"+
+		"# below it cannot serve what is written through it (the rollback-api rule).\nserved:\n")
 	for _, r := range c.Served {
-		fmt.Fprintf(bw, "  - {group: %s, version: %s, resource: %s, kind: %s}\n", q(r.Group), q(r.Version), q(r.Resource), q(r.Kind))
+		intro := ""
+		if !r.IntroducedIn.IsZero() {
+			intro = ", introduced_in: " + q(r.IntroducedIn.String())
+		}
+		fmt.Fprintf(bw, "  - {group: %s, version: %s, resource: %s, kind: %s%s}\n", q(r.Group), q(r.Version), q(r.Resource), q(r.Kind), intro)
 	}
 	return bw.Flush()
 }

@@ -67,7 +67,9 @@ func (c *Config) Validate() error {
 // Entry is one line of the checklist.
 type Entry struct {
 	// Change is "removed" (stops being served, or stops working, in Release), "deprecated",
-	// or "checked" (tied to no release: drains, webhooks, a client's skew; Release "-").
+	// "introduced" (an API version first served in Release: a rollback below it does not
+	// serve it, rule rollback-api) or "checked" (tied to no release: drains, webhooks, a
+	// client's skew; Release "-").
 	Change       string `json:"change"`
 	Release      string `json:"release"`
 	What         string `json:"what"` // "api", "subresource body", "feature" or "version skew"
@@ -145,6 +147,19 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 	for _, sk := range c.VersionSkew {
 		out = append(out, skewEntry(sk, to))
 	}
+	if r := c.Rule(rules.RollbackAPI); r != nil && !r.Disabled {
+		// the releases the rule follows: the catalogue's newest RollbackReleases
+		newest := release(c.NewestRelease)
+		floor := kubeversion.Version{Major: newest.Major, Minor: max(newest.Minor-(rules.RollbackReleases-1), 0)}
+		for _, sv := range c.Served {
+			if in(sv.IntroducedIn) && !release(sv.IntroducedIn).Less(floor) {
+				out = append(out, Entry{Change: "introduced", Release: sv.IntroducedIn, What: "api", Rule: rules.RollbackAPI,
+					Group: sv.Group, Version: sv.Version, Resource: sv.Resource, Kind: sv.Kind,
+					Note:   "a rollback below " + sv.IntroducedIn + " does not serve it",
+					Source: "served by the catalogue's newest release (tools/catalogue): introduced_in " + sv.IntroducedIn})
+			}
+		}
+	}
 	for _, group := range []struct {
 		rule string
 		list []rules.AnnotationSpec
@@ -159,9 +174,10 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 	for _, l := range c.Labels {
 		add(Entry{What: "feature", Rule: l.Rule, Kind: "label " + l.Key, DeprecatedIn: l.DeprecatedIn, RemovedIn: l.RemovedIn, Replacement: l.Replacement})
 	}
+	order := map[string]int{"removed": 0, "deprecated": 1, "introduced": 2, "checked": 3}
 	slices.SortStableFunc(out, func(a, b Entry) int {
 		if a.Change != b.Change {
-			return strings.Compare(b.Change, a.Change) // removed before deprecated
+			return order[a.Change] - order[b.Change]
 		}
 		if d := kubeversion.Compare(release(a.Release), release(b.Release)); d != 0 {
 			return d
@@ -202,6 +218,9 @@ func skewEntry(sk rules.SkewSpec, to kubeversion.Version) Entry {
 // hasReleasedEntries reports whether rule id has entries listed with their own releases
 // (version-skew rows, runtimes, labels, object annotations).
 func hasReleasedEntries(c *rules.Catalogue, id string) bool {
+	if id == rules.RollbackAPI {
+		return true // the served API versions, each with the release that introduced it
+	}
 	return slices.ContainsFunc(c.VersionSkew, func(s rules.SkewSpec) bool { return s.Rule == id }) ||
 		slices.ContainsFunc(c.Runtimes, func(r rules.RuntimeSpec) bool { return r.Rule == id }) ||
 		slices.ContainsFunc(c.Labels, func(l rules.LabelSpec) bool { return l.Rule == id }) ||
@@ -278,8 +297,11 @@ func writeTable(w io.Writer, width int, entries []Entry, from, to kubeversion.Ve
 		{Name: "REPLACEMENT", Min: 16}}}
 	for _, e := range entries {
 		change := e.Change
-		if e.Change == "deprecated" {
+		switch e.Change {
+		case "deprecated":
 			change += ", removal " + removal(e)
+		case "introduced":
+			change += " (rollback)"
 		}
 		what := e.API()
 		if e.What != "api" && e.Kind != "" {
@@ -290,9 +312,9 @@ func writeTable(w io.Writer, width int, entries []Entry, from, to kubeversion.Ve
 	if err := g.Write(w, width); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s;\n%d more checked in every log whatever the release (drains, webhooks, clients).\n"+
-		"Each entry's source: --format json or markdown.\n",
-		count(entries, "removed"), count(entries, "deprecated"), span(from, to), count(entries, "checked"))
+	_, err := fmt.Fprintf(w, "\n%d removed and %d deprecated %s;\n%d introduced (a rollback below its release does not serve it);\n"+
+		"%d more checked in every log whatever the release (drains, webhooks, clients).\nEach entry's source: --format json or markdown.\n",
+		count(entries, "removed"), count(entries, "deprecated"), span(from, to), count(entries, "introduced"), count(entries, "checked"))
 	return err
 }
 
@@ -302,9 +324,10 @@ func writeMarkdown(w io.Writer, entries []Entry, from, to kubeversion.Version) e
 		title = "Kubernetes " + from.String() + " to " + to.String()
 	}
 	fmt.Fprintf(w, "# Upgrade checklist: %s\n\n", title)
-	for _, change := range []string{"removed", "deprecated", "checked"} {
+	for _, change := range []string{"removed", "deprecated", "introduced", "checked"} {
 		heading := map[string]string{"removed": "Removed (no longer served or no longer working)", "deprecated": "Deprecated (still served)",
-			"checked": "Checked in every log, whatever the release"}[change]
+			"introduced": "Introduced (a rollback below the release does not serve it)",
+			"checked":    "Checked in every log, whatever the release"}[change]
 		fmt.Fprintf(w, "## %s\n\n", heading)
 		n := 0
 		for _, e := range entries {
@@ -327,6 +350,9 @@ func writeMarkdown(w io.Writer, entries []Entry, from, to kubeversion.Version) e
 
 // removal says when a deprecated entry goes: its release, or "none scheduled".
 func removal(e Entry) string {
+	if e.Change == "introduced" {
+		return "-"
+	}
 	if e.RemovedIn != "" {
 		return e.RemovedIn
 	}

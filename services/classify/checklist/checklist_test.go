@@ -105,3 +105,41 @@ func TestTableFits(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 }
+
+// TestIntroducedForARollback: the API versions first served in a release of the range are
+// listed as introduced (rule rollback-api) after what is removed and deprecated; one the
+// release before already served is not, nor one older than the releases the rule follows.
+func TestIntroducedForARollback(t *testing.T) {
+	out, errOut, code := run(t, "--from", "1.36", "--to", "1.37", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	introduced := map[string]Entry{}
+	last := ""
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var e Entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if e.Change == "introduced" {
+			introduced[e.API()] = e
+		} else if last == "introduced" && e.Change != "checked" {
+			t.Errorf("%s after the introduced entries", e.Change)
+		}
+		last = e.Change
+	}
+	e, ok := introduced["certificates.k8s.io/v1 clustertrustbundles"]
+	if !ok || e.Release != "1.37" || e.Rule != "rollback-api" || !strings.Contains(e.Note, "a rollback below 1.37") {
+		t.Errorf("certificates.k8s.io/v1 clustertrustbundles: %+v (found %v)", e, ok)
+	}
+	for _, not := range []string{"certificates.k8s.io/v1beta1 clustertrustbundles", "resource.k8s.io/v1 deviceclasses", "apps/v1 deployments"} {
+		if _, ok := introduced[not]; ok {
+			t.Errorf("%s listed as introduced in 1.37", not)
+		}
+	}
+	md, _, _ := run(t, "--from", "1.36", "--to", "1.37", "--format", "markdown")
+	if !strings.Contains(md, "## Introduced (a rollback below the release does not serve it)") ||
+		!strings.Contains(md, "| 1.37 | `certificates.k8s.io/v1 clustertrustbundles` | ClusterTrustBundle | - |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}

@@ -47,6 +47,9 @@ const (
 	WindowsHostNetwork   = "windows-host-network"
 	NodeCgroupV1         = "node-cgroup-v1"
 	KubeProxyIPVS        = "kube-proxy-ipvs"
+	// RollbackAPI is a write through an API version that a recent release introduced: the
+	// release below it cannot serve what was stored (rollback readiness).
+	RollbackAPI = "rollback-api"
 	// EnumeratorRead is a read of a removed or deprecated version by a tool that reads every
 	// served version of a resource: it stops when the version goes, nothing to change.
 	EnumeratorRead = "enumerator-read"
@@ -59,7 +62,7 @@ var BuiltinRuleIDs = []string{
 	PodSecurityViolation, LegacyAuthProviderClient, LegacySAToken,
 	VersionSkew, KubectlVersionSkew, NodeContainerRuntime, GitRepoVolume, ServiceExternalIPs,
 	ServicePreferClose, IngressNginx, EvictionBlocked, WebhookFailedOpen, NodesProxy, EnumeratorRead,
-	StrictIPCIDR, WindowsHostNetwork, NodeCgroupV1, KubeProxyIPVS,
+	StrictIPCIDR, WindowsHostNetwork, NodeCgroupV1, KubeProxyIPVS, RollbackAPI,
 }
 
 //go:embed catalogue.yaml
@@ -208,6 +211,9 @@ type ServedSpec struct {
 	Version  string `yaml:"version"`
 	Resource string `yaml:"resource"`
 	Kind     string `yaml:"kind"`
+	// IntroducedIn is the first release that has this version of the resource (unset: older
+	// than the data): the release below it cannot serve what is written through it.
+	IntroducedIn string `yaml:"introduced_in"`
 }
 
 // AnnotationSpec matches an annotation by exact key or by prefix.

@@ -20,6 +20,8 @@ var familyTitles = []struct{ id, title, about string }{
 	{"node", "Nodes", "Node labels and taints, and the container runtime a kubelet registers with."},
 	{"request-body", "Request bodies", "Fields and values that only a request body shows: the apiserver's warnings about them never reach the audit log."},
 	{"drain", "Drains", "What stops a node drain, and so a node upgrade."},
+	{"rollback", "Rollback readiness", "Who uses what a recent release introduced (the API versions of the newest four releases the catalogue reads): " +
+		"a rollback to the release before takes it away. Reported once a day per caller and API (a sighting); Kubernetes' own components go back with the cluster and are left out."},
 	{"webhook", "Webhooks and the kubelet API", "Admission webhooks that failed during a request, and clients of the kubelet API through nodes/proxy."},
 }
 

@@ -92,6 +92,8 @@ type Engine struct {
 	hasSuccessor map[API]API
 	// moveResources holds the resources of both.
 	moveResources map[string]bool
+	// rollback holds the served API versions recent releases introduced (rollback.go).
+	rollback map[gvr]rollbackSpec
 }
 
 // NewEngine prepares c for matching.
@@ -103,6 +105,7 @@ func NewEngine(c *Catalogue) *Engine {
 		labels:    map[string]*LabelSpec{},
 		bodyKinds: map[gvr]*BodyKindSpec{},
 		served:    map[[2]string][]*ServedSpec{},
+		rollback:  rollbackAPIs(c),
 	}
 	for i := range c.BodyKinds {
 		b := &c.BodyKinds[i]
@@ -244,6 +247,7 @@ func (e *Engine) Classify(ev *auditevent.Event, dst []Match) []Match {
 	first := len(dst) // the matches of ev are m.out[first:]
 	m.group, m.version, m.resource = apiOf(ev)
 	m.api()
+	m.rollback()
 	if r := ev.ObjectRef; r != nil && r.Subresource != "" && ev.RequestObjectRaw != nil && len(e.bodyKinds) > 0 {
 		m.subresourceBody()
 	}

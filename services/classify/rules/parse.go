@@ -175,6 +175,9 @@ func parse(src Source) (*Catalogue, error) {
 		if sv.Version == "" || sv.Resource == "" || sv.Kind == "" {
 			return nil, at(p, "served entry needs version, resource and kind")
 		}
+		if err := checkVersions(p, [2]string{"introduced_in", sv.IntroducedIn}); err != nil {
+			return nil, err
+		}
 	}
 	for _, list := range []struct {
 		name string

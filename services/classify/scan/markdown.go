@@ -7,6 +7,7 @@ import (
 
 	"github.com/auditlens/auditlens/lib/printable"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
 // code returns s as a GitHub-flavoured Markdown code span for a table cell, so that text an
@@ -78,7 +79,7 @@ const markdownCallers = 3
 
 // writeMarkdown prints the summary as Markdown: head (the counts) as a paragraph, notes as
 // a list, then one table by rule and API (groupBy "api") or by caller (groupBy "caller").
-func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, u Upgrade, groupBy string) {
+func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, u Upgrade, groupBy string, cat *rules.Catalogue) {
 	fmt.Fprintf(w, "\n## Summary\n\n%s.\n", head)
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
@@ -90,6 +91,7 @@ func (s *summary) writeMarkdown(w io.Writer, head string, notes []string, u Upgr
 		return
 	}
 	s.writeMarkdownBlockers(w, u)
+	s.writeMarkdownRollback(w, u, cat)
 	fmt.Fprintln(w)
 	if groupBy == "caller" {
 		fmt.Fprintln(w, "| User | User agent | Findings | Rule | Severity | API | Deprecated in | Removed in | Use instead |")
@@ -170,6 +172,23 @@ func (s *summary) writeMarkdownBlockers(w io.Writer, u Upgrade) {
 	}
 	list(breaksHead, breaks, true)
 	list(failingHead, failing, false)
+}
+
+// writeMarkdownRollback is writeRollback in Markdown.
+func (s *summary) writeMarkdownRollback(w io.Writer, u Upgrade, cat *rules.Catalogue) {
+	prev, apis, ok := s.rollbackOf(u, cat)
+	if !ok {
+		return
+	}
+	if len(apis) == 0 {
+		fmt.Fprintf(w, "\n**A rollback to %s**: nothing seen uses what %s introduced.\n", code(prev.String()), code(u.Current.String()))
+		return
+	}
+	fmt.Fprintf(w, "\n**A rollback to %s** breaks what uses the APIs %s introduced: %d API%s\n\n", code(prev.String()), code(u.Current.String()), len(apis), plural(len(apis)))
+	for _, a := range apis {
+		n := len(a.callers)
+		fmt.Fprintf(w, "- %s (%s): %d caller%s, first %s\n", code(a.api), code(rules.RollbackAPI), n, plural(n), code(a.sortedCallers()[0].String()))
+	}
 }
 
 // markdownFacts is apiSum.facts with each release and API as a code span.

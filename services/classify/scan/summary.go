@@ -33,6 +33,8 @@ type apiSum struct {
 	count                                              int
 	// notFound counts the findings answered 404: a removed API the cluster no longer serves.
 	notFound int
+	// introduced is the release that introduced the API (rollback-api findings).
+	introduced string
 	// breaks is what the upgrade does with removedIn, set by judge once the upgrade is known
 	// (its current release may be read from the log itself).
 	breaks  Breaks
@@ -94,6 +96,9 @@ func (s *summary) add(f *auditlensv1.Finding) {
 		// does not keep whole findings alive.
 		a = &apiSum{rule: strings.Clone(f.RuleId), api: strings.Clone(api), removedIn: strings.Clone(printable.String(f.RemovedIn)), deprecatedIn: printable.String(f.DeprecatedIn),
 			replacement: printable.String(f.Replacement), message: printable.String(f.Message), callers: map[caller]*tally{}}
+		if f.RuleId == rules.RollbackAPI {
+			a.introduced = printable.String(rules.IntroducedIn(f))
+		}
 		r.apis[apiKey{a.api, strings.Clone(f.RemovedIn)}] = a
 	}
 	a.count++
@@ -418,7 +423,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 			n, plural(n), were, strings.Join(parts, ", "))
 	}
 	if md {
-		s.sum.writeMarkdown(w, head, notes, u, s.cfg.GroupBy)
+		s.sum.writeMarkdown(w, head, notes, u, s.cfg.GroupBy, s.engine.Catalogue())
 		if note != "" {
 			fmt.Fprintf(w, "\n%s\n", strings.TrimPrefix(note, "note: "))
 		}
@@ -434,6 +439,7 @@ func (s *scanner) writeSummary(w io.Writer, files int, took time.Duration) {
 		o.line("  "+n, 4)
 	}
 	s.sum.writeBlockers(o, u)
+	s.sum.writeRollback(o, u, s.engine.Catalogue())
 	s.sum.writeText(o, u, s.cfg.GroupBy)
 	if note != "" {
 		o.line("", 0)
@@ -552,6 +558,44 @@ func (s *summary) writeBlockers(o textOut, u Upgrade) {
 		o.line(fmt.Sprintf("    hop to %s removes %s", h.release, what), 6)
 	}
 	list(failingHead, failing, false)
+}
+
+// rollbackOf is what a rollback of a cluster at u.Current to the release before needs: the
+// rollback-api findings of the APIs that u.Current introduced, by count. ok is false when the
+// catalogue cannot say (the cluster's release is unknown, or older than the releases whose
+// APIs the rule follows).
+func (s *summary) rollbackOf(u Upgrade, cat *rules.Catalogue) (prev kubeversion.Version, apis []*apiSum, ok bool) {
+	newest, err := kubeversion.Parse(cat.NewestRelease)
+	if u.Current.IsZero() || u.Current.Minor == 0 || err != nil || u.Current.Minor < newest.Minor-(rules.RollbackReleases-1) {
+		return prev, nil, false
+	}
+	if r := s.rules[rules.RollbackAPI]; r != nil {
+		for _, a := range r.sortedAPIs() {
+			if a.introduced == u.Current.String() {
+				apis = append(apis, a)
+			}
+		}
+	}
+	return kubeversion.Version{Major: u.Current.Major, Minor: u.Current.Minor - 1}, apis, true
+}
+
+// writeRollback says what a rollback to the release before the cluster's would break: who
+// calls what the cluster's release introduced.
+func (s *summary) writeRollback(o textOut, u Upgrade, cat *rules.Catalogue) {
+	prev, apis, ok := s.rollbackOf(u, cat)
+	if !ok {
+		return
+	}
+	o.line("", 0)
+	if len(apis) == 0 {
+		o.line(fmt.Sprintf("A rollback to %s: nothing seen uses what %s introduced.", prev, u.Current), 2)
+		return
+	}
+	o.line(fmt.Sprintf("A rollback to %s breaks what uses the APIs %s introduced (rollback-api): %d API%s", prev, u.Current, len(apis), plural(len(apis))), 4)
+	for _, a := range apis {
+		n := len(a.callers)
+		o.line(fmt.Sprintf("  %s: %d caller%s (%s)", a.api, n, plural(n), a.sortedCallers()[0]), 6)
+	}
 }
 
 // hop is one release of an upgrade that skips releases and what it removes that is in use.

@@ -151,3 +151,52 @@ func TestSARIFFailingNow(t *testing.T) {
 		}
 	}
 }
+
+// rollbackLog is a 1.37 cluster whose trust tool writes ClusterTrustBundles through
+// certificates.k8s.io/v1 (introduced in 1.37) and whose DRA driver reads resource.k8s.io/v1
+// (1.34); the controller manager's own use of the new version goes back with it.
+var rollbackLog = strings.Join([]string{
+	ev("cp", "system:apiserver", "kube-apiserver/v1.37.2 (linux/amd64) kubernetes/abc", "/api/v1/namespaces", "", "v1", "namespaces", 200),
+	ev("ctb1", "system:serviceaccount:cert-manager:trust-manager", "trust-manager/v0.12.0", "/apis/certificates.k8s.io/v1/clustertrustbundles", "certificates.k8s.io", "v1", "clustertrustbundles", 200),
+	ev("ctb2", "system:serviceaccount:cert-manager:trust-manager", "trust-manager/v0.12.0", "/apis/certificates.k8s.io/v1/clustertrustbundles", "certificates.k8s.io", "v1", "clustertrustbundles", 200),
+	ev("kcm", "system:kube-controller-manager", "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/abc/system:kube-controller-manager", "/apis/certificates.k8s.io/v1/clustertrustbundles", "certificates.k8s.io", "v1", "clustertrustbundles", 200),
+	ev("dra", "dra-driver", "dra-driver/v0.5.0", "/apis/resource.k8s.io/v1/deviceclasses", "resource.k8s.io", "v1", "deviceclasses", 200),
+}, "\n") + "\n"
+
+// A rollback to the release before the cluster's breaks the callers of what the cluster's
+// release introduced (the trust tool: one finding a day), not those of older APIs (the DRA
+// driver's resource.k8s.io/v1 is from 1.34) nor the control plane; with the release unknown
+// the section is left out, and a cluster whose release introduced nothing in use says so.
+func TestRollbackReadiness(t *testing.T) {
+	f := write(t, "audit.log", rollbackLog)
+	code, out, errOut := run(t, "", "--format", "wide", f)
+	if code != ExitFindings { // information: a rollback blocks no upgrade
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := "A rollback to 1.36 breaks what uses the APIs 1.37 introduced (rollback-api): 1 API\n" +
+		"  certificates.k8s.io/v1 clustertrustbundles: 1 caller (system:serviceaccount:cert-manager:trust-manager  trust-manager/v0.12.0)"
+	if !strings.Contains(out, want) || strings.Contains(out, "deviceclasses: 1 caller") {
+		t.Errorf("summary lacks %q (or names the 1.34 API):\n%s", want, out)
+	}
+	if n := strings.Count(out, "rollback-api"); n < 2 { // the section and the finding's row
+		t.Errorf("rollback-api %d times:\n%s", n, out)
+	}
+	_, md, _ := run(t, "", "--format", "markdown", f)
+	if !strings.Contains(md, "**A rollback to `1.36`** breaks what uses the APIs `1.37` introduced: 1 API") {
+		t.Errorf("markdown:\n%s", md)
+	}
+	_, out, _ = run(t, "", "--format", "wide", "--current-version", "1.38", "--target-version", "1.39", f)
+	if !strings.Contains(out, "A rollback to 1.37: nothing seen uses what 1.38 introduced.") {
+		t.Errorf("--current-version 1.38:\n%s", out)
+	}
+	var others []string
+	for _, l := range strings.Split(rollbackLog, "\n") {
+		if !strings.Contains(l, "kube-") {
+			others = append(others, l)
+		}
+	}
+	noRelease := write(t, "no-release.log", strings.Join(others, "\n"))
+	if _, out, _ = run(t, "", "--format", "wide", noRelease); strings.Contains(out, "A rollback to") {
+		t.Errorf("the release unknown, yet a rollback section:\n%s", out)
+	}
+}

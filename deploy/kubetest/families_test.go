@@ -3,8 +3,15 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,9 +19,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -76,7 +85,24 @@ const (
 	agentPrometheus  = "prometheus/2.53.0"
 	agentAdmin       = "auditlens-families-test/1.0"
 	agentArgo        = "argocd-application-controller/v2.10.4+f5d63a5 (linux/amd64)"
+	agentTrust       = "trust-manager/v0.12.0"
 )
+
+// selfSignedPEM is a CA certificate, PEM-encoded, named cn.
+func selfSignedPEM(t *testing.T, cn string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
 
 // TestRuleFamilyEventsOnARealAPIServer drives a real kube-apiserver 1.37 through the requests
 // of the rule families (version skew of clients, node runtimes, request bodies, drains blocked
@@ -383,6 +409,16 @@ func TestRuleFamilyEventsOnARealAPIServer(t *testing.T) {
 		create("ingress "+c.name, err)
 	}
 
+	// 11. Rollback readiness: a trust tool writes a ClusterTrustBundle through
+	// certificates.k8s.io/v1, which 1.37 introduced (GA; v1beta1 before it). Near miss: the
+	// controller manager reading it, which goes back with the control plane.
+	bundle := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "families-root"},
+		Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: selfSignedPEM(t, "families root")}}
+	_, err = as(familyUser{}, agentTrust).CertificatesV1().ClusterTrustBundles().Create(ctx, bundle, metav1.CreateOptions{})
+	create("clustertrustbundle as a trust tool", err)
+	_, err = as(controllerMgr, agentCM).CertificatesV1().ClusterTrustBundles().List(ctx, metav1.ListOptions{})
+	must("list clustertrustbundles as the controller manager", err)
+
 	raw, err := os.ReadFile(auditLog)
 	must("read audit log", err)
 	// A line the apiserver may be writing as we read is not one yet.
@@ -447,7 +483,7 @@ func scanFamilies(t *testing.T, auditLog string) {
 	}
 	for rule, n := range map[string]int{"version-skew": 3, "kubectl-version-skew": 3, "node-container-runtime": 1, "gitrepo-volume": 2,
 		"service-external-ips": 1, "service-prefer-close": 1, "ingress-nginx": 3, "eviction-blocked": 1, "webhook-failed-open": 2, "nodes-proxy": 1,
-		"enumerator-read": 1, "strict-ip-cidr": 3, "windows-host-network": 1, "node-cgroup-v1": 1, "kube-proxy-ipvs": 1} {
+		"enumerator-read": 1, "strict-ip-cidr": 3, "windows-host-network": 1, "node-cgroup-v1": 1, "kube-proxy-ipvs": 1, "rollback-api": 1} {
 		if rulesSeen[rule] != n {
 			t.Errorf("classify scan: %d %s findings, want %d (all: %v)", rulesSeen[rule], rule, n, rulesSeen)
 		}
@@ -457,6 +493,8 @@ func scanFamilies(t *testing.T, auditLog string) {
 		"Breaks on the upgrade to 1.38 (removed after 1.37, the cluster's release, at or before 1.38): 1 blocker, 1 finding\n" +
 			"  kube-proxy 1.34 (version-skew)",
 		"kubelet 1.33 (version-skew)",
+		"A rollback to 1.36 breaks what uses the APIs 1.37 introduced (rollback-api): 1 API\n" +
+			"  certificates.k8s.io/v1 clustertrustbundles: 1 caller (admin  " + agentTrust + ")",
 	} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("classify scan's summary lacks %q:\n%s", want, stderr.String())
@@ -549,9 +587,10 @@ func checkFamilyPremises(t *testing.T, evs []auditEvent, warned map[string][]str
 		node   bool
 		events int
 	}{
-		// node-old, node-new, kube-proxy and mallory also write an event each (case 9).
+		// node-old, node-new, kube-proxy and mallory also write an event each (case 9); the
+		// controller manager lists the ClusterTrustBundles (case 11).
 		{nodeOld, agentKubeletOld, true, 3}, {nodeNew, agentKubeletNew, true, 3}, {kubeProxy, agentKubeProxy, false, 3},
-		{alice, agentKubectlOld, false, 2}, {alice, agentKubectlNew, false, 2}, {controllerMgr, agentCM, false, 2},
+		{alice, agentKubectlOld, false, 2}, {alice, agentKubectlNew, false, 2}, {controllerMgr, agentCM, false, 3},
 		{scheduler, agentScheduler, false, 2}, {mallory, agentFakeKubelet, false, 3},
 	} {
 		n := 0
@@ -567,6 +606,15 @@ func checkFamilyPremises(t *testing.T, evs []auditEvent, warned map[string][]str
 		if n != c.events {
 			t.Errorf("%s with %q: %d events, want %d", c.user.name, c.agent, n, c.events)
 		}
+	}
+
+	// 11. The trust tool's bundle went through certificates.k8s.io/v1 and was stored (201).
+	stored := slices.ContainsFunc(evs, func(e auditEvent) bool {
+		return e.UserAgent == agentTrust && e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "clustertrustbundles" &&
+			strings.HasPrefix(e.RequestURI, "/apis/certificates.k8s.io/v1/") && e.code() == 201
+	})
+	if !stored {
+		t.Error("no create of a ClusterTrustBundle through certificates.k8s.io/v1 answered 201")
 	}
 
 	// 2. The node's create carries the runtime and kubelet it registers with.

@@ -1,3 +1,58 @@
+{{/* fullname: fullnameOverride, else the release's name when it holds the chart's name (or
+nameOverride), else "<release>-<name>"; at most 63 characters. */}}
+{{- define "auditlens.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The name of one of the release's objects, from its name in deploy/kubernetes: that name
+itself when the fullname is "auditlens" (the default release keeps the names an install already
+has, and kustomize's), else prefixed with the fullname ("auditlens" and "auditlens-*" take the
+fullname in place of "auditlens"), so that two releases never share an object. list $ NAME */}}
+{{- define "auditlens.obj" -}}
+{{- $full := include "auditlens.fullname" (index . 0) -}}
+{{- $n := index . 1 -}}
+{{- if eq $full "auditlens" -}}
+{{- $n -}}
+{{- else if eq $n "auditlens" -}}
+{{- $full -}}
+{{- else -}}
+{{- printf "%s-%s" $full (trimPrefix "auditlens-" $n) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end }}
+
+{{/* The selector of one workload's pods: its app name and the release. list $ APP */}}
+{{- define "auditlens.selector" -}}
+{app.kubernetes.io/name: {{ index . 1 }}, app.kubernetes.io/instance: {{ (index . 0).Release.Name }}}
+{{- end }}
+
+{{/* The labels of one workload's pods. list $ APP COMPONENT */}}
+{{- define "auditlens.podLabels" -}}
+{app.kubernetes.io/name: {{ index . 1 }}, app.kubernetes.io/component: {{ index . 2 }}, app.kubernetes.io/part-of: auditlens, app.kubernetes.io/instance: {{ (index . 0).Release.Name }}}
+{{- end }}
+
+{{/* The privileged namespace of the file ingest: ingest.file.namespace, else the release's
+"auditlens-ingest". */}}
+{{- define "auditlens.ingestNamespace" -}}
+{{- .Values.ingest.file.namespace | default (include "auditlens.obj" (list . "auditlens-ingest")) -}}
+{{- end }}
+
+{{/* The node directory of the file ingest's read positions: ingest.file.checkpointDir, else
+/var/lib/auditlens/checkpoints for the default release and /var/lib/auditlens/<fullname>/checkpoints
+for another (two releases on one node never share a position file). */}}
+{{- define "auditlens.checkpointDir" -}}
+{{- $full := include "auditlens.fullname" . -}}
+{{- .Values.ingest.file.checkpointDir | default (ternary "/var/lib/auditlens/checkpoints" (printf "/var/lib/auditlens/%s/checkpoints" $full) (eq $full "auditlens")) -}}
+{{- end }}
+
 {{/* Labels of every object: the same part-of label as deploy/kubernetes, and Helm's own. */}}
 {{- define "auditlens.labels" -}}
 app.kubernetes.io/part-of: auditlens
@@ -44,7 +99,7 @@ env:
   - name: GOMEMLIMIT
     valueFrom: {resourceFieldRef: {resource: limits.memory}}
 envFrom:
-  - configMapRef: {name: auditlens}
+  - configMapRef: {name: {{ include "auditlens.obj" (list . "auditlens") }}}
 {{- end }}
 
 {{/* Probes on the metrics port; startup failureThreshold as the argument. */}}
@@ -67,14 +122,14 @@ livenessProbe:
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: {{ .name }}
+  name: {{ include "auditlens.obj" (list .root .name) }}
   namespace: {{ .namespace }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
 spec:
   maxUnavailable: 1
   selector:
-    matchLabels: {app.kubernetes.io/name: {{ .app }}}
+    matchLabels: {{ include "auditlens.selector" (list .root .app) }}
 {{- end }}
 
 {{/* A ServiceAccount without a mounted token. dict "root" . "name" N "namespace" NS */}}
@@ -82,7 +137,7 @@ spec:
 apiVersion: v1
 kind: ServiceAccount
 metadata:
-  name: {{ .name }}
+  name: {{ include "auditlens.obj" (list .root .name) }}
   namespace: {{ .namespace }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
@@ -96,7 +151,7 @@ automountServiceAccountToken: false
 {{/* The Secret that holds AUDITLENS_CLICKHOUSE_DSN (it may carry the password): the user's own,
 or the chart's auditlens-clickhouse made from config.clickhouse.dsn. */}}
 {{- define "auditlens.clickhouseSecret" -}}
-{{- .Values.config.clickhouse.existingSecret | default "auditlens-clickhouse" }}
+{{- .Values.config.clickhouse.existingSecret | default (include "auditlens.obj" (list . "auditlens-clickhouse")) }}
 {{- end }}
 
 {{/* The shared settings, as the ConfigMap "auditlens" holds them (not the ClickHouse DSN: a
@@ -131,7 +186,7 @@ bus out, metrics in from the monitoring namespace only. The namespace as the arg
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: default-deny
+  name: {{ include "auditlens.obj" (list .root "default-deny") }}
   namespace: {{ $ns }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
@@ -142,7 +197,7 @@ spec:
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: allow-dns
+  name: {{ include "auditlens.obj" (list .root "allow-dns") }}
   namespace: {{ $ns }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
@@ -160,7 +215,7 @@ spec:
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: allow-bus
+  name: {{ include "auditlens.obj" (list .root "allow-bus") }}
   namespace: {{ $ns }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
@@ -182,7 +237,7 @@ spec:
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: allow-metrics
+  name: {{ include "auditlens.obj" (list .root "allow-metrics") }}
   namespace: {{ $ns }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
@@ -206,24 +261,24 @@ ServiceAccount and PodDisruptionBudget. dict "root" . "name" N "app" LABEL "repl
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: {{ .name }}
+  name: {{ include "auditlens.obj" (list .root .name) }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "auditlens.labels" .root | nindent 4 }}
 spec:
   replicas: {{ .replicas }}
   selector:
-    matchLabels: {app.kubernetes.io/name: {{ .app }}}
+    matchLabels: {{ include "auditlens.selector" (list .root .app) }}
   template:
     metadata:
-      labels: {app.kubernetes.io/name: {{ .app }}, app.kubernetes.io/component: ingest, app.kubernetes.io/part-of: auditlens}
+      labels: {{ include "auditlens.podLabels" (list .root .app "ingest") }}
       annotations:
         checksum/config: {{ include "auditlens.config" .root | sha256sum }}
         {{- with .root.Values.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
     spec:
-      serviceAccountName: {{ .name }}
+      serviceAccountName: {{ include "auditlens.obj" (list .root .name) }}
       automountServiceAccountToken: false
       {{- include "auditlens.podSettings" (dict "root" .root) | nindent 6 }}
       {{- include "auditlens.podSecurityContext" .root | nindent 6 }}
@@ -282,11 +337,11 @@ report and the weekly CronJob. */}}
 {{- define "auditlens.filesVolumes" -}}
 {{- if or .Values.owners.inline .Values.owners.configMap }}
 - name: owners
-  configMap: {name: {{ .Values.owners.configMap | default "auditlens-owners" }}}
+  configMap: {name: {{ .Values.owners.configMap | default (include "auditlens.obj" (list . "auditlens-owners")) }}}
 {{- end }}
 {{- if or .Values.acknowledgements.inline .Values.acknowledgements.configMap }}
 - name: acknowledgements
-  configMap: {name: {{ .Values.acknowledgements.configMap | default "auditlens-acknowledgements" }}}
+  configMap: {name: {{ .Values.acknowledgements.configMap | default (include "auditlens.obj" (list . "auditlens-acknowledgements")) }}}
 {{- end }}
 {{- end }}
 

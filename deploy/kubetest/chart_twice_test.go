@@ -21,14 +21,14 @@ import (
 	"github.com/auditlens/auditlens/deploy/kubetest/kubeapiserver"
 )
 
-// TestChartInstallsTwice installs the chart twice into one namespace of a real kube-apiserver
-// with Helm itself (its ownership checks are what refuses a second release that would take over
-// an object of the first): the self-managed preset with the console and the readiness gate, as
-// the release "auditlens" (the names of deploy/kubernetes) and as "audit-b" (every object named
-// audit-b-auditlens-*). Both install; they share no object; each workload selects only its own
-// release's pods; the file ingests run in namespaces and node directories of their own; the
-// UpgradeReadiness CRD is installed once, by the first, and stays when the first is uninstalled,
-// while the second's objects stay untouched.
+// TestChartInstallsTwice installs the chart into a real kube-apiserver with Helm itself (its
+// ownership checks are what refuses a release that would take over another's object): the
+// self-managed preset with the console and the readiness gate, as the release "auditlens" (the
+// names of deploy/kubernetes) and as "audit-b" (every object named audit-b-auditlens-*) in one
+// namespace, then as "audit-c" in another. They install and share no object; each workload
+// selects only its own release's pods; the file ingests run in namespaces and node directories
+// of their own; the UpgradeReadiness CRD is installed once, by the first, and stays when the
+// first is uninstalled, while the second's objects stay untouched.
 func TestChartInstallsTwice(t *testing.T) {
 	s := kubeapiserver.Start(t, kubeapiserver.Options{})
 	ch, err := loader.Load(chartDir)
@@ -36,7 +36,7 @@ func TestChartInstallsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ns = "auditlens"
-	config := func() *action.Configuration {
+	config := func(ns string) *action.Configuration {
 		url, token, insecure, namespace := s.URL, kubeapiserver.AdminToken, true, ns
 		flags := &genericclioptions.ConfigFlags{APIServer: &url, BearerToken: &token, Insecure: &insecure, Namespace: &namespace}
 		cfg := &action.Configuration{}
@@ -50,9 +50,9 @@ func TestChartInstallsTwice(t *testing.T) {
 		maps.Copy(v, map[string]any{"cluster": map[string]any{"name": cluster}, "console": map[string]any{"enabled": true}})
 		return v
 	}
-	install := func(name, cluster string) *release.Release {
+	install := func(name, cluster, ns string) *release.Release {
 		t.Helper()
-		inst := action.NewInstall(config())
+		inst := action.NewInstall(config(ns))
 		inst.ReleaseName, inst.Namespace, inst.CreateNamespace = name, ns, true
 		rel, err := inst.Run(ch, values(cluster))
 		if err != nil {
@@ -60,7 +60,7 @@ func TestChartInstallsTwice(t *testing.T) {
 		}
 		return rel
 	}
-	first, second := install("auditlens", "prod"), install("audit-b", "staging")
+	first, second := install("auditlens", "prod", ns), install("audit-b", "staging", ns)
 
 	objects := func(rel *release.Release) map[string]*unstructured.Unstructured {
 		out := map[string]*unstructured.Unstructured{}
@@ -131,7 +131,7 @@ func TestChartInstallsTwice(t *testing.T) {
 
 	// Uninstalling the first keeps the CRD (the second's gate writes its objects there) and
 	// leaves the second's objects alone.
-	if _, err := action.NewUninstall(config()).Run("auditlens"); err != nil {
+	if _, err := action.NewUninstall(config(ns)).Run("auditlens"); err != nil {
 		t.Fatal(err)
 	}
 	dyn, err := dynamic.NewForConfig(s.Config(nil))
@@ -148,8 +148,15 @@ func TestChartInstallsTwice(t *testing.T) {
 		Get(ctx, "audit-b-auditlens-report", metav1.GetOptions{}); err != nil {
 		t.Errorf("the second release's report after the first's uninstall: %v", err)
 	}
-	// A third release installed now does not take the kept CRD over.
-	if third := objects(install("audit-c", "dev")); third[crd] != nil {
+	// A third release, in a namespace of its own, installed now does not take the kept CRD
+	// over, and shares no object with the second.
+	third := objects(install("audit-c", "dev", "team-c"))
+	if third[crd] != nil {
 		t.Errorf("a third release renders the CRD another release installed")
+	}
+	for id := range third {
+		if _, ok := b[id]; ok {
+			t.Errorf("the releases in two namespaces both have %s", id)
+		}
 	}
 }

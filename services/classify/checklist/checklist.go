@@ -148,9 +148,7 @@ func Build(c *rules.Catalogue, from, to kubeversion.Version) []Entry {
 		out = append(out, skewEntry(sk, to))
 	}
 	if r := c.Rule(rules.RollbackAPI); r != nil && !r.Disabled {
-		// the releases the rule follows: the catalogue's newest RollbackReleases
-		newest := release(c.NewestRelease)
-		floor := kubeversion.Version{Major: newest.Major, Minor: max(newest.Minor-(rules.RollbackReleases-1), 0)}
+		floor, _ := rules.RollbackFloor(c) // the releases the rule follows
 		for _, sv := range c.Served {
 			if in(sv.IntroducedIn) && !release(sv.IntroducedIn).Less(floor) {
 				out = append(out, Entry{Change: "introduced", Release: sv.IntroducedIn, What: "api", Rule: rules.RollbackAPI,

@@ -39,6 +39,17 @@ func IntroducedIn(f *auditlensv1.Finding) string {
 	return ""
 }
 
+// RollbackFloor is the oldest release whose introductions the rule follows: the catalogue's
+// newest release and the RollbackReleases-1 before it. ok is false when the catalogue names no
+// newest release.
+func RollbackFloor(c *Catalogue) (floor kubeversion.Version, ok bool) {
+	newest, err := kubeversion.Parse(c.NewestRelease)
+	if err != nil {
+		return floor, false
+	}
+	return kubeversion.Version{Major: newest.Major, Minor: max(newest.Minor-(RollbackReleases-1), 0)}, true
+}
+
 // rollbackSpec is what the rule knows of one served API version.
 type rollbackSpec struct {
 	introduced string
@@ -50,11 +61,10 @@ type rollbackSpec struct {
 // rollbackAPIs maps the served API versions introduced in the newest RollbackReleases
 // releases to their spec.
 func rollbackAPIs(c *Catalogue) map[gvr]rollbackSpec {
-	newest, err := kubeversion.Parse(c.NewestRelease)
-	if err != nil {
+	floor, ok := RollbackFloor(c)
+	if !ok {
 		return nil
 	}
-	floor := kubeversion.Version{Major: newest.Major, Minor: max(newest.Minor-(RollbackReleases-1), 0)}
 	out := map[gvr]rollbackSpec{}
 	for i := range c.Served {
 		s := &c.Served[i]

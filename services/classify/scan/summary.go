@@ -565,8 +565,8 @@ func (s *summary) writeBlockers(o textOut, u Upgrade) {
 // catalogue cannot say (the cluster's release is unknown, or older than the releases whose
 // APIs the rule follows).
 func (s *summary) rollbackOf(u Upgrade, cat *rules.Catalogue) (prev kubeversion.Version, apis []*apiSum, ok bool) {
-	newest, err := kubeversion.Parse(cat.NewestRelease)
-	if u.Current.IsZero() || u.Current.Minor == 0 || err != nil || u.Current.Minor < newest.Minor-(rules.RollbackReleases-1) {
+	floor, known := rules.RollbackFloor(cat)
+	if u.Current.IsZero() || u.Current.Minor == 0 || !known || u.Current.Less(floor) {
 		return prev, nil, false
 	}
 	if r := s.rules[rules.RollbackAPI]; r != nil {

@@ -376,10 +376,65 @@ CREATE TABLE IF NOT EXISTS auditlens.retention_settings (
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY kind;
 
+-- migration 13: one set of numbers
+DROP TABLE IF EXISTS auditlens.daily_rules_mv;
+DROP TABLE IF EXISTS auditlens.daily_apis_mv;
+DROP TABLE IF EXISTS auditlens.daily_callers_mv;
+DROP TABLE IF EXISTS auditlens.daily_rules;
+DROP TABLE IF EXISTS auditlens.daily_apis;
+DROP TABLE IF EXISTS auditlens.daily_callers;
+CREATE VIEW IF NOT EXISTS auditlens.finding_days_current AS
+SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+       msg AS message, n AS findings, toDateTime(fs, 'UTC') AS first_seen, toDateTime(ls, 'UTC') AS last_seen,
+       toDateTime(m_at, 'UTC') AS migrated_at, toUInt8(m_at > ls) AS fixed
+FROM (
+  SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
+  FROM auditlens.finding_days
+  WHERE (cluster, day, build) GLOBAL IN (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      UNION ALL
+      SELECT cluster, day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_day_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60)
+  UNION ALL
+  SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
+         toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
+  FROM auditlens.finding_days_state
+  WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      UNION ALL
+      SELECT cluster, day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_day_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60))
+  GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip
+) AS r ANY LEFT JOIN (
+  SELECT cluster, api_group, api_version, resource, username, user_agent, toUInt32(max(seen)) AS m_at
+  FROM auditlens.migration_sightings
+  GROUP BY cluster, api_group, api_version, resource, username, user_agent
+) AS m USING (cluster, api_group, api_version, resource, username, user_agent)
+WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
+  SELECT toUInt32(argMax(days, version)) AS d FROM auditlens.retention_settings WHERE kind = 'callers'));
+
+-- migration 14: leases
+CREATE TABLE IF NOT EXISTS auditlens.leases (
+    lease   String,
+    holder  String,
+    until   DateTime('UTC'),
+    version UInt64
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY lease;
+
 -- retention (report --retention-days 400): every table naming a caller
 ALTER TABLE auditlens.findings MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
 ALTER TABLE auditlens.finding_requests MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
-ALTER TABLE auditlens.daily_callers MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
 ALTER TABLE auditlens.finding_days_state MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
 ALTER TABLE auditlens.finding_days MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
 ALTER TABLE auditlens.finding_hours_state MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);

@@ -153,7 +153,8 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		return nil, err
 	}
 	// What reads the store starts once the writer has applied the schema.
-	comps := []daemon.Component{w, afterSchema(w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st.DropMonth, log, reg)),
+	comps := []daemon.Component{w, afterSchema(w, rollup.NewCompactor(cfg.Rollup, st.DB(), st.Table("findings"), st,
+		st.Lease("compact", cfg.Rollup.LeaseTTL()), log, reg)),
 		afterSchema(w, newExpirer(st, log, reg))}
 	if cfg.Weekly.Enabled() {
 		sch, err := schedule.New(cfg.Weekly, st.DB(), st, d.Cluster, log)

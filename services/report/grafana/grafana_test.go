@@ -261,9 +261,9 @@ func checkFacts(t *testing.T, p map[string][][]string) {
 	expect("Blocker findings A", [][]string{{"6"}})
 	expect("Blocker callers A", [][]string{{"3"}})
 	expect("Findings by rule A", [][]string{
-		{"removed-api", "critical", "4", "2026-11-03 10:00:00", "2026-11-25 12:00:00"},
-		{"psp", "critical", "3", "2026-11-10 09:00:00", "2026-11-24 09:00:00"},
-		{"deprecated-api", "warning", "1", "2026-11-20 08:00:00", "2026-11-20 08:00:00"},
+		{"removed-api", "4", "2026-11-03 10:00:00", "2026-11-25 12:00:00"},
+		{"psp", "3", "2026-11-10 09:00:00", "2026-11-24 09:00:00"},
+		{"deprecated-api", "1", "2026-11-20 08:00:00", "2026-11-20 08:00:00"},
 	})
 	expect("Upgrade blockers A", [][]string{
 		{"psp", "policy", "v1beta1", "podsecuritypolicies", "1.25", "Pod Security Admission", "3", "1", "2026-11-10 09:00:00", "2026-11-24 09:00:00"},

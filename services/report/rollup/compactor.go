@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,29 +35,57 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Compactor runs Compact every Interval: a daemon.Component.
+// Lease lets one of the report processes that share a store compact it (store.Lease).
+type Lease interface {
+	// Hold reports whether this process holds the lease, taking or renewing it, and the
+	// holder found.
+	Hold(ctx context.Context) (bool, string, error)
+	// Release gives it up.
+	Release(ctx context.Context) error
+}
+
+// Compactor runs Compact every Interval: a daemon.Component. With a Lease, only the report
+// process that holds it compacts and prunes; the others take over when it stops.
 type Compactor struct {
 	cfg    Config
 	db     *sql.DB
 	tables Tables
 	log    *slog.Logger
+	lease  Lease
+	// holding is whether this process held the lease at its last round, holder who did.
+	holding atomic.Bool
+	holder  string
 
 	built, prefixes, failed prometheus.Counter
-	last                    prometheus.Gauge
+	last, held              prometheus.Gauge
 
-	// drop drops a month of a table (store.Store.DropMonth); nil prunes nothing.
-	drop   func(ctx context.Context, table string, month uint32) error
-	pruned time.Time
+	// st drops the months of the hour tables and deletes superseded builds; nil: never.
+	st      Store
+	pruned  time.Time
+	cleaned prometheus.Counter
 }
 
-// pruneEvery is how often the compactor prunes the hour tables (see Prune).
+// Store is what the compactor changes in the store beside its queries (store.Store).
+type Store interface {
+	// DropMonth drops a month of a table (Prune).
+	DropMonth(ctx context.Context, table string, month uint32) error
+	// DeleteBuilds deletes the rows of builds from a table (Clean).
+	DeleteBuilds(ctx context.Context, table string, ids []uint64) error
+}
+
+// pruneEvery is how often the compactor prunes the hour tables (Prune) and removes the
+// builds replaced (Clean).
 const pruneEvery = time.Hour
 
+// LeaseTTL is how long a compacting process's lease lasts past each round: three rounds, so
+// that a slow round does not hand it over, and at least 30 seconds.
+func (c Config) LeaseTTL() time.Duration { return max(3*c.Interval, 30*time.Second) }
+
 // NewCompactor returns the compaction of the day tables beside findings (see TablesFor),
-// which prunes the hour tables through drop (store.Store.DropMonth; nil: never).
-func NewCompactor(cfg Config, db *sql.DB, findings string, drop func(ctx context.Context, table string, month uint32) error,
-	log *slog.Logger, reg prometheus.Registerer) *Compactor {
-	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log, drop: drop,
+// which prunes the hour tables and removes replaced builds through st (nil: never), while it
+// holds lease (nil: always).
+func NewCompactor(cfg Config, db *sql.DB, findings string, st Store, lease Lease, log *slog.Logger, reg prometheus.Registerer) *Compactor {
+	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log, st: st, lease: lease,
 		built: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_days_built_total",
 			Help: "Cluster days whose finding states were turned into plain per-day counts."}),
 		prefixes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_prefixes_built_total",
@@ -65,11 +94,65 @@ func NewCompactor(cfg Config, db *sql.DB, findings string, drop func(ctx context
 			Help: "Compactions, and prunings of the hour tables, that failed (the days stay readable from their states)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
 			Help: "When a compaction last completed."}),
+		cleaned: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_builds_removed_total",
+			Help: "Day builds whose rows were deleted because a newer build of the same cluster day replaced them (rollup.CleanAfter ago or more)."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_lease_held",
+			Help: "1 when this report process holds the store's compaction lease (one process of those sharing a store compacts), else 0."}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.built, c.prefixes, c.failed, c.last)
+		reg.MustRegister(c.built, c.prefixes, c.failed, c.last, c.held, c.cleaned)
 	}
 	return c
+}
+
+// Held reports whether this process compacted at its last round.
+func (c *Compactor) Held() bool { return c.holding.Load() }
+
+// hold reports whether this process compacts this round (it holds the lease), logging when
+// that changes.
+func (c *Compactor) hold(ctx context.Context) bool {
+	if c.lease == nil {
+		c.holding.Store(true)
+		c.held.Set(1)
+		return true
+	}
+	ok, holder, err := c.lease.Hold(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.failed.Inc()
+			c.log.Warn("reading the compaction lease failed; the next round tries again", "err", err)
+		}
+		return false
+	}
+	was := c.holding.Load()
+	switch {
+	case ok && !was:
+		c.log.Info("this report process compacts the store (it holds the compaction lease)", "previous", c.holder)
+	case !ok && (was || holder != c.holder):
+		c.log.Info("another report process compacts the store", "holder", holder)
+	}
+	c.holding.Store(ok)
+	c.holder = holder
+	if ok {
+		c.held.Set(1)
+	} else {
+		c.held.Set(0)
+	}
+	return ok
+}
+
+// release gives the lease up when the process stops, so that another takes it over at once.
+func (c *Compactor) release() {
+	if c.lease == nil || !c.holding.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.lease.Release(ctx); err != nil {
+		c.log.Warn("releasing the compaction lease failed; another process takes it over when it runs out", "err", err)
+	}
+	c.holding.Store(false)
+	c.held.Set(0)
 }
 
 // Run compacts at once (the days an upgrade's migration filled), then every Interval, until
@@ -81,7 +164,16 @@ func (c *Compactor) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
+	defer c.release()
 	for {
+		if !c.hold(ctx) {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				continue
+			}
+		}
 		start := time.Now()
 		n, err := Compact(ctx, c.db, c.tables)
 		c.built.Add(float64(n.Days))
@@ -107,22 +199,34 @@ func (c *Compactor) Run(ctx context.Context) error {
 	}
 }
 
-// prune runs Prune once every pruneEvery, for at most two minutes (on a cluster, dropping
-// waits for every server: a server down fails it, and the next hour tries again).
+// prune runs Prune and Clean once every pruneEvery, for at most two minutes each (on a
+// cluster, dropping and deleting wait for every server: a server down fails them, and the
+// next hour tries again).
 func (c *Compactor) prune(ctx context.Context) {
-	if c.drop == nil || time.Since(c.pruned) < pruneEvery {
+	if c.st == nil || time.Since(c.pruned) < pruneEvery {
 		return
 	}
 	c.pruned = time.Now()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	months, err := Prune(ctx, c.db, c.tables, c.drop)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	months, err := Prune(pctx, c.db, c.tables, c.st.DropMonth)
+	cancel()
 	switch {
 	case err != nil:
 		c.failed.Inc()
 		c.log.Warn("pruning the finding hours failed; the next hour tries again", "dropped", months, "err", err)
 	case len(months) > 0:
 		c.log.Info("pruned the finding hours", "months", months)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	n, err := Clean(cctx, c.db, c.tables, c.st.DeleteBuilds)
+	cancel()
+	c.cleaned.Add(float64(n))
+	switch {
+	case err != nil:
+		c.failed.Inc()
+		c.log.Warn("removing replaced day builds failed; the next hour tries again", "err", err)
+	case n > 0:
+		c.log.Info("removed the rows of replaced day builds", "builds", n)
 	}
 }
 

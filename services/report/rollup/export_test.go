@@ -13,6 +13,13 @@ func SetMargin(d time.Duration) (restore func()) {
 	return func() { margin = old }
 }
 
+// SetCleanAfter sets CleanAfter for a test.
+func SetCleanAfter(d time.Duration) (restore func()) {
+	old := cleanAfter
+	cleanAfter = d
+	return func() { cleanAfter = old }
+}
+
 // SetNow makes Compact act as if the server's clock read now.
 func SetNow(now time.Time) (restore func()) {
 	old := clock

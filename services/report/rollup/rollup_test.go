@@ -82,6 +82,16 @@ func fromDays(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []ro
 FROM (`+src+`) GROUP BY d, key`, args...)
 }
 
+// fromView reads the same rows through the view rollup.View (Grafana's), of cluster ("" for
+// every cluster) over the days [from, to).
+func fromView(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
+	t.Helper()
+	return rows(t, db, `SELECT toString(day) AS d, concat(cluster, '|', `+keyText+`) AS key, toUInt64(sum(findings)),
+  toUInt32(min(first_seen)), toUInt32(max(last_seen))
+FROM `+rollup.View+` WHERE (? = '' OR cluster = ?) AND day >= toDate(?) AND day < toDate(?)
+GROUP BY d, key`, cluster, cluster, rollup.Day(from), rollup.Day(to))
+}
+
 // byUser reads, through rollup.Days with only the columns username and last_seen, the
 // findings of cluster per day, rule and user over [from, to).
 func byUser(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
@@ -213,6 +223,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	}
 	for _, c := range []string{"prod", "staging", ""} {
 		sameRows(t, c+", before compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		sameRows(t, c+", the view, before compaction", fromView(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		sameRows(t, c+", some columns, before compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
 		sameRows(t, c+", hashes, before compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 	}
@@ -263,6 +274,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	}
 	for _, c := range []string{"prod", "staging", ""} {
 		sameRows(t, c+", after compaction", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		sameRows(t, c+", the view, after compaction", fromView(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		sameRows(t, c+", some columns, after compaction", byUser(t, db, c, from, to), byUserFromFindings(t, db, c, from, to))
 		sameRows(t, c+", hashes, after compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 	}
@@ -316,6 +328,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	replicated()
 	want := fromFindings(t, db, "prod", from, to)
 	sameRows(t, "after a late finding", fromDays(t, db, "prod", from, to), want)
+	sameRows(t, "the view after a late finding", fromView(t, db, "prod", from, to), want)
 	sameRows(t, "hashes after a late finding", byHashes(t, db, "prod", from, to), byHashesFromFindings(t, db, "prod", from, to))
 	for _, d := range clean() {
 		if d == rollup.Day(late)+" prod" || d == rollup.Day(fs[0].EventTime.AsTime())+" prod" {
@@ -334,6 +347,64 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	sameRows(t, "every cluster after rebuilding", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
 	sameRows(t, "some columns after rebuilding", byUser(t, db, "", from, to), byUserFromFindings(t, db, "", from, to))
 	sameRows(t, "hashes after rebuilding", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+
+	// The two days rebuilt left their first builds behind: once replaced CleanAfter ago they
+	// are removed, rows and records, and every count stays.
+	builds := func() (records, withRows uint64) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT (SELECT uniqExact(build) FROM finding_day_builds), (SELECT uniqExact(build) FROM finding_days)`).Scan(&records, &withRows); err != nil {
+			t.Fatal(err)
+		}
+		return records, withRows
+	}
+	records, withRows := builds()
+	if n, err := rollup.Clean(ctx, db, tables, st.DeleteBuilds); err != nil || n != 0 {
+		t.Errorf("clean before CleanAfter removed %d builds (%v), want none", n, err)
+	}
+	restoreClean := rollup.SetCleanAfter(0)
+	time.Sleep(1100 * time.Millisecond) // the newest builds a second in the past
+	if removed, err := rollup.Clean(ctx, db, tables, st.DeleteBuilds); err != nil || removed != 2 {
+		t.Errorf("clean removed %d builds (%v), want the 2 replaced", removed, err)
+	}
+	replicated()
+	if r, w := builds(); r != records-2 || w != withRows-2 {
+		t.Errorf("after clean: %d builds recorded, %d with rows; want %d and %d", r, w, records-2, withRows-2)
+	}
+	if n, err := rollup.Clean(ctx, db, tables, st.DeleteBuilds); err != nil || n != 0 {
+		t.Errorf("a second clean removed %d builds (%v), want none", n, err)
+	}
+	restoreClean()
+	sameRows(t, "after clean", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "the view after clean", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	if c := clean(); !reflect.DeepEqual(c, past) {
+		t.Errorf("days read from builds after clean %v, want the past days %v", c, past)
+	}
+
+	// The view reads a day from its newest build once that build began a minute (rollup.Margin)
+	// after the day's last change: the builds, recorded again an hour later as if built then,
+	// are read, one build a day (the rebuilt days have two).
+	if _, err := db.ExecContext(ctx, `INSERT INTO finding_day_builds (cluster, day, built, build)
+SELECT cluster, day, toUInt32(max(built) + 3600), argMax(build, built) FROM finding_day_builds GROUP BY cluster, day`); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	var fromBuilds uint64
+	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_days WHERE (cluster, day, build) GLOBAL IN (
+  SELECT cluster, day, argMax(build, built) FROM finding_day_builds WHERE day < toDate(?) GROUP BY cluster, day)`, rollup.Day(today)).Scan(&fromBuilds); err != nil || fromBuilds == 0 {
+		t.Fatalf("no row in the newest builds of the past days: %d, %v", fromBuilds, err)
+	}
+	// A state written past the findings (never by the view on them) shows whether the view
+	// reads a built day from its build: it must not count it.
+	ghost := today.AddDate(0, 0, -2).Add(7 * time.Hour)
+	if _, err := db.ExecContext(ctx, `INSERT INTO finding_days_state (cluster, day, `+rollup.Key+`, message, findings, first_seen, last_seen)
+SELECT 'prod', toDate(?), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost', '', '', '',
+  anyState(''), uniqExactState('ghost'), minState(toDateTime(?, 'UTC')), maxState(toDateTime(?, 'UTC'))`,
+		rollup.Day(ghost), ghost.Unix(), ghost.Unix()); err != nil {
+		t.Fatal(err)
+	}
+	replicated()
+	sameRows(t, "the view of days built", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "days built", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
 
 	// A window of a day and its neighbours only.
 	mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
@@ -385,6 +456,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		t.Errorf("days read from a prefix after pruning %v, want today's %v", c, todays)
 	}
 	sameRows(t, "after pruning", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "the view after pruning", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
 	// The raw findings of 40 days ago may be gone already (a retention of 30 days).
 	if got := byUser(t, db, "prod", old, old.AddDate(0, 0, 1)); len(got) != 1 || got[0].Findings != 1 {
 		t.Errorf("the day 40 days ago after pruning: %v, want carol's one finding", got)
@@ -462,6 +534,58 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 		}
 		if indexed != stored || stored == 0 {
 			t.Errorf("finding_requests holds %d findings, findings %d", indexed, stored)
+		}
+	})
+}
+
+// Migration 13 retires the approximate daily rollups and adds the view: on a store at
+// version 12 with findings, the day rows read the same before and after it, the view reads
+// what the raw findings count, and migration 2's tables and views are gone.
+func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
+	all := store.Migrations
+	var before []store.Migration
+	var after []int // 13 and any later migration
+	for _, m := range all {
+		if m.Version < 13 {
+			before = append(before, m)
+		} else {
+			after = append(after, m.Version)
+		}
+	}
+	store.Migrations = before
+	defer func() { store.Migrations = all }()
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		if err := st.WriteFindings(ctx, seed(today)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil {
+			t.Fatal(err)
+		}
+		var daily uint64
+		if err := db.QueryRowContext(ctx, `SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY cluster, rule_id, day)`).Scan(&daily); err != nil || daily == 0 {
+			t.Fatalf("daily_rules before the migration: %d, %v", daily, err)
+		}
+		was := fromDays(t, db, "", from, to)
+		store.Migrations = all
+		did, err := st.Migrate(ctx, store.MigrateOptions{})
+		store.Migrations = before
+		if err != nil || !slices.Equal(did, after) || after[0] != 13 {
+			t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
+		}
+		sameRows(t, "the day rows after the migration", fromDays(t, db, "", from, to), was)
+		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		var total uint64
+		if err := db.QueryRowContext(ctx, `SELECT toUInt64(sum(findings)) FROM `+rollup.View).Scan(&total); err != nil || total != daily {
+			t.Errorf("the view counts %d findings (%v), migration 2's daily_rules counted %d", total, err, daily)
+		}
+		var left uint64
+		if err := db.QueryRowContext(ctx, `SELECT count() FROM system.tables WHERE database = ? AND name LIKE 'daily\_%'`, st.Database()).Scan(&left); err != nil || left != 0 {
+			t.Errorf("%d of migration 2's tables and views left (%v), want none", left, err)
 		}
 	})
 }

@@ -41,12 +41,9 @@ func TestClusterSchema(t *testing.T) {
 
 	want := map[string]string{
 		"findings": "Distributed", "findings_local": "ReplicatedReplacingMergeTree",
-		"daily_rules": "Distributed", "daily_rules_local": "ReplicatedAggregatingMergeTree",
-		"daily_apis": "Distributed", "daily_apis_local": "ReplicatedAggregatingMergeTree",
-		"daily_callers": "Distributed", "daily_callers_local": "ReplicatedAggregatingMergeTree",
 		"weekly_reports": "ReplicatedReplacingMergeTree", "schema_migrations": "ReplicatedReplacingMergeTree",
-		"daily_rules_mv": "MaterializedView", "daily_apis_mv": "MaterializedView", "daily_callers_mv": "MaterializedView",
-		"stream_minutes": "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
+		"finding_days_current": "View",
+		"stream_minutes":       "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
 		"event_minutes": "Distributed", "event_minutes_local": "ReplicatedReplacingMergeTree",
 		"finding_days_state": "Distributed", "finding_days_state_local": "ReplicatedAggregatingMergeTree", "finding_days_state_mv": "MaterializedView",
 		"finding_day_changes": "Distributed", "finding_day_changes_local": "ReplicatedAggregatingMergeTree", "finding_day_changes_mv": "MaterializedView",
@@ -61,7 +58,7 @@ func TestClusterSchema(t *testing.T) {
 		"coverage_sightings": "Distributed", "coverage_sightings_local": "ReplicatedReplacingMergeTree",
 		"migration_sightings": "Distributed", "migration_sightings_local": "ReplicatedReplacingMergeTree",
 		"review_sightings": "Distributed", "review_sightings_local": "ReplicatedReplacingMergeTree",
-		"retention_settings": "ReplicatedReplacingMergeTree",
+		"retention_settings": "ReplicatedReplacingMergeTree", "leases": "ReplicatedReplacingMergeTree",
 	}
 	for _, srv := range c.Servers() {
 		db := srv.DB(t)
@@ -134,8 +131,8 @@ func TestClusterSchema(t *testing.T) {
 		t.Errorf("rows over the shards: %d, want %d (each identity on one shard)", sum, findings)
 	}
 	var daily uint64
-	if err := st.DB().QueryRowContext(ctx, "SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY rule_id)").Scan(&daily); err != nil || daily != findings {
-		t.Errorf("daily_rules through the Distributed table: %d, %v; want %d", daily, err, findings)
+	if err := st.DB().QueryRowContext(ctx, "SELECT toUInt64(sum(findings)) FROM finding_days_current").Scan(&daily); err != nil || daily != uint64(findings) {
+		t.Errorf("finding_days_current over the Distributed tables: %d, %v; want %d", daily, err, findings)
 	}
 	// Heartbeats through the Distributed event_minutes, twice (a redelivery) and from a
 	// second classify replica with a smaller count: one minute per cluster and minute, with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,7 +75,6 @@ func (t RetainedTable) ttl(days int) string {
 var Tables = []RetainedTable{
 	{Name: "findings", Holds: Callers, Time: "event_time"},
 	{Name: "finding_requests", Holds: Callers, Time: "event_time"},
-	{Name: "daily_callers", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_days_state", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_days", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hours_state", Holds: Callers, Time: "hour"},
@@ -87,8 +87,6 @@ var Tables = []RetainedTable{
 	{Name: "finding_hour_changes", Holds: Callers, Time: "hour"},
 	{Name: "finding_day_prefix_builds", Holds: Callers, Time: "day", Date: true},
 
-	{Name: "daily_rules", Holds: Counts, Time: "day", Date: true},
-	{Name: "daily_apis", Holds: Counts, Time: "day", Date: true}, // its callers column is a count (uniq state)
 	{Name: "stream_minutes", Holds: Counts, Time: "minute"},
 	{Name: "event_minutes", Holds: Counts, Time: "minute"},
 	{Name: "control_plane_sightings", Holds: Counts, Time: "seen"},
@@ -98,6 +96,7 @@ var Tables = []RetainedTable{
 	{Name: "schema_migrations", Holds: Ledger},
 	{Name: "weekly_reports", Holds: Ledger},
 	{Name: "retention_settings", Holds: Ledger},
+	{Name: "leases", Holds: Ledger},
 }
 
 // Retention is how long the store keeps rows, in days; 0 keeps them forever.
@@ -281,6 +280,25 @@ func (s *Store) Expire(ctx context.Context) ([]Expired, error) {
 		out = append(out, Expired{Table: t.Name, Rows: n, Before: from})
 	}
 	return out, nil
+}
+
+// DeleteBuilds deletes the rows of table (a table of the rollup's builds, "name" or
+// "database.name") whose build is one of ids, and waits until it is done (package rollup's
+// Clean).
+func (s *Store) DeleteBuilds(ctx context.Context, table string, ids []uint64) error {
+	name := strings.TrimPrefix(table, s.database+".")
+	if ValidateIdent(name) != nil {
+		return fmt.Errorf("delete builds of %s: not a table of database %s", table, s.database)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	// The ids are numbers: written as literals.
+	set := make([]string, len(ids))
+	for i, id := range ids {
+		set[i] = strconv.FormatUint(id, 10)
+	}
+	return s.deleteWhere(ctx, name, "build IN ("+strings.Join(set, ", ")+")")
 }
 
 // deleteWhere deletes the rows of table where cond holds, as a mutation of its local tables

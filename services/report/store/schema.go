@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"text/template"
+
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // Migration is one versioned step of the schema. Its statements are idempotent (IF NOT
@@ -541,4 +543,33 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.retention_settings{{.On}} (
     version UInt64
 ) ENGINE = {{.EngineEverywhere "retention_settings" "ReplacingMergeTree(version)"}}
 ORDER BY kind`}},
+	// One set of numbers: migration 2's daily rollups counted with uniq (approximate) and only
+	// Grafana read them, so the dashboards and the console could show different counts for
+	// the same thing, and their three views cost every insert. They are dropped (the views
+	// first, so no insert writes into a table being dropped); the dashboards read the exact
+	// day rows through the view finding_days_current (package rollup: View), which picks
+	// each day's newest current build.
+	{Version: 13, Name: "one set of numbers", SQL: []string{
+		`DROP TABLE IF EXISTS {{.DB}}.daily_rules_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.daily_apis_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.daily_callers_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.daily_rules{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.daily_apis{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.daily_callers{{.On}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}}{{end}}`,
+		rollup.ViewSQL}},
+	// Who does what must run once per store (the rollup's compaction, the retention's
+	// deletion) among the report processes that share it: a few rows per lease and holder
+	// renewal, the newest version in force (Lease). On every server of a cluster, so that a
+	// process reads back what it wrote on the server it wrote to.
+	{Version: 14, Name: "leases", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.leases{{.On}} (
+    lease   String,
+    holder  String,
+    until   DateTime('UTC'),
+    version UInt64
+) ENGINE = {{.EngineEverywhere "leases" "ReplacingMergeTree(version)"}}
+ORDER BY lease`}},
 }

@@ -14,16 +14,15 @@
 //
 //	uniqExact(cluster, rule_id, audit_id)   -- or uniqExact(audit_id) inside GROUP BY cluster, rule_id
 //
-// (FINAL also works but reads slower). The daily rollups hold uniq states of audit_id per
-// (day, cluster, rule_id, ...), so a re-inserted finding adds nothing: read them with
-// uniqMerge(findings), minMerge(first_seen), maxMerge(last_seen). uniq is exact up to 65536
-// distinct findings per group and within about 2% above that; take uniqExact over findings
-// where exact large counts matter.
+// (FINAL also works but reads slower). The day rows of package rollup hold uniqExact states
+// of audit_id per cluster, day, rule, API and caller, so a re-inserted finding adds nothing:
+// read them through rollup.Days, or outside Go through the view finding_days_current (sum
+// its findings).
 //
 // # On a cluster
 //
 // With OpenCluster every table is created ON CLUSTER: findings and the rollups as
-// Replicated tables per shard (findings_local, daily_rules_local, ...) under Distributed
+// Replicated tables per shard (findings_local, finding_days_state_local, ...) under Distributed
 // tables of the names above, findings sharded by cityHash64(cluster, audit_id) so that
 // every copy of one identity lands on one shard; schema_migrations and weekly_reports are
 // small tables replicated to every server. Inserts go through the Distributed tables

@@ -107,17 +107,17 @@ func TestClusterReplicaKilled(t *testing.T) {
 		t.Errorf("uniqExact over the Distributed table: %d, want %d", n, len(want))
 	}
 	var rollup uint64
-	if err := st.DB().QueryRow("SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY cluster, rule_id)").Scan(&rollup); err != nil {
+	if err := st.DB().QueryRow("SELECT toUInt64(sum(findings)) FROM finding_days_current").Scan(&rollup); err != nil {
 		t.Fatal(err)
 	}
 	if rollup != uint64(len(want)) {
-		t.Errorf("daily_rules through its Distributed table: %d, want %d", rollup, len(want))
+		t.Errorf("finding_days_current over the Distributed tables: %d, want %d", rollup, len(want))
 		for _, srv := range c.Servers() {
 			var n, rows uint64
-			_ = srv.DB(t).QueryRow("SELECT toUInt64(sum(n)), toUInt64(sum(r)) FROM (SELECT uniqMerge(findings) AS n, count() AS r FROM auditlens.daily_rules_local GROUP BY cluster, rule_id)").Scan(&n, &rows)
+			_ = srv.DB(t).QueryRow("SELECT toUInt64(sum(n)), toUInt64(sum(r)) FROM (SELECT uniqExactMerge(findings) AS n, count() AS r FROM auditlens.finding_days_state_local GROUP BY cluster, day, rule_id)").Scan(&n, &rows)
 			var raw uint64
 			_ = srv.DB(t).QueryRow("SELECT uniqExact(cluster, audit_id, rule_id) FROM auditlens.findings_local").Scan(&raw)
-			t.Logf("shard %s replica %s: daily_rules_local %d findings in %d rows; findings_local %d", srv.Cluster.Shard, srv.Cluster.Replica, n, rows, raw)
+			t.Logf("shard %s replica %s: finding_days_state_local %d findings in %d rows; findings_local %d", srv.Cluster.Shard, srv.Cluster.Replica, n, rows, raw)
 		}
 	}
 }

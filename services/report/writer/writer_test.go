@@ -169,11 +169,11 @@ func TestWritesEachFindingOnce(t *testing.T) {
 			t.Errorf("%d distinct findings, want 1200", n)
 		}
 		var rollup uint64
-		if err := st.DB().QueryRow("SELECT uniqMerge(findings) FROM daily_rules WHERE rule_id = 'removed-api'").Scan(&rollup); err != nil {
+		if err := st.DB().QueryRow("SELECT toUInt64(sum(findings)) FROM finding_days_current WHERE rule_id = 'removed-api'").Scan(&rollup); err != nil {
 			t.Fatal(err)
 		}
 		if rollup != 1200 {
-			t.Errorf("daily_rules counts %d, want 1200", rollup)
+			t.Errorf("finding_days_current counts %d, want 1200", rollup)
 		}
 		if err := w.Ready(); err != nil {
 			t.Errorf("not ready after writing: %v", err)
@@ -208,9 +208,9 @@ func TestBatchMessagesCountOnce(t *testing.T) {
 			t.Errorf("%d distinct findings, want 1000", n)
 		}
 		for _, q := range []string{
-			"SELECT uniqMerge(findings) FROM daily_rules WHERE rule_id = 'removed-api'",
-			"SELECT uniqMerge(findings) FROM daily_apis WHERE rule_id = 'removed-api'",
-			"SELECT uniqMerge(findings) FROM (SELECT findings FROM daily_callers WHERE rule_id = 'removed-api')",
+			"SELECT toUInt64(sum(findings)) FROM finding_days_current WHERE rule_id = 'removed-api'",
+			"SELECT toUInt64(sum(findings)) FROM finding_days_current WHERE rule_id = 'removed-api' AND api_version = 'v1beta1'",
+			"SELECT uniqExactMerge(findings) FROM finding_days_state WHERE rule_id = 'removed-api'",
 		} {
 			var n uint64
 			if err := st.DB().QueryRow(q).Scan(&n); err != nil {

@@ -104,7 +104,7 @@ LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows 
 	if err != nil {
 		return nil, err
 	}
-	if !names.cover(hashes, callers) {
+	if !names.Cover(hashes, callers) {
 		// On a replicated store the counts may come from one replica and the names from
 		// another, which may not yet hold a key written a moment ago: once more, over the
 		// whole window.
@@ -114,16 +114,17 @@ LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows 
 	}
 	for i := range out {
 		b := &out[i]
-		key, ok := names.blockers[hashes[i]]
+		key, ok := names.Blockers[hashes[i]]
 		if !ok {
 			return nil, fmt.Errorf("blocker %d of %s: no name in the day states", hashes[i], cluster)
 		}
-		b.Key, b.RemovedIn, b.Replacement = key.Key, key.RemovedIn, key.Replacement
+		b.Key = BlockerKey{Rule: key.RuleID, Group: key.APIGroup, Version: key.APIVersion, Resource: key.Resource}
+		b.RemovedIn, b.Replacement = key.RemovedIn, key.Replacement
 		cs := tops[i]
 		for j := range cs {
 			// A caller still without a name is listed by its id (its links work by id).
-			who := names.callers[cs[j].ID]
-			cs[j].Username, cs[j].UserAgent, cs[j].SourceIP = who[0], who[1], who[2]
+			who := names.Callers[callerHash(cs[j].ID)]
+			cs[j].Username, cs[j].UserAgent, cs[j].SourceIP = who.Username, who.UserAgent, who.SourceIP
 		}
 		// The candidates come busiest first; those as busy as the last listed are ordered by
 		// name, agent and IP.
@@ -164,58 +165,17 @@ func lessKey(a, b BlockerKey) bool {
 	return a.Resource < b.Resource
 }
 
-// names are the blockers (by BlockerHash) and callers (by CallerHash as Caller.ID: user,
-// agent, IP) that Blockers lists.
-type names struct {
-	blockers map[uint64]Blocker
-	callers  map[string][3]string
+// blockerNames reads the names of the blockers and callers given by their hashes (package
+// rollup's NamesOf) on the days given, or over w's days when days is nil.
+func (r Reader) blockerNames(ctx context.Context, t, cluster string, w Window, target kubeversion.Version, blockers, callers []uint64, days []string) (rollup.Names, error) {
+	from, to := rollup.Span(w.From, w.To)
+	return rollup.NamesOf(ctx, r.DB, rollup.TablesFor(t), cluster, days, from, to, target.Key(), blockers, callers)
 }
 
-// cover reports whether n names every blocker and caller given by their hashes.
-func (n names) cover(blockers, callers []uint64) bool {
-	for _, b := range blockers {
-		if _, ok := n.blockers[b]; !ok {
-			return false
-		}
-	}
-	for _, c := range callers {
-		if _, ok := n.callers[strconv.FormatUint(c, 10)]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// blockerNames reads the names of the blockers and callers given by their hashes from the
-// key columns of cluster's day states that block target, on the days given (those the
-// callers were last seen, whose states hold their keys), or over w's days when days is nil.
-// Reading key columns merges nothing.
-func (r Reader) blockerNames(ctx context.Context, t, cluster string, w Window, target kubeversion.Version, blockers, callers []uint64, days []string) (names, error) {
-	n := names{blockers: map[uint64]Blocker{}, callers: map[string][3]string{}}
-	onDays, args := `day IN (SELECT toDate(arrayJoin(?)))`, []any{cluster, days}
-	if days == nil {
-		from, to := rollup.Span(w.From, w.To)
-		onDays, args = `day >= toDate(?) AND day < toDate(?)`, []any{cluster, rollup.Day(from), rollup.Day(to)}
-	}
-	err := each(ctx, r.DB, "blocker names", `SELECT `+rollup.BlockerHash+` AS b, `+rollup.CallerHash+` AS c,
-  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
-  any(username), any(user_agent), any(source_ip)
-FROM `+rollup.TablesFor(t).State+`
-WHERE cluster = ? AND `+onDays+` AND `+blocking+`
-  AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
-GROUP BY b, c`, append(args, target.Key(), blockers, callers), func(rows *sql.Rows) error {
-		var b, c uint64
-		var k Blocker
-		var who [3]string
-		if err := rows.Scan(&b, &c, &k.Key.Rule, &k.Key.Group, &k.Key.Version, &k.Key.Resource, &k.RemovedIn, &k.Replacement,
-			&who[0], &who[1], &who[2]); err != nil {
-			return err
-		}
-		n.blockers[b] = k
-		n.callers[strconv.FormatUint(c, 10)] = who
-		return nil
-	})
-	return n, err
+// callerHash is the hash a Caller.ID of Blockers spells.
+func callerHash(id string) uint64 {
+	h, _ := strconv.ParseUint(id, 10, 64)
+	return h
 }
 
 // ClusterVersion is the newest release a kubelet or controller-manager of cluster named in
@@ -226,26 +186,18 @@ func (r Reader) ClusterVersion(ctx context.Context, cluster string, w Window) (k
 		return kubeversion.Version{}, err
 	}
 	var best kubeversion.Version
-	// The user agents of the day rows' states: the distinct values need no merging.
 	from, to := rollup.Span(w.From, w.To)
-	err = each(ctx, r.DB, "cluster version", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+rollup.TablesFor(t).State+`
-WHERE cluster = ? AND day >= toDate(?) AND day < toDate(?)
-  AND (startsWith(user_agent, 'kubelet/v') OR startsWith(user_agent, 'kube-controller-manager/v'))
-LIMIT 1000`, []any{cluster, rollup.Day(from), rollup.Day(to)}, func(rows *sql.Rows) error {
-		var ua string
-		if err := rows.Scan(&ua); err != nil {
-			return err
-		}
+	agents, err := rollup.Agents(ctx, r.DB, rollup.TablesFor(t), cluster, from, to, []string{"kubelet/v", "kube-controller-manager/v"}, 1000)
+	if err != nil {
+		return kubeversion.Version{}, fmt.Errorf("cluster version: %w", err)
+	}
+	for _, ua := range agents {
 		// A kubelet or a kube-controller-manager carries its release in its user agent:
 		// "kubelet/v1.33.2 (linux/amd64) kubernetes/abc".
 		name, v, ok := kubeversion.Agent(ua)
 		if ok && (name == "kubelet" || name == "kube-controller-manager") && v.Key() > best.Key() {
 			best = v
 		}
-		return nil
-	})
-	if err != nil {
-		return kubeversion.Version{}, fmt.Errorf("cluster version: %w", err)
 	}
 	return best, nil
 }

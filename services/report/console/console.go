@@ -11,8 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -114,9 +114,8 @@ func (r Reader) table() (string, error) {
 }
 
 // blocking is true for a finding that blocks the upgrade to the target bound as its one
-// parameter (kubeversion Key): what it uses is removed at or before the target (as in
-// package weekly).
-const blocking = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
+// parameter (package rollup's).
+const blocking = rollup.Blocking
 
 // ClusterSummary is one cluster seen in the findings.
 type ClusterSummary struct {
@@ -152,25 +151,12 @@ func (r Reader) Clusters(ctx context.Context, weekStart time.Time, target kubeve
 	// Whether the weeks have findings, from the days that received them (package rollup):
 	// no count, so no merging of the day not yet compacted. What lies ahead of the weeks
 	// counts in this week (a cluster's clock may run ahead).
-	type weeks struct{ this, last bool }
-	has := map[string]weeks{}
-	err = each(ctx, r.DB, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
-FROM `+rollup.TablesFor(t).Changes+`
-WHERE day >= toDate(?)
-GROUP BY c`, []any{rollup.Day(weekStart), rollup.Day(weekStart), rollup.Day(prev)}, func(rows *sql.Rows) error {
-		var name string
-		var this, last uint8
-		if err := rows.Scan(&name, &this, &last); err != nil {
-			return err
-		}
-		has[name] = weeks{this == 1, last == 1}
-		return nil
-	})
+	has, err := rollup.WeeksOf(ctx, r.DB, rollup.TablesFor(t), weekStart)
 	if err != nil {
 		return nil, err
 	}
 	for i := range cs {
-		cs[i].ThisWeek, cs[i].LastWeek = has[cs[i].Name].this, has[cs[i].Name].last
+		cs[i].ThisWeek, cs[i].LastWeek = has[cs[i].Name].This, has[cs[i].Name].Last
 	}
 	return cs, nil
 }
@@ -186,64 +172,15 @@ func (r Reader) ClusterList(ctx context.Context, target kubeversion.Version) ([]
 	if target.IsZero() {
 		return nil, invalid("target version is not set")
 	}
-	// The newest finding (and blocker) of each cluster: the newest day in the states (their
-	// key columns need no merging), then the newest second of that day.
-	tables := rollup.TablesFor(t)
-	type newest struct{ day, blockerDay string }
-	days := map[string]newest{}
-	var names []string
-	err = each(ctx, r.DB, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+blocking+`))
-FROM `+tables.State+`
-GROUP BY c
-ORDER BY c
-LIMIT ?`, []any{target.Key(), MaxClusters}, func(rows *sql.Rows) error {
-		var name string
-		var n newest
-		if err := rows.Scan(&name, &n.day, &n.blockerDay); err != nil {
-			return err
-		}
-		days[name] = n
-		names = append(names, name)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	var pairs, blockerPairs []string
-	oldest := rollup.Day(farDay) // the oldest day of the pairs, to read only their partitions
-	for name, n := range days {
-		pairs = append(pairs, n.day+" "+name)
-		oldest = min(oldest, n.day)
-		if n.blockerDay > rollup.Day(firstDay) {
-			blockerPairs = append(blockerPairs, n.blockerDay+" "+name)
-			oldest = min(oldest, n.blockerDay)
-		}
-	}
-	last := map[string][2]uint32{}
-	err = each(ctx, r.DB, "clusters", `SELECT toString(cluster) AS c,
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`))),
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`) AND `+blocking+`))
-FROM `+tables.State+`
-WHERE day >= toDate(?) AND (has(?, `+clusterDay+`) OR has(?, `+clusterDay+`))
-GROUP BY c`, []any{withNone(pairs), withNone(blockerPairs), target.Key(), oldest, withNone(pairs), withNone(blockerPairs)}, func(rows *sql.Rows) error {
-		var name string
-		var v [2]uint32
-		if err := rows.Scan(&name, &v[0], &v[1]); err != nil {
-			return err
-		}
-		last[name] = v
-		return nil
-	})
+	newest, err := rollup.NewestOf(ctx, r.DB, rollup.TablesFor(t), target.Key(), MaxClusters)
 	if err != nil {
 		return nil, err
 	}
 	var out []ClusterSummary
-	for _, name := range names {
-		var c ClusterSummary
-		v := last[name]
-		c.Name, c.Newest, c.NewestEvent = name, unix(v[0]), unix(v[0])
-		if v[1] > 0 {
-			c.NewestBlocker = unix(v[1])
+	for _, n := range newest {
+		c := ClusterSummary{Name: n.Cluster, Newest: unix(n.Finding), NewestEvent: unix(n.Finding)}
+		if n.Blocker > 0 {
+			c.NewestBlocker = unix(n.Blocker)
 		}
 		out = append(out, c)
 	}
@@ -293,7 +230,7 @@ LIMIT ?`
 
 // each runs q and calls f for each row; what names the query in errors.
 func each(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
-	rows, err := db.QueryContext(ctx, bounded(ctx, q), args...)
+	rows, err := db.QueryContext(ctx, rollup.Bounded(ctx, q), args...)
 	if err != nil {
 		return fmt.Errorf("query %s: %w", what, err)
 	}
@@ -316,27 +253,16 @@ func (r Reader) Releases(ctx context.Context, cluster string) ([]kubeversion.Ver
 	if err != nil {
 		return nil, err
 	}
-	rows, err := r.DB.QueryContext(ctx, bounded(ctx, `SELECT DISTINCT removed_in_key FROM `+rollup.TablesFor(t).State+`
-WHERE cluster = ? AND removed_in_key >= 1000
-ORDER BY removed_in_key
-LIMIT 200`), cluster)
+	keys, err := rollup.RemovedIn(ctx, r.DB, rollup.TablesFor(t), cluster, 200)
 	if err != nil {
-		return nil, fmt.Errorf("query releases: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var out []kubeversion.Version
-	for rows.Next() {
-		var k uint32
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("read releases: %w", err)
-		}
+	for _, k := range keys {
 		v := kubeversion.Version{Major: int(k) / (kubeversion.MaxMinor + 1), Minor: int(k) % (kubeversion.MaxMinor + 1)}
 		if v.Key() == int(k) {
 			out = append(out, v)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read releases: %w", err)
 	}
 	return out, nil
 }
@@ -351,7 +277,7 @@ func (r Reader) Known(ctx context.Context, cluster string) (bool, error) {
 	// or whose findings all expired, is still one the first screen lists.
 	for _, from := range []string{t, r.eventMinutes(t)} {
 		var n uint8
-		err = r.DB.QueryRowContext(ctx, bounded(ctx, `SELECT toUInt8(1) FROM `+from+` WHERE cluster = ? LIMIT 1`), cluster).Scan(&n)
+		err = r.DB.QueryRowContext(ctx, rollup.Bounded(ctx, `SELECT toUInt8(1) FROM `+from+` WHERE cluster = ? LIMIT 1`), cluster).Scan(&n)
 		if err == nil {
 			return true, nil
 		}
@@ -377,12 +303,11 @@ func (r Reader) Names(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT c FROM (
-  SELECT DISTINCT toString(cluster) AS c FROM `+rollup.TablesFor(t).Changes+`
-  UNION ALL
-  SELECT DISTINCT toString(cluster) AS c FROM `+r.eventMinutes(t)+`)
-ORDER BY c LIMIT ?`, []any{MaxClusters},
+	out, err := rollup.Clusters(ctx, r.DB, rollup.TablesFor(t), MaxClusters)
+	if err != nil {
+		return nil, err
+	}
+	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+r.eventMinutes(t)+` ORDER BY c LIMIT ?`, []any{MaxClusters},
 		func(rows *sql.Rows) error {
 			var n string
 			if err := rows.Scan(&n); err != nil {
@@ -391,23 +316,10 @@ ORDER BY c LIMIT ?`, []any{MaxClusters},
 			out = append(out, n)
 			return nil
 		})
-	return out, err
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return out[:min(len(out), MaxClusters)], err
 }
-
-// clusterDay names a cluster's day of the day tables as "YYYY-MM-DD cluster" (as package
-// rollup does).
-const clusterDay = `concat(toString(day), ' ', toString(cluster))`
-
-// withNone is list with an entry that names nothing: an empty array literal is typed
-// Array(Nothing), which has() on ClickHouse 18.16 refuses against strings.
-func withNone(list []string) []string { return append([]string{"-"}, list...) }
-
-// firstDay and farDay bound every day a finding can lie in (ClickHouse 18.16's Date ends in
-// 2105).
-var (
-	firstDay = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
-	farDay   = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-)
 
 // days returns the source of the day rows of cluster over the whole days of w (package
 // rollup) for the findings table t, with the columns cols (rollup.Filter.Columns), limited
@@ -434,19 +346,6 @@ func (r Reader) daysOf(ctx context.Context, t, cluster string, w Window, m rollu
 // groups), as two callers' links (Caller.ID) would already.
 func hashOf(cols string) string { return "cityHash64(" + cols + ")" }
 
-// bounded is q with ClickHouse's max_execution_time set to what is left of ctx's deadline
-// (whole seconds, at least one), so that the engine itself stops a query the request no
-// longer waits for: a server also hears of it through the client's cancel, but embedded chDB
-// cannot interrupt a running query otherwise. Without a deadline q is unchanged.
-func bounded(ctx context.Context, q string) string {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return q
-	}
-	secs := max(1, int((time.Until(d)+time.Second-1)/time.Second))
-	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
-}
-
 // NewestBlocker is the time of cluster's newest finding that blocks target (zero: none): the
 // index asks it for a cluster judged against its own target (the release after its own),
 // which ClusterList, judging every cluster against one target, cannot tell.
@@ -458,18 +357,7 @@ func (r Reader) NewestBlocker(ctx context.Context, cluster string, target kubeve
 	if cluster == "" || target.IsZero() {
 		return time.Time{}, invalid("cluster and target version are required")
 	}
-	tables := rollup.TablesFor(t)
-	var day string
-	err = each(ctx, r.DB, "newest blocker", `SELECT toString(maxIf(day, `+blocking+`))
-FROM `+tables.State+`
-WHERE cluster = ?`, []any{target.Key(), cluster}, func(rows *sql.Rows) error { return rows.Scan(&day) })
-	if err != nil || day <= rollup.Day(firstDay) {
-		return time.Time{}, err
-	}
-	var last uint32
-	err = each(ctx, r.DB, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+blocking+`))
-FROM `+tables.State+`
-WHERE cluster = ? AND day = toDate(?)`, []any{target.Key(), cluster, day}, func(rows *sql.Rows) error { return rows.Scan(&last) })
+	last, err := rollup.NewestBlocker(ctx, r.DB, rollup.TablesFor(t), cluster, target.Key())
 	if err != nil || last == 0 {
 		return time.Time{}, err
 	}

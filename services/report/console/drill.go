@@ -58,7 +58,7 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 )
 ORDER BY n DESC, c_user, c_agent, c_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
+	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query callers: %w", err)
 	}
@@ -231,7 +231,7 @@ WHERE cluster = ? AND ` + where + `
 GROUP BY rule_id
 ORDER BY rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(append([]any{cluster}, args...), maxRequestFindings)...)
+	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(append([]any{cluster}, args...), maxRequestFindings)...)
 	if err != nil {
 		return nil, fmt.Errorf("query request: %w", err)
 	}
@@ -355,7 +355,7 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 )
 ORDER BY n DESC, m_rule, m_group, m_version, m_resource, m_user, m_agent, m_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
+	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("query search: %w", err)
 	}

@@ -104,10 +104,8 @@ func (o *Options) validate() error {
 }
 
 // blockingExpr is true for a finding that blocks the upgrade to the target bound as its one
-// parameter (Version.Key): what it uses is removed in a release at or before the target.
-// removed_in_key is the store's numeric form of removed_in (MAJOR*1000+MINOR, 0 when empty or
-// malformed), so versions compare as numbers (1.9 < 1.16) and an unknown removal never blocks.
-const blockingExpr = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
+// parameter (package rollup's).
+const blockingExpr = rollup.Blocking
 
 // Build reads the week o.WeekEnding of o.Cluster from db and assembles the report. It runs
 // the same SQL on ClickHouse 18.16 and on current ClickHouse (chDB), with ? parameters only.

@@ -1,4 +1,4 @@
-package console
+package rollup
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 )
 
 func TestBoundedCarriesTheDeadline(t *testing.T) {
-	if got := bounded(context.Background(), "SELECT 1"); got != "SELECT 1" {
+	if got := Bounded(context.Background(), "SELECT 1"); got != "SELECT 1" {
 		t.Errorf("without a deadline: %q", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	if got := bounded(ctx, "SELECT 1"); !strings.HasSuffix(got, "SETTINGS max_execution_time = 2") {
+	if got := Bounded(ctx, "SELECT 1"); !strings.HasSuffix(got, "SETTINGS max_execution_time = 2") {
 		t.Errorf("with 1.5 s left: %q", got)
 	}
 }

@@ -1,0 +1,287 @@
+package rollup
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What the console and the weekly report ask of the day rows beside their counts (Days):
+// the clusters, their newest findings, the names behind the blocker and caller hashes, the
+// removal releases and agents seen. Each reads the key columns of the day states, which need
+// no merging, and is bounded by its context's deadline (Bounded).
+
+// Blocking is the condition on a day row (or a finding) that it blocks the upgrade to the
+// target bound as its one parameter (kubeversion.Version.Key): what it uses is removed in a
+// release at or before the target. removed_in_key is the store's numeric form of removed_in
+// (MAJOR*1000+MINOR, 0 when empty or malformed), so versions compare as numbers (1.9 < 1.16)
+// and an unknown removal never blocks.
+const Blocking = `(removed_in_key >= 1000 AND removed_in_key <= ?)`
+
+// Bounded is q with ClickHouse's max_execution_time set to what is left of ctx's deadline
+// (whole seconds, at least one), so that the engine itself stops a query the request no
+// longer waits for: a server also hears of it through the client's cancel, but embedded chDB
+// cannot interrupt a running query otherwise. Without a deadline q is unchanged.
+func Bounded(ctx context.Context, q string) string {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return q
+	}
+	secs := max(1, int((time.Until(d)+time.Second-1)/time.Second))
+	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
+}
+
+// rows runs q (Bounded) and calls f for each row; what names the query in errors.
+func rows(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
+	rs, err := db.QueryContext(ctx, Bounded(ctx, q), args...)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", what, err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		if err := f(rs); err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	return nil
+}
+
+// Clusters lists the clusters that have day rows, at most limit, by name.
+func Clusters(ctx context.Context, db *sql.DB, t Tables, limit int) ([]string, error) {
+	var out []string
+	err := rows(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.Changes+` ORDER BY c LIMIT ?`, []any{limit},
+		func(r *sql.Rows) error {
+			var n string
+			if err := r.Scan(&n); err != nil {
+				return err
+			}
+			out = append(out, n)
+			return nil
+		})
+	return out, err
+}
+
+// Weeks says whether a cluster has findings in the week starting at a Monday and in the week
+// before it.
+type Weeks struct{ This, Last bool }
+
+// WeeksOf reads, for every cluster with findings since the week before weekStart, whether
+// it has findings in the week starting at weekStart (or later: a cluster's clock may run
+// ahead) and in the week before: from the days that received findings, so no counting.
+func WeeksOf(ctx context.Context, db *sql.DB, t Tables, weekStart time.Time) (map[string]Weeks, error) {
+	out := map[string]Weeks{}
+	err := rows(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
+FROM `+t.Changes+`
+WHERE day >= toDate(?)
+GROUP BY c`, []any{Day(weekStart), Day(weekStart), Day(weekStart.AddDate(0, 0, -7))}, func(r *sql.Rows) error {
+		var name string
+		var this, last uint8
+		if err := r.Scan(&name, &this, &last); err != nil {
+			return err
+		}
+		out[name] = Weeks{This: this == 1, Last: last == 1}
+		return nil
+	})
+	return out, err
+}
+
+// Newest is a cluster's newest finding and newest finding that blocks a target, in Unix
+// seconds (0: none).
+type Newest struct {
+	Cluster          string
+	Finding, Blocker uint32
+}
+
+// NewestOf reads the newest finding and the newest that blocks target (Blocking's parameter)
+// of each cluster, at most limit clusters, by name: the newest day of each in the states,
+// then the newest second of those days.
+func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
+	type days struct{ day, blockerDay string }
+	byCluster := map[string]days{}
+	var names []string
+	err := rows(ctx, db, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+Blocking+`))
+FROM `+t.State+`
+GROUP BY c
+ORDER BY c
+LIMIT ?`, []any{target, limit}, func(r *sql.Rows) error {
+		var name string
+		var d days
+		if err := r.Scan(&name, &d.day, &d.blockerDay); err != nil {
+			return err
+		}
+		byCluster[name] = d
+		names = append(names, name)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// "-" names no day: an empty array literal is typed Array(Nothing), which has() on
+	// ClickHouse 18.16 refuses against strings.
+	pairs, blockerPairs := []string{"-"}, []string{"-"}
+	oldest := Day(farDay) // the oldest day of the pairs, to read only their partitions
+	for name, d := range byCluster {
+		pairs = append(pairs, pair(d.day, name))
+		oldest = min(oldest, d.day)
+		if d.blockerDay > Day(time.Unix(0, 0)) {
+			blockerPairs = append(blockerPairs, pair(d.blockerDay, name))
+			oldest = min(oldest, d.blockerDay)
+		}
+	}
+	last := map[string]Newest{}
+	err = rows(ctx, db, "clusters", `SELECT toString(cluster) AS c,
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`))),
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`) AND `+Blocking+`))
+FROM `+t.State+`
+WHERE day >= toDate(?) AND (has(?, `+clusterDay+`) OR has(?, `+clusterDay+`))
+GROUP BY c`, []any{pairs, blockerPairs, target, oldest, pairs, blockerPairs}, func(r *sql.Rows) error {
+		var n Newest
+		if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
+			return err
+		}
+		last[n.Cluster] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Newest, len(names))
+	for i, name := range names {
+		out[i] = last[name]
+		out[i].Cluster = name
+	}
+	return out, nil
+}
+
+// farDay is after every day a finding can lie in (ClickHouse 18.16's Date ends in 2105).
+var farDay = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// NewestBlocker is the Unix second of cluster's newest finding that blocks target
+// (Blocking's parameter), 0 when none does.
+func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
+	var day string
+	err := rows(ctx, db, "newest blocker", `SELECT toString(maxIf(day, `+Blocking+`))
+FROM `+t.State+`
+WHERE cluster = ?`, []any{target, cluster}, func(r *sql.Rows) error { return r.Scan(&day) })
+	if err != nil || day <= Day(time.Unix(0, 0)) {
+		return 0, err
+	}
+	var last uint32
+	err = rows(ctx, db, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+Blocking+`))
+FROM `+t.State+`
+WHERE cluster = ? AND day = toDate(?)`, []any{target, cluster, day}, func(r *sql.Rows) error { return r.Scan(&last) })
+	return last, err
+}
+
+// RemovedIn lists the removal releases (removed_in_key, MAJOR*1000+MINOR) the findings of
+// cluster name, at most limit, oldest first.
+func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit int) ([]uint32, error) {
+	var out []uint32
+	err := rows(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.State+`
+WHERE cluster = ? AND removed_in_key >= 1000
+ORDER BY removed_in_key
+LIMIT ?`, []any{cluster, limit}, func(r *sql.Rows) error {
+		var k uint32
+		if err := r.Scan(&k); err != nil {
+			return err
+		}
+		out = append(out, k)
+		return nil
+	})
+	return out, err
+}
+
+// Agents lists the distinct user agents (their first 64 characters) that start with one of
+// prefixes in cluster's days [from, to), at most limit.
+func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time, prefixes []string, limit int) ([]string, error) {
+	if len(prefixes) == 0 {
+		return nil, nil
+	}
+	var out []string
+	args := []any{cluster, Day(from), Day(to)}
+	starts := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		starts[i] = "startsWith(user_agent, ?)"
+		args = append(args, p)
+	}
+	err := rows(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.State+`
+WHERE cluster = ? AND day >= toDate(?) AND day < toDate(?)
+  AND (`+strings.Join(starts, " OR ")+`)
+LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
+		var ua string
+		if err := r.Scan(&ua); err != nil {
+			return err
+		}
+		out = append(out, ua)
+		return nil
+	})
+	return out, err
+}
+
+// BlockerName is what a blocker hash (BlockerHash) stands for.
+type BlockerName struct {
+	RuleID, APIGroup, APIVersion, Resource, RemovedIn, Replacement string
+}
+
+// CallerName is what a caller hash (CallerHash) stands for.
+type CallerName struct {
+	Username, UserAgent, SourceIP string
+}
+
+// Names are the blockers and callers some hashes stand for.
+type Names struct {
+	Blockers map[uint64]BlockerName
+	Callers  map[uint64]CallerName
+}
+
+// Cover reports whether n names every blocker and caller given by their hashes.
+func (n Names) Cover(blockers, callers []uint64) bool {
+	for _, b := range blockers {
+		if _, ok := n.Blockers[b]; !ok {
+			return false
+		}
+	}
+	for _, c := range callers {
+		if _, ok := n.Callers[c]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// NamesOf reads what the hashes of blockers and callers of cluster stand for, from the key
+// columns of the day states that block target (Blocking's parameter) on the days given
+// ("YYYY-MM-DD", those the callers were last seen, whose states hold their keys), or, when
+// days is nil, over the days [from, to).
+func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
+	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
+	onDays, args := `day IN (SELECT toDate(arrayJoin(?)))`, []any{cluster, days}
+	if days == nil {
+		onDays, args = `day >= toDate(?) AND day < toDate(?)`, []any{cluster, Day(from), Day(to)}
+	}
+	err := rows(ctx, db, "blocker names", `SELECT `+BlockerHash+` AS b, `+CallerHash+` AS c,
+  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
+  any(username), any(user_agent), any(source_ip)
+FROM `+t.State+`
+WHERE cluster = ? AND `+onDays+` AND `+Blocking+`
+  AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
+GROUP BY b, c`, append(args, target, blockers, callers), func(r *sql.Rows) error {
+		var b, c uint64
+		var k BlockerName
+		var who CallerName
+		if err := r.Scan(&b, &c, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement,
+			&who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+			return err
+		}
+		n.Blockers[b] = k
+		n.Callers[c] = who
+		return nil
+	})
+	return n, err
+}

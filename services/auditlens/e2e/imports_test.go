@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	"services/classify/manifests": {"services/classify/rules", "services/classify/scan"},
 	"services/classify/checklist": {"services/classify/rules", "services/classify/scan"},
 
-	"services/report/store":            {},
+	"services/report/store":            {"services/report/rollup"},
 	"services/report/writer":           {"services/report/store"},
 	"services/report/chdb":             {"services/report/store"},
 	"services/report/engine":           {"services/report/store", "services/report/chdb"},

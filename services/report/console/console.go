@@ -228,22 +228,10 @@ LIMIT ?`
 	return out[:min(len(out), MaxClusters)], nil
 }
 
-// each runs q and calls f for each row; what names the query in errors.
+// each runs q and calls f for each row; what names the query in errors (package rollup's
+// Query: bounded by ctx's deadline).
 func each(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
-	rows, err := db.QueryContext(ctx, rollup.Bounded(ctx, q), args...)
-	if err != nil {
-		return fmt.Errorf("query %s: %w", what, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := f(rows); err != nil {
-			return fmt.Errorf("read %s: %w", what, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", what, err)
-	}
-	return nil
+	return rollup.Query(ctx, db, what, q, args, f)
 }
 
 // Releases lists the removal releases named by the findings of cluster (what its blockers

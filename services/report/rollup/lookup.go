@@ -34,8 +34,8 @@ func Bounded(ctx context.Context, q string) string {
 	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
 }
 
-// rows runs q (Bounded) and calls f for each row; what names the query in errors.
-func rows(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
+// Query runs q (Bounded) and calls f for each row; what names the query in errors.
+func Query(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
 	rs, err := db.QueryContext(ctx, Bounded(ctx, q), args...)
 	if err != nil {
 		return fmt.Errorf("query %s: %w", what, err)
@@ -55,7 +55,7 @@ func rows(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*s
 // Clusters lists the clusters that have day rows, at most limit, by name.
 func Clusters(ctx context.Context, db *sql.DB, t Tables, limit int) ([]string, error) {
 	var out []string
-	err := rows(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.Changes+` ORDER BY c LIMIT ?`, []any{limit},
+	err := Query(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.Changes+` ORDER BY c LIMIT ?`, []any{limit},
 		func(r *sql.Rows) error {
 			var n string
 			if err := r.Scan(&n); err != nil {
@@ -76,7 +76,7 @@ type Weeks struct{ This, Last bool }
 // ahead) and in the week before: from the days that received findings, so no counting.
 func WeeksOf(ctx context.Context, db *sql.DB, t Tables, weekStart time.Time) (map[string]Weeks, error) {
 	out := map[string]Weeks{}
-	err := rows(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
+	err := Query(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
 FROM `+t.Changes+`
 WHERE day >= toDate(?)
 GROUP BY c`, []any{Day(weekStart), Day(weekStart), Day(weekStart.AddDate(0, 0, -7))}, func(r *sql.Rows) error {
@@ -105,7 +105,7 @@ func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]N
 	type days struct{ day, blockerDay string }
 	byCluster := map[string]days{}
 	var names []string
-	err := rows(ctx, db, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+Blocking+`))
+	err := Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+Blocking+`))
 FROM `+t.State+`
 GROUP BY c
 ORDER BY c
@@ -135,7 +135,7 @@ LIMIT ?`, []any{target, limit}, func(r *sql.Rows) error {
 		}
 	}
 	last := map[string]Newest{}
-	err = rows(ctx, db, "clusters", `SELECT toString(cluster) AS c,
+	err = Query(ctx, db, "clusters", `SELECT toString(cluster) AS c,
   toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`))),
   toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`) AND `+Blocking+`))
 FROM `+t.State+`
@@ -166,14 +166,14 @@ var farDay = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 // (Blocking's parameter), 0 when none does.
 func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
 	var day string
-	err := rows(ctx, db, "newest blocker", `SELECT toString(maxIf(day, `+Blocking+`))
+	err := Query(ctx, db, "newest blocker", `SELECT toString(maxIf(day, `+Blocking+`))
 FROM `+t.State+`
 WHERE cluster = ?`, []any{target, cluster}, func(r *sql.Rows) error { return r.Scan(&day) })
 	if err != nil || day <= Day(time.Unix(0, 0)) {
 		return 0, err
 	}
 	var last uint32
-	err = rows(ctx, db, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+Blocking+`))
+	err = Query(ctx, db, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+Blocking+`))
 FROM `+t.State+`
 WHERE cluster = ? AND day = toDate(?)`, []any{target, cluster, day}, func(r *sql.Rows) error { return r.Scan(&last) })
 	return last, err
@@ -183,7 +183,7 @@ WHERE cluster = ? AND day = toDate(?)`, []any{target, cluster, day}, func(r *sql
 // cluster name, at most limit, oldest first.
 func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit int) ([]uint32, error) {
 	var out []uint32
-	err := rows(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.State+`
+	err := Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.State+`
 WHERE cluster = ? AND removed_in_key >= 1000
 ORDER BY removed_in_key
 LIMIT ?`, []any{cluster, limit}, func(r *sql.Rows) error {
@@ -210,7 +210,7 @@ func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to 
 		starts[i] = "startsWith(user_agent, ?)"
 		args = append(args, p)
 	}
-	err := rows(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.State+`
+	err := Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.State+`
 WHERE cluster = ? AND day >= toDate(?) AND day < toDate(?)
   AND (`+strings.Join(starts, " OR ")+`)
 LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
@@ -265,7 +265,7 @@ func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []s
 	if days == nil {
 		onDays, args = `day >= toDate(?) AND day < toDate(?)`, []any{cluster, Day(from), Day(to)}
 	}
-	err := rows(ctx, db, "blocker names", `SELECT `+BlockerHash+` AS b, `+CallerHash+` AS c,
+	err := Query(ctx, db, "blocker names", `SELECT `+BlockerHash+` AS b, `+CallerHash+` AS c,
   any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
   any(username), any(user_agent), any(source_ip)
 FROM `+t.State+`

@@ -490,18 +490,7 @@ func TestSpanCoversWholeDays(t *testing.T) {
 func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 	defer rollup.SetMargin(0)()
 	defer rollup.SetNow(testkit.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour))()
-	all := store.Migrations
-	var before []store.Migration
-	var after []int // 6, 7 and any later migration
-	for _, m := range all {
-		if m.Version < 6 {
-			before = append(before, m)
-		} else {
-			after = append(after, m.Version)
-		}
-	}
-	store.Migrations = before
-	defer func() { store.Migrations = all }()
+	all, before, after := cutMigrations(t, 6)
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		db := st.DB()
@@ -542,18 +531,7 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 // version 12 with findings, the day rows read the same before and after it, the view reads
 // what the raw findings count, and migration 2's tables and views are gone.
 func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
-	all := store.Migrations
-	var before []store.Migration
-	var after []int // 13 and any later migration
-	for _, m := range all {
-		if m.Version < 13 {
-			before = append(before, m)
-		} else {
-			after = append(after, m.Version)
-		}
-	}
-	store.Migrations = before
-	defer func() { store.Migrations = all }()
+	all, before, after := cutMigrations(t, 13)
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		db := st.DB()
@@ -588,4 +566,21 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 			t.Errorf("%d of migration 2's tables and views left (%v), want none", left, err)
 		}
 	})
+}
+
+// cutMigrations makes store.Migrations the steps before version until t ends (a store at the
+// version before it), and returns every step, those before, and the versions from it on.
+func cutMigrations(t *testing.T, version int) (all, before []store.Migration, after []int) {
+	t.Helper()
+	all = store.Migrations
+	for _, m := range all {
+		if m.Version < version {
+			before = append(before, m)
+		} else {
+			after = append(after, m.Version)
+		}
+	}
+	store.Migrations = before
+	t.Cleanup(func() { store.Migrations = all })
+	return all, before, after
 }

@@ -51,7 +51,6 @@ func withMoveColumns(keys, values []string) ([]string, []string) {
 // sightings of cluster, "" for every cluster's, from the day from on), giving the columns out
 // (and migrated_at for WithMigratedAt), and returns the join's arguments, which follow src's.
 func (m Migrated) join(src string, out []string, table, cluster string, from time.Time) (string, []any) {
-	using := "cluster, " + strings.Join(moveColumns, ", ")
 	where, args := `seen >= toDateTime(?)`, []any{from.Unix()}
 	if cluster != "" {
 		where, args = `cluster = ? AND `+where, []any{cluster, from.Unix()}
@@ -66,12 +65,18 @@ func (m Migrated) join(src string, out []string, table, cluster string, from tim
 	}
 	return `SELECT ` + sel + ` FROM (
 ` + src + `
-) AS r ANY LEFT JOIN (
-  SELECT ` + using + `, toUInt32(max(seen)) AS migrated_at
-  FROM ` + table + `
-  WHERE ` + where + `
-  GROUP BY ` + using + `
-) AS m USING (` + using + `)` + filter, args
+)` + movesJoin(table, "\n  WHERE "+where, "migrated_at") + filter, args
+}
+
+// movesJoin joins the rows before it (aliased r) with each caller's newest call of the
+// successor of the API it used, from the migration sightings of table that satisfy where
+// ("" or "\n  WHERE ..."), as the column as (UInt32 Unix seconds, 0 when none).
+func movesJoin(table, where, as string) string {
+	return ` AS r ANY LEFT JOIN (
+  SELECT cluster, ` + movesKey + `, toUInt32(max(seen)) AS ` + as + `
+  FROM ` + table + where + `
+  GROUP BY cluster, ` + movesKey + `
+) AS m USING (cluster, ` + movesKey + `)`
 }
 
 // Move is a caller that moved off a blocker: its findings of Key's API up to LastSeen are

@@ -41,11 +41,7 @@ FROM (
   FROM {{.DB}}.finding_days_state
   WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (` + currentBuilds + `))
   GROUP BY cluster, day, ` + Key + `
-) AS r ANY LEFT JOIN (
-  SELECT cluster, ` + movesKey + `, toUInt32(max(seen)) AS m_at
-  FROM {{.DB}}.migration_sightings
-  GROUP BY cluster, ` + movesKey + `
-) AS m USING (cluster, ` + movesKey + `)
+)` + movesJoin("{{.DB}}.migration_sightings", "", "m_at") + `
 WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
   SELECT toUInt32(argMax(days, version)) AS d FROM {{.DB}}.retention_settings WHERE kind = 'callers'))`
 

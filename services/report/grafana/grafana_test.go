@@ -1,6 +1,7 @@
 package grafana
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"flag"
@@ -18,7 +19,7 @@ import (
 	"github.com/auditlens/auditlens/services/report/store"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/panels.golden")
+var update = flag.Bool("update", false, "rewrite testdata/panels.golden and the dashboard's day-rows blocks")
 
 func TestMain(m *testing.M) { chtest.Main(m) }
 
@@ -308,4 +309,64 @@ func diff(a, b string) string {
 		}
 	}
 	return out.String()
+}
+
+// TestDashboardInlinesTheCurrentDayRows: every query reads the day rows through a block of
+// rollup.CurrentSQL with its cluster and days inside, written by InlineDayRows (-update
+// rewrites the dashboard), never through the view itself.
+func TestDashboardInlinesTheCurrentDayRows(t *testing.T) {
+	path := filepath.Join(dashboardDir, "auditlens-upgrade.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, n, err := InlineDayRows(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	for _, sql := range append(queriesOf(d), variableQueriesOf(d)...) {
+		if !strings.Contains(sql, "finding_days") {
+			continue
+		}
+		reads++
+		outside := dayRows.ReplaceAllString(sql, "")
+		if strings.Contains(outside, "finding_days") {
+			t.Errorf("a query reads the day rows outside a finding_days_current block:\n%s", sql)
+		}
+	}
+	if reads < 12 || n < reads {
+		t.Errorf("%d queries read the day rows in %d blocks; want at least 12, each in a block", reads, n)
+	}
+	if *update {
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !bytes.Equal(out, b) {
+		t.Errorf("%s: the day-rows blocks are not rollup.CurrentSQL's (run go test ./grafana -run TestDashboardInlinesTheCurrentDayRows -update)", path)
+	}
+}
+
+func queriesOf(d *Dashboard) []string {
+	var out []string
+	for _, q := range d.Queries {
+		out = append(out, q.SQL)
+	}
+	return out
+}
+
+func variableQueriesOf(d *Dashboard) []string {
+	var out []string
+	for _, v := range d.Variables {
+		if v.Query != "" {
+			out = append(out, v.Query)
+		}
+	}
+	return out
 }

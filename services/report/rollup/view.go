@@ -25,35 +25,63 @@ const View = "finding_days_current"
 // ({{.DB}}, {{.On}}). On a cluster the tables it names are the Distributed ones, so the build
 // ids are matched with GLOBAL IN.
 var ViewSQL = `
-CREATE VIEW IF NOT EXISTS {{.DB}}.` + View + `{{.On}} AS
+CREATE VIEW IF NOT EXISTS {{.DB}}.` + View + `{{.On}} AS` + CurrentSQL("{{.DB}}.", "", "")
+
+// CurrentSQL is View's SELECT over the tables prefix names ("" or "db."), with the
+// conditions on cluster and day inside, where they cut what is read: cluster is an SQL value
+// (a literal, a Grafana variable such as '${cluster}'), days a condition on the column day;
+// either may be empty. ClickHouse 18.16 applies a query's WHERE after a view's whole SELECT,
+// so the dashboards read this, not View: a week of one cluster reads that week's rows, not
+// every day's. With both empty it is View's SELECT.
+func CurrentSQL(prefix, cluster, days string) string {
+	var conds []string
+	if cluster != "" {
+		conds = append(conds, "cluster = "+cluster)
+	}
+	if days != "" {
+		conds = append(conds, days)
+	}
+	and, where, moves := "", "", ""
+	if len(conds) > 0 {
+		and = " AND " + strings.Join(conds, " AND ")
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	if cluster != "" {
+		moves = " WHERE cluster = " + cluster
+	}
+	builds := currentBuilds(prefix, where)
+	return `
 SELECT cluster, day, ` + Key + `,
        msg AS message, n AS findings, toDateTime(fs, 'UTC') AS first_seen, toDateTime(ls, 'UTC') AS last_seen,
        toDateTime(m_at, 'UTC') AS migrated_at, toUInt8(m_at > ls) AS fixed
 FROM (
   SELECT cluster, day, ` + Key + `,
          message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
-  FROM {{.DB}}.finding_days
-  WHERE (cluster, day, build) GLOBAL IN (` + currentBuilds + `)
+  FROM ` + prefix + `finding_days
+  WHERE (cluster, day, build) GLOBAL IN (` + builds + `)` + and + `
   UNION ALL
   SELECT cluster, day, ` + Key + `,
          anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
          toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
-  FROM {{.DB}}.finding_days_state
-  WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (` + currentBuilds + `))
+  FROM ` + prefix + `finding_days_state
+  WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (` + builds + `))` + and + `
   GROUP BY cluster, day, ` + Key + `
-)` + movesJoin("{{.DB}}.migration_sightings", "", "m_at") + `
+)` + movesJoin(prefix+"migration_sightings", moves, "m_at") + `
 WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
-  SELECT toUInt32(argMax(days, version)) AS d FROM {{.DB}}.retention_settings WHERE kind = 'callers'))`
+  SELECT toUInt32(argMax(days, version)) AS d FROM ` + prefix + `retention_settings WHERE kind = 'callers'))`
+}
 
-// currentBuilds selects, per cluster and day, the newest build when it began more than
-// Margin after the day's newest change (covers).
-var currentBuilds = `
+// currentBuilds selects, per cluster and day (of those where keeps), the newest build when it
+// began more than Margin after the day's newest change (covers).
+func currentBuilds(prefix, where string) string {
+	return `
     SELECT cluster, day, argMax(build, built) AS b FROM (
-      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM {{.DB}}.finding_day_builds
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_day_builds` + where + `
       UNION ALL
-      SELECT cluster, day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM {{.DB}}.finding_day_changes GROUP BY cluster, day)
+      SELECT cluster, day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM ` + prefix + `finding_day_changes` + where + ` GROUP BY cluster, day)
     GROUP BY cluster, day
     HAVING max(built) > max(changed) + ` + strconv.Itoa(int(Margin/time.Second))
+}
 
 // movesKey are the columns that join a day row to its caller's moves.
 var movesKey = strings.Join(moveColumns, ", ")

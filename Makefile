@@ -48,7 +48,8 @@ RACE_services/auditlens :=
 ## checks and the date check. Its jobs run TEST_LANES at a time (most tests wait on servers,
 ## processes and the network more than they compute), the longest first; each job's output is
 ## printed whole when it ends. Every job runs even when one fails (the failures are named at
-## the end); each job's seconds (and each check's) are written to $(TIMES), which .ci/run prints.
+## the end); each job's seconds and CPU seconds (and each check's seconds) are written to
+## $(TIMES), which .ci/run prints.
 CHECKS := fmt-check mod-check vet lint proto-check catalogue-check
 TIMES := $(BIN)/test-times.tsv
 TEST_LANES ?= 2
@@ -80,8 +81,9 @@ test-job:
 	s=$$(date +%s); echo "== $(J) (started $$(date -u +%T))"; \
 	if [ -n "$(PREBUILD_RC)" ] && [ -n "$(filter $(J),$(PREBUILT))" ] && [ "$$(cat $(PREBUILD_RC))" != 0 ]; then echo "the prebuild failed (.bin/prebuild.log)" > $$log; r=FAIL; \
 	elif $(if $(filter checks date-check,$(J)),$(MAKE) --no-print-directory $(J),(cd $(J) && $(call gotest,$(RACE_$(J))))) > $$log 2>&1; then r=ok; else r=FAIL; fi; \
-	printf '%s\t%d\t%s\n' $(J) $$(( $$(date +%s) - s )) $$r >> $(TIMES); \
-	flock $(BIN)/test-logs/.print sh -c "echo '== $(J): $$r in $$(( $$(date +%s) - s ))s'; cat $$log"
+	times > $$log.times; cpu=$$(.ci/cpu-seconds $$log.times); \
+	printf '%s\t%d\t%s\t%d\n' $(J) $$(( $$(date +%s) - s )) $$r $$cpu >> $(TIMES); \
+	flock $(BIN)/test-logs/.print sh -c "echo '== $(J): $$r in $$(( $$(date +%s) - s ))s ($$cpu s of CPU)'; cat $$log"
 
 ## date-check: the date-sensitive tests again at each "now" of .ci/test-dates (AUDITLENS_TEST_NOW,
 ## read by lib/testkit.Now): every day of next week, a Sunday's last second, a Monday's first

@@ -44,13 +44,16 @@ RACE_services/classify := . ./scan/... ./dedup/...
 RACE_services/report := . ./writer/... ./page/... ./weekly/schedule/... ./weekly/mail/...
 RACE_services/auditlens :=
 
-## test: every module's tests on its own (GOWORK=off), vet, gofmt, lint, the generated-file
+## test: every module's tests on its own (GOWORK=off), gofmt, lint (with go vet's analyzers), the generated-file
 ## checks and the date check. Its jobs run TEST_LANES at a time (most tests wait on servers,
 ## processes and the network more than they compute), the longest first; each job's output is
 ## printed whole when it ends. Every job runs even when one fails (the failures are named at
 ## the end); each job's seconds and CPU seconds (and each check's seconds) are written to
 ## $(TIMES), which .ci/run prints.
-CHECKS := fmt-check mod-check vet lint proto-check catalogue-check
+## vet is not among them: golangci-lint's govet (make lint) runs go vet's analyzers, the same
+## list as cmd/vet of the Go release, on the same packages and tests; make vet stays for a
+## quick look at one change.
+CHECKS := fmt-check mod-check lint proto-check catalogue-check
 TIMES := $(BIN)/test-times.tsv
 TEST_LANES ?= 2
 ## the jobs, longest first as measured in .ci/run's table, those that need PREBUILT last
@@ -66,7 +69,7 @@ test:
 	@failed=$$(awk -F'\t' '$$3 == "FAIL" { printf " %s", $$1 }' $(TIMES)); \
 	  if [ -n "$$failed" ]; then echo "FAIL:$$failed"; exit 1; fi; echo "every job of make test passed"
 
-## checks: gofmt, tidy go.mod files, vet, lint, the generated files (one of make test's jobs).
+## checks: gofmt, tidy go.mod files, lint (govet included), the generated files (one of make test's jobs).
 .PHONY: checks test-job
 checks:
 	@mkdir -p $(BIN); set -e; for c in $(CHECKS); do s=$$(date +%s); $(MAKE) --no-print-directory $$c; \

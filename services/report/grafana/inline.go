@@ -20,7 +20,7 @@ import (
 //	/* end of finding_days_current */)
 //
 // (cluster=* for every cluster). InlineDayRows writes that SELECT between the comments.
-var dayRows = regexp.MustCompile(`(?s)/\* finding_days_current cluster=(\S+) days=(.*?) \*/(.*?)/\* end of finding_days_current \*/`)
+var dayRows = regexp.MustCompile(`(?s)/\* finding_days_current cluster=(\S+) days=(.*?) \*/(?:.*?)/\* end of finding_days_current \*/`)
 
 // InlineDayRows rewrites every day-rows block of a dashboard JSON model with
 // rollup.CurrentSQL for the cluster and days its opening comment names, and says how many
@@ -43,7 +43,7 @@ func InlineDayRows(dashboard []byte) ([]byte, int, error) {
 		if cluster == "*" {
 			cluster = ""
 		}
-		body, e := quote("\n" + rollup.CurrentSQL("", cluster, days)[1:] + "\n")
+		body, e := quote(rollup.CurrentSQL("", cluster, days) + "\n") // it starts with a newline
 		if e != nil {
 			err = e
 			return m

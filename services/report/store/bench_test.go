@@ -13,12 +13,11 @@ import (
 
 // BenchmarkWeeklyAggregation10M times the weekly-style aggregation (blockers of one week
 // with their callers: distinct findings, first and last seen) over 10 million findings on a
-// ClickHouse 18.16 server, three ways in the same run: on the raw table counting the
-// identity with uniqExact (the baseline), on the raw table with FINAL, and on the exact day
-// rows of the view finding_days_current, the days compacted first as the service does, and on
-// the same rows as the dashboards read them (rollup.CurrentSQL, the cluster and week inside).
-// The
-// findings are generated server-side (INSERT ... SELECT FROM numbers), over 8 weeks, 40
+// ClickHouse 18.16 server, four ways in the same run: on the raw table counting the identity
+// with uniqExact (the baseline), on the raw table with FINAL, on the exact day rows of the view
+// finding_days_current (the days compacted first, as the service does), and on the same rows
+// as the dashboards read them (rollup.CurrentSQL, the cluster and week inside). The findings
+// are generated server-side (INSERT ... SELECT FROM numbers), over 8 weeks, 40
 // APIs, ~7,400 callers, every 20th finding inserted twice. Run with
 //
 //	go test -run '^$' -bench WeeklyAggregation10M -benchtime 5x ./store/

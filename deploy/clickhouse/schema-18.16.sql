@@ -431,3 +431,68 @@ CREATE TABLE IF NOT EXISTS auditlens.leases (
     version UInt64
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY lease;
+
+-- migration 15: hour states only
+INSERT INTO auditlens.finding_hours_state
+SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip
+SETTINGS max_bytes_before_external_group_by = 2000000000;
+INSERT INTO auditlens.finding_hour_changes
+SELECT cluster, hour, maxState(if(changed = 0, toUInt32(now()), changed)) AS changed
+FROM (
+  SELECT DISTINCT cluster, toStartOfHour(event_time) AS hour, toDate(event_time) AS day
+  FROM auditlens.findings
+  WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM auditlens.finding_hour_changes)
+) AS h ANY LEFT JOIN (
+  SELECT cluster, day, maxMerge(changed) AS changed FROM auditlens.finding_day_changes GROUP BY cluster, day
+) AS d USING (cluster, day)
+GROUP BY cluster, hour;
+DROP TABLE IF EXISTS auditlens.finding_days_current;
+DROP TABLE IF EXISTS auditlens.finding_days_state_mv;
+DROP TABLE IF EXISTS auditlens.finding_day_changes_mv;
+DROP TABLE IF EXISTS auditlens.finding_days_state;
+DROP TABLE IF EXISTS auditlens.finding_day_changes;
+CREATE VIEW IF NOT EXISTS auditlens.finding_days_current AS
+SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+       msg AS message, n AS findings, toDateTime(fs, 'UTC') AS first_seen, toDateTime(ls, 'UTC') AS last_seen,
+       toDateTime(m_at, 'UTC') AS migrated_at, toUInt8(m_at > ls) AS fixed
+FROM (
+  SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
+  FROM auditlens.finding_days
+  WHERE (cluster, day, build) GLOBAL IN (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      UNION ALL
+      SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60)
+  UNION ALL
+  SELECT cluster, toDate(hour) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
+         toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
+  FROM auditlens.finding_hours_state
+  WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      UNION ALL
+      SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60))
+  GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip
+) AS r ANY LEFT JOIN (
+  SELECT cluster, api_group, api_version, resource, username, user_agent, toUInt32(max(seen)) AS m_at
+  FROM auditlens.migration_sightings
+  GROUP BY cluster, api_group, api_version, resource, username, user_agent
+) AS m USING (cluster, api_group, api_version, resource, username, user_agent)
+WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
+  SELECT toUInt32(argMax(days, version)) AS d FROM auditlens.retention_settings WHERE kind = 'callers'));

@@ -44,7 +44,7 @@ const topCandidates = 100
 // from the day rows of package rollup).
 //
 // Two queries: the counts by the day rows' blocker and caller hashes, numbers only; then
-// the names of the blockers and callers listed, from the key columns of the day states
+// the names of the blockers and callers listed, from the key columns of the hour states
 // (which need no merging). Grouping a month of day rows by their strings measured four
 // times slower on ClickHouse 18.16.
 func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target kubeversion.Version) ([]Blocker, error) {
@@ -116,7 +116,7 @@ LIMIT ?`, append(append([]any{topCandidates}, args...), maxBlockers), func(rows 
 		b := &out[i]
 		key, ok := names.Blockers[hashes[i]]
 		if !ok {
-			return nil, fmt.Errorf("blocker %d of %s: no name in the day states", hashes[i], cluster)
+			return nil, fmt.Errorf("blocker %d of %s: no name in the hour states", hashes[i], cluster)
 		}
 		b.Key = BlockerKey{Rule: key.RuleID, Group: key.APIGroup, Version: key.APIVersion, Resource: key.Resource}
 		b.RemovedIn, b.Replacement = key.RemovedIn, key.Replacement

@@ -59,7 +59,7 @@ type Compactor struct {
 	built, prefixes, failed prometheus.Counter
 	last, held              prometheus.Gauge
 
-	// st drops the months of the hour tables and deletes superseded builds; nil: never.
+	// st drops the months of the prefix tables and deletes superseded builds; nil: never.
 	st      Store
 	pruned  time.Time
 	cleaned prometheus.Counter
@@ -73,7 +73,7 @@ type Store interface {
 	DeleteBuilds(ctx context.Context, table string, ids []uint64) error
 }
 
-// pruneEvery is how often the compactor prunes the hour tables (Prune) and removes the
+// pruneEvery is how often the compactor prunes the prefix tables (Prune) and removes the
 // builds replaced (Clean).
 const pruneEvery = time.Hour
 
@@ -82,7 +82,7 @@ const pruneEvery = time.Hour
 func (c Config) LeaseTTL() time.Duration { return max(3*c.Interval, 30*time.Second) }
 
 // NewCompactor returns the compaction of the day tables beside findings (see TablesFor),
-// which prunes the hour tables and removes replaced builds through st (nil: never), while it
+// which prunes the prefix tables and removes replaced builds through st (nil: never), while it
 // holds lease (nil: always).
 func NewCompactor(cfg Config, db *sql.DB, findings string, st Store, lease Lease, log *slog.Logger, reg prometheus.Registerer) *Compactor {
 	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log, st: st, lease: lease,
@@ -91,7 +91,7 @@ func NewCompactor(cfg Config, db *sql.DB, findings string, st Store, lease Lease
 		prefixes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_prefixes_built_total",
 			Help: "Builds of the first hours of a cluster's day under way into plain counts (one per cluster and hour at most, more when late findings change an hour built)."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_errors_total",
-			Help: "Compactions, and prunings of the hour tables, that failed (the days stay readable from their states)."}),
+			Help: "Compactions, and prunings of the prefix tables, that failed (the days stay readable from their states)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
 			Help: "When a compaction last completed."}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_builds_removed_total",
@@ -213,9 +213,9 @@ func (c *Compactor) prune(ctx context.Context) {
 	switch {
 	case err != nil:
 		c.failed.Inc()
-		c.log.Warn("pruning the finding hours failed; the next hour tries again", "dropped", months, "err", err)
+		c.log.Warn("pruning the day prefixes failed; the next hour tries again", "dropped", months, "err", err)
 	case len(months) > 0:
-		c.log.Info("pruned the finding hours", "months", months)
+		c.log.Info("pruned the day prefixes", "months", months)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	n, err := Clean(cctx, c.db, c.tables, c.st.DeleteBuilds)

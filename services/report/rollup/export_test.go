@@ -42,9 +42,9 @@ func CleanDays(ctx context.Context, db *sql.DB, t Tables, cluster string, from, 
 		return nil, err
 	}
 	changed := map[string]bool{}
-	err = each(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(0), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
-WHERE (? = '' OR cluster = ?) AND day >= toDate(?) AND day < toDate(?) GROUP BY cluster, day`,
-		[]any{cluster, cluster, Day(from), Day(to)}, func(c, d string, _ uint32, _ uint64) { changed[pair(d, c)] = true })
+	err = each(ctx, db, `SELECT toString(cluster), toString(toDate(hour)) AS d, toUInt32(0), toUInt32(0), toUInt64(0) FROM `+t.HourChanges+`
+WHERE (? = '' OR cluster = ?) AND hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster, d`,
+		[]any{cluster, cluster, from.Unix(), to.Unix()}, func(c, d string, _ uint32, _ uint64) { changed[pair(d, c)] = true })
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@ import (
 
 // What the console and the weekly report ask of the day rows beside their counts (Days):
 // the clusters, their newest findings, the names behind the blocker and caller hashes, the
-// removal releases and agents seen. Each reads the key columns of the day states, which need
-// no merging, and is bounded by its context's deadline (Bounded).
+// removal releases and agents seen. Each reads the key columns of the hour states, which need
+// no merging, or the hours' change times, and is bounded by its context's deadline (Bounded).
 
 // Blocking is the condition on a day row (or a finding) that it blocks the upgrade to the
 // target bound as its one parameter (kubeversion.Version.Key): what it uses is removed in a
@@ -55,7 +55,7 @@ func Query(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*
 // Clusters lists the clusters that have day rows, at most limit, by name.
 func Clusters(ctx context.Context, db *sql.DB, t Tables, limit int) ([]string, error) {
 	var out []string
-	err := Query(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.Changes+` ORDER BY c LIMIT ?`, []any{limit},
+	err := Query(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.HourChanges+` ORDER BY c LIMIT ?`, []any{limit},
 		func(r *sql.Rows) error {
 			var n string
 			if err := r.Scan(&n); err != nil {
@@ -76,10 +76,11 @@ type Weeks struct{ This, Last bool }
 // ahead) and in the week before: from the days that received findings, so no counting.
 func WeeksOf(ctx context.Context, db *sql.DB, t Tables, weekStart time.Time) (map[string]Weeks, error) {
 	out := map[string]Weeks{}
-	err := Query(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(day >= toDate(?))), toUInt8(min(day) < toDate(?))
-FROM `+t.Changes+`
-WHERE day >= toDate(?)
-GROUP BY c`, []any{Day(weekStart), Day(weekStart), Day(weekStart.AddDate(0, 0, -7))}, func(r *sql.Rows) error {
+	ws := weekStart.UTC().Truncate(24 * time.Hour)
+	err := Query(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(hour >= toDateTime(?))), toUInt8(min(hour) < toDateTime(?))
+FROM `+t.HourChanges+`
+WHERE hour >= toDateTime(?)
+GROUP BY c`, []any{ws.Unix(), ws.Unix(), ws.AddDate(0, 0, -7).Unix()}, func(r *sql.Rows) error {
 		var name string
 		var this, last uint8
 		if err := r.Scan(&name, &this, &last); err != nil {
@@ -99,47 +100,47 @@ type Newest struct {
 }
 
 // NewestOf reads the newest finding and the newest that blocks target (Blocking's parameter)
-// of each cluster, at most limit clusters, by name: the newest day of each in the states,
-// then the newest second of those days.
+// of each cluster, at most limit clusters, by name: the newest hour of each in the states,
+// then the newest second of those hours.
 func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
-	type days struct{ day, blockerDay string }
-	byCluster := map[string]days{}
+	type hours struct{ hour, blockerHour uint32 }
+	byCluster := map[string]hours{}
 	var names []string
-	err := Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toString(max(day)), toString(maxIf(day, `+Blocking+`))
-FROM `+t.State+`
+	err := Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(hour)), toUInt32(maxIf(hour, `+Blocking+`))
+FROM `+t.HourState+`
 GROUP BY c
 ORDER BY c
 LIMIT ?`, []any{target, limit}, func(r *sql.Rows) error {
 		var name string
-		var d days
-		if err := r.Scan(&name, &d.day, &d.blockerDay); err != nil {
+		var h hours
+		if err := r.Scan(&name, &h.hour, &h.blockerHour); err != nil {
 			return err
 		}
-		byCluster[name] = d
+		byCluster[name] = h
 		names = append(names, name)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// "-" names no day: an empty array literal is typed Array(Nothing), which has() on
+	// "-" names no hour: an empty array literal is typed Array(Nothing), which has() on
 	// ClickHouse 18.16 refuses against strings.
 	pairs, blockerPairs := []string{"-"}, []string{"-"}
-	oldest := Day(farDay) // the oldest day of the pairs, to read only their partitions
-	for name, d := range byCluster {
-		pairs = append(pairs, pair(d.day, name))
-		oldest = min(oldest, d.day)
-		if d.blockerDay > Day(time.Unix(0, 0)) {
-			blockerPairs = append(blockerPairs, pair(d.blockerDay, name))
-			oldest = min(oldest, d.blockerDay)
+	oldest := uint32(farDay.Unix()) // the oldest hour of the pairs, to read only their partitions
+	for name, h := range byCluster {
+		pairs = append(pairs, hourPair(h.hour, name))
+		oldest = min(oldest, h.hour)
+		if h.blockerHour > 0 {
+			blockerPairs = append(blockerPairs, hourPair(h.blockerHour, name))
+			oldest = min(oldest, h.blockerHour)
 		}
 	}
 	last := map[string]Newest{}
 	err = Query(ctx, db, "clusters", `SELECT toString(cluster) AS c,
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`))),
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterDay+`) AND `+Blocking+`))
-FROM `+t.State+`
-WHERE day >= toDate(?) AND (has(?, `+clusterDay+`) OR has(?, `+clusterDay+`))
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterHour+`))),
+  toUInt32(maxMergeIf(last_seen, has(?, `+clusterHour+`) AND `+Blocking+`))
+FROM `+t.HourState+`
+WHERE hour >= toDateTime(?) AND (has(?, `+clusterHour+`) OR has(?, `+clusterHour+`))
 GROUP BY c`, []any{pairs, blockerPairs, target, oldest, pairs, blockerPairs}, func(r *sql.Rows) error {
 		var n Newest
 		if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
@@ -165,17 +166,17 @@ var farDay = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 // NewestBlocker is the Unix second of cluster's newest finding that blocks target
 // (Blocking's parameter), 0 when none does.
 func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
-	var day string
-	err := Query(ctx, db, "newest blocker", `SELECT toString(maxIf(day, `+Blocking+`))
-FROM `+t.State+`
-WHERE cluster = ?`, []any{target, cluster}, func(r *sql.Rows) error { return r.Scan(&day) })
-	if err != nil || day <= Day(time.Unix(0, 0)) {
+	var hour uint32
+	err := Query(ctx, db, "newest blocker", `SELECT toUInt32(maxIf(hour, `+Blocking+`))
+FROM `+t.HourState+`
+WHERE cluster = ?`, []any{target, cluster}, func(r *sql.Rows) error { return r.Scan(&hour) })
+	if err != nil || hour == 0 {
 		return 0, err
 	}
 	var last uint32
 	err = Query(ctx, db, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+Blocking+`))
-FROM `+t.State+`
-WHERE cluster = ? AND day = toDate(?)`, []any{target, cluster, day}, func(r *sql.Rows) error { return r.Scan(&last) })
+FROM `+t.HourState+`
+WHERE cluster = ? AND hour = toDateTime(?)`, []any{target, cluster, hour}, func(r *sql.Rows) error { return r.Scan(&last) })
 	return last, err
 }
 
@@ -183,7 +184,7 @@ WHERE cluster = ? AND day = toDate(?)`, []any{target, cluster, day}, func(r *sql
 // cluster name, at most limit, oldest first.
 func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit int) ([]uint32, error) {
 	var out []uint32
-	err := Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.State+`
+	err := Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.HourState+`
 WHERE cluster = ? AND removed_in_key >= 1000
 ORDER BY removed_in_key
 LIMIT ?`, []any{cluster, limit}, func(r *sql.Rows) error {
@@ -204,14 +205,14 @@ func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to 
 		return nil, nil
 	}
 	var out []string
-	args := []any{cluster, Day(from), Day(to)}
+	args := []any{cluster, from.Unix(), to.Unix()}
 	starts := make([]string, len(prefixes))
 	for i, p := range prefixes {
 		starts[i] = "startsWith(user_agent, ?)"
 		args = append(args, p)
 	}
-	err := Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.State+`
-WHERE cluster = ? AND day >= toDate(?) AND day < toDate(?)
+	err := Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.HourState+`
+WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
   AND (`+strings.Join(starts, " OR ")+`)
 LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
 		var ua string
@@ -256,19 +257,36 @@ func (n Names) Cover(blockers, callers []uint64) bool {
 }
 
 // NamesOf reads what the hashes of blockers and callers of cluster stand for, from the key
-// columns of the day states that block target (Blocking's parameter) on the days given
+// columns of the hour states that block target (Blocking's parameter) on the days given
 // ("YYYY-MM-DD", those the callers were last seen, whose states hold their keys), or, when
 // days is nil, over the days [from, to).
 func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
 	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
-	onDays, args := `day IN (SELECT toDate(arrayJoin(?)))`, []any{cluster, days}
-	if days == nil {
-		onDays, args = `day >= toDate(?) AND day < toDate(?)`, []any{cluster, Day(from), Day(to)}
+	if days != nil {
+		// The hours of the days given, between the first and the last of them.
+		from, to = farDay, time.Time{}
+		for _, d := range days {
+			start, err := time.Parse(DayFormat, d)
+			if err != nil {
+				return n, fmt.Errorf("rollup: day %q: %w", d, err)
+			}
+			if start.Before(from) {
+				from = start
+			}
+			if end := start.AddDate(0, 0, 1); end.After(to) {
+				to = end
+			}
+		}
+	}
+	onDays, args := `hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}
+	if days != nil {
+		onDays += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
+		args = append(args, days)
 	}
 	err := Query(ctx, db, "blocker names", `SELECT `+BlockerHash+` AS b, `+CallerHash+` AS c,
   any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
   any(username), any(user_agent), any(source_ip)
-FROM `+t.State+`
+FROM `+t.HourState+`
 WHERE cluster = ? AND `+onDays+` AND `+Blocking+`
   AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
 GROUP BY b, c`, append(args, target, blockers, callers), func(r *sql.Rows) error {

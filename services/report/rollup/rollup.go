@@ -6,23 +6,23 @@
 // day rows it is a sum, exact because a finding has one event_time and so lies in one day
 // and one row of that day.
 //
-// Two tables hold the days (migration 6 of package store). finding_days_state is filled by a
-// materialized view on every insert: uniqExact states of the audit ids, so a finding stored
-// twice counts once, whenever the second copy comes. Merging states is cheap for a day and
-// dear for months, so Compact turns each day that is over into plain counts in finding_days,
-// one build per cluster and day recorded in finding_day_builds (by the server's clock when
-// the build began). A second view notes in finding_day_changes when each day last received
-// findings. Days reads a day from finding_days when its newest build began more than Margin
-// after its newest change, and from the states otherwise (a day an imported log or a late
-// redelivery changed since): both give the same exact counts.
+// The states are kept by event-time hour (migrations 7 and 15 of package store):
+// finding_hours_state is filled by a materialized view on every insert with uniqExact states
+// of the audit ids, so a finding stored twice counts once, whenever the second copy comes; a
+// second view notes in finding_hour_changes when each hour last received findings (a day's
+// last change is its hours' newest). Merging states is cheap for a day and dear for months,
+// so Compact turns each day that is over into plain counts in finding_days, one build per
+// cluster and day recorded in finding_day_builds (by the server's clock when the build
+// began). Days reads a day from finding_days when its newest build began more than Margin
+// after its newest change, and from its hours' states otherwise (a day an imported log or a
+// late redelivery changed since): both give the same exact counts.
 //
 // Today has no build until it is over, and the cost of merging its states grows with its
-// findings until midnight. So the states are also kept by event-time hour
-// (finding_hours_state and finding_hour_changes, migration 7), and Compact builds the hours
-// of today that are over into a prefix of the day (finding_day_prefixes, recorded in
-// finding_day_prefix_builds with the hour it ends at). Days reads today from its newest
-// current prefix and the states of the later hours: the merging is bounded by an hour's
-// findings. A finding lies in one hour, so the prefix and the later hours are disjoint.
+// findings until midnight. So Compact also builds the hours of today that are over into a
+// prefix of the day (finding_day_prefixes, recorded in finding_day_prefix_builds with the
+// hour it ends at). Days reads today from its newest current prefix and the states of the
+// later hours: the merging is bounded by an hour's findings. A finding lies in one hour, so
+// the prefix and the later hours are disjoint.
 package rollup
 
 import (
@@ -46,10 +46,12 @@ var margin = Margin
 
 // Tables names the tables of one findings table's database.
 type Tables struct {
-	State, Changes, Days, Builds string
-	// HourState and HourChanges are State and Changes by event-time hour; Prefixes and
-	// PrefixBuilds hold the builds of a day's first hours (migration 7 of package store).
-	HourState, HourChanges, Prefixes, PrefixBuilds string
+	// HourState holds the states by event-time hour, HourChanges when each hour last changed
+	// (migrations 7 and 15 of package store).
+	HourState, HourChanges string
+	// Days holds the rows of the day builds recorded in Builds (migration 6); Prefixes and
+	// PrefixBuilds the builds of a day's first hours (migration 7).
+	Days, Builds, Prefixes, PrefixBuilds string
 	// Requests indexes the findings' audit ids by blocker, caller and time.
 	Requests string
 	// Migrations holds the callers' newest calls of the successors of the APIs they used
@@ -67,8 +69,6 @@ func TablesFor(findings string) Tables {
 		prefix = findings[:i+1]
 	}
 	return Tables{
-		State:        prefix + "finding_days_state",
-		Changes:      prefix + "finding_day_changes",
 		Days:         prefix + "finding_days",
 		Builds:       prefix + "finding_day_builds",
 		HourState:    prefix + "finding_hours_state",
@@ -224,10 +224,10 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 		all = append(all, args...)
 	}
 	if len(p.dirty) > 0 {
-		parts = append(parts, mergedStates(t.State, "day", keys, values,
-			where+` AND day >= toDate(?) AND day <= toDate(?) AND has(?, `+clusterDay+`)`))
+		parts = append(parts, mergedStates(t.HourState, "toDate(hour) AS day", keys, values,
+			where+` AND hour >= toDateTime(?) AND hour < toDateTime(?) AND has(?, `+clusterDay+`)`))
 		all = append(all, args...)
-		all = append(all, p.first, p.last, p.dirty)
+		all = append(all, p.first.Unix(), p.last.AddDate(0, 0, 1).Unix(), p.dirty)
 	}
 	if len(p.tail) > 0 {
 		parts = append(parts, mergedStates(t.HourState, "toDate(hour) AS day", keys, values,
@@ -285,8 +285,8 @@ func builtRows(table string, keys, values []string, where string, ids []uint64) 
   WHERE ` + where + ` AND build IN (` + strings.Join(set, ", ") + `)`
 }
 
-// mergedStates selects from table (finding_days_state or finding_hours_state, whose day is
-// the expression day) the states that satisfy where, merged by cluster, day and key.
+// mergedStates selects from table (finding_hours_state, whose day is the expression day,
+// toDate(hour)) the states that satisfy where, merged by cluster, day and key.
 func mergedStates(table, day string, keys, values []string, where string) string {
 	// Grouped by the whole key's hash, the inner names carry a prefix: an alias named as a
 	// column would stand for it in the GROUP BY.
@@ -332,6 +332,15 @@ func hourPair(hour uint32, cluster string) string {
 	return strconv.FormatUint(uint64(hour), 10) + " " + cluster
 }
 
+// hours is the condition on cluster ("" for every cluster) and the hours of the days
+// [from, to) of an hour table, and its arguments.
+func hours(cluster string, from, to time.Time) (string, []any) {
+	if cluster == "" {
+		return `hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{from.Unix(), to.Unix()}
+	}
+	return `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}
+}
+
 // span is the condition on cluster ("" for every cluster) and the days [from, to), and its
 // arguments.
 func span(cluster string, from, to time.Time) (string, []any) {
@@ -347,10 +356,10 @@ type readPlan struct {
 	// of the days prefixed ("YYYY-MM-DD cluster").
 	builds, prefixes []uint64
 	prefixed         []string
-	// dirty are the days ("YYYY-MM-DD cluster") read from their states, between first and
-	// last (YYYY-MM-DD).
+	// dirty are the days ("YYYY-MM-DD cluster") read from their hours' states, between the
+	// days first and last.
 	dirty       []string
-	first, last string
+	first, last time.Time
 	// tail are the hours (hourPair) after the prefixes read from their states, between
 	// firstHour and lastHour (Unix seconds).
 	tail                []string
@@ -368,13 +377,14 @@ type prefix struct {
 // which have a current prefix (one that began more than the margin after each of its hours
 // last changed).
 func plan(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) (readPlan, error) {
-	where, args := span(cluster, from, to)
+	cond, hourArgs := hours(cluster, from, to)
 	changed := map[string]uint32{}
-	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
-WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, ts uint32, _ uint64) { changed[pair(d, c)] = ts })
+	err := each(ctx, db, `SELECT toString(cluster), toString(toDate(hour)) AS d, maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.HourChanges+`
+WHERE `+cond+` GROUP BY cluster, d`, hourArgs, func(c, d string, ts uint32, _ uint64) { changed[pair(d, c)] = ts })
 	if err != nil {
 		return readPlan{}, fmt.Errorf("read the days' changes: %w", err)
 	}
+	where, args := span(cluster, from, to)
 	var p readPlan
 	current := map[string]bool{}
 	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt32(0), argMax(build, built) FROM `+t.Builds+`
@@ -412,11 +422,14 @@ WHERE `+where+` GROUP BY cluster, day`, args, func(c, d string, built uint32, bu
 			continue
 		}
 		p.dirty = append(p.dirty, cd)
-		d := cd[:len(DayFormat)]
-		if p.first == "" || d < p.first {
+		d, err := time.Parse(DayFormat, cd[:len(DayFormat)])
+		if err != nil {
+			return readPlan{}, err
+		}
+		if p.first.IsZero() || d.Before(p.first) {
 			p.first = d
 		}
-		if d > p.last {
+		if d.After(p.last) {
 			p.last = d
 		}
 	}
@@ -542,8 +555,8 @@ func Compact(ctx context.Context, db *sql.DB, t Tables) (Built, error) {
 	over := Day(at)
 	type clusterDay struct{ cluster, day string }
 	changed := map[clusterDay]uint32{}
-	err := each(ctx, db, `SELECT toString(cluster), toString(day), maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.Changes+`
-WHERE day < toDate(?) GROUP BY cluster, day`, []any{over}, func(c, d string, ts uint32, _ uint64) { changed[clusterDay{c, d}] = ts })
+	err := each(ctx, db, `SELECT toString(cluster), toString(toDate(hour)) AS d, maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.HourChanges+`
+WHERE hour < toDateTime(?) GROUP BY cluster, d`, []any{at.Truncate(24 * time.Hour).Unix()}, func(c, d string, ts uint32, _ uint64) { changed[clusterDay{c, d}] = ts })
 	if err != nil {
 		return built, fmt.Errorf("compact: read the days' changes: %w", err)
 	}
@@ -605,10 +618,15 @@ WHERE day = toDate(?) AND until = toDateTime(?) GROUP BY cluster`, []any{Day(sta
 	return n, nil
 }
 
-// build turns the states of one cluster's day into finding_days rows under a new build id,
-// then records the build: readers take the rows only once the record is there.
+// build turns the states of one cluster's day's hours into finding_days rows under a new
+// build id, then records the build: readers take the rows only once the record is there.
 func build(ctx context.Context, db *sql.DB, t Tables, cluster, day string) error {
-	err := record(ctx, db, t.Days, t.State, "day", `cluster = ? AND day = toDate(?)`, []any{cluster, day},
+	start, err := time.Parse(DayFormat, day)
+	if err != nil {
+		return err
+	}
+	err = record(ctx, db, t.Days, t.HourState, "toDate(hour) AS day", `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`,
+		[]any{cluster, start.Unix(), start.AddDate(0, 0, 1).Unix()},
 		`INSERT INTO `+t.Builds+` (cluster, day, built, build) SELECT ?, toDate(?), toUInt32(?), toUInt64(?)`,
 		[]any{cluster, day})
 	if err != nil {
@@ -671,15 +689,16 @@ func scan(ctx context.Context, db *sql.DB, q string, args []any, f func(cluster,
 	return rows.Err()
 }
 
-// Keep is how long the hour tables keep an hour after its day ended, at least: their months
-// that ended longer ago are dropped by Prune. A day under way is read by its hours; a day
-// that is over by its day build or day states, which are kept.
+// Keep is how long the prefixes of a day are kept after the day ended, at least: their
+// months that ended longer ago are dropped by Prune. A day under way is read by its newest
+// prefix; a day that is over by its day build or its hours' states, which are kept as long
+// as the retention.
 const Keep = 48 * time.Hour
 
-// Prune drops, through drop (store.Store.DropMonth), the months of the hour tables that
+// Prune drops, through drop (store.Store.DropMonth), the months of the prefix tables that
 // ended more than Keep ago by the server's clock, and returns them. The prefix builds go
-// first, so that no reader takes a prefix whose rows or later hours are gone; the hours'
-// change times last, so that a month dropped in part is found again by the next Prune.
+// first, so that no reader takes a prefix whose rows are gone, and a month dropped in part
+// is found again by the next Prune.
 func Prune(ctx context.Context, db *sql.DB, t Tables, drop func(ctx context.Context, table string, month uint32) error) ([]uint32, error) {
 	var now uint32
 	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
@@ -687,11 +706,9 @@ func Prune(ctx context.Context, db *sql.DB, t Tables, drop func(ctx context.Cont
 	}
 	at := clock(time.Unix(int64(now), 0)).Add(-Keep).UTC()
 	keep := uint32(at.Year()*100 + int(at.Month()))
-	rows, err := db.QueryContext(ctx, `SELECT DISTINCT m FROM (
-  SELECT toUInt32(toYYYYMM(hour)) AS m FROM `+t.HourChanges+` WHERE toYYYYMM(hour) < ?
-  UNION ALL
-  SELECT toUInt32(toYYYYMM(day)) AS m FROM `+t.PrefixBuilds+` WHERE toYYYYMM(day) < ?)
-ORDER BY m`, keep, keep)
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT toUInt32(toYYYYMM(day)) AS m FROM `+t.PrefixBuilds+`
+WHERE toYYYYMM(day) < ?
+ORDER BY m`, keep)
 	if err != nil {
 		return nil, fmt.Errorf("prune: read the months: %w", err)
 	}
@@ -708,7 +725,7 @@ ORDER BY m`, keep, keep)
 		return nil, fmt.Errorf("prune: read the months: %w", err)
 	}
 	for i, m := range months {
-		for _, table := range []string{t.PrefixBuilds, t.Prefixes, t.HourState, t.HourChanges} {
+		for _, table := range []string{t.PrefixBuilds, t.Prefixes} {
 			if err := drop(ctx, table, m); err != nil {
 				return months[:i], fmt.Errorf("prune: %w", err)
 			}

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -396,10 +395,10 @@ SELECT cluster, day, toUInt32(max(built) + 3600), argMax(build, built) FROM find
 	// A state written past the findings (never by the view on them) shows whether the view
 	// reads a built day from its build: it must not count it.
 	ghost := today.AddDate(0, 0, -2).Add(7 * time.Hour)
-	if _, err := db.ExecContext(ctx, `INSERT INTO finding_days_state (cluster, day, `+rollup.Key+`, message, findings, first_seen, last_seen)
-SELECT 'prod', toDate(?), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost', '', '', '',
+	if _, err := db.ExecContext(ctx, `INSERT INTO finding_hours_state (cluster, hour, `+rollup.Key+`, message, findings, first_seen, last_seen)
+SELECT 'prod', toDateTime(?, 'UTC'), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost', '', '', '',
   anyState(''), uniqExactState('ghost'), minState(toDateTime(?, 'UTC')), maxState(toDateTime(?, 'UTC'))`,
-		rollup.Day(ghost), ghost.Unix(), ghost.Unix()); err != nil {
+		ghost.Unix(), ghost.Unix(), ghost.Unix()); err != nil {
 		t.Fatal(err)
 	}
 	replicated()
@@ -410,8 +409,9 @@ SELECT 'prod', toDate(?), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost
 	mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
 	sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
 
-	// Pruning: a day 40 days ago, compacted while it was under way (a prefix), loses its hours
-	// with its month; it is read from its day states then, and today from its prefix still.
+	// Pruning: a day 40 days ago, compacted while it was under way (a prefix), loses its prefix
+	// with its month; it is read from its hours' states then (kept as long as the retention),
+	// and today from its prefix still.
 	old := today.AddDate(0, 0, -40)
 	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour))}); err != nil {
 		t.Fatal(err)
@@ -438,13 +438,9 @@ SELECT 'prod', toDate(?), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost
 		t.Errorf("pruned months %v, want %d among them", months, oldMonth)
 	}
 	keep := today.Add(12*time.Hour - rollup.Keep)
-	for _, table := range []string{"finding_hours_state", "finding_hour_changes", "finding_day_prefixes", "finding_day_prefix_builds"} {
-		col := "hour"
-		if strings.HasPrefix(table, "finding_day_") {
-			col = "day"
-		}
+	for _, table := range []string{"finding_day_prefixes", "finding_day_prefix_builds"} {
 		var kept, dropped uint64
-		if err := db.QueryRowContext(ctx, `SELECT countIf(toYYYYMM(`+col+`) >= ?), countIf(toYYYYMM(`+col+`) < ?) FROM `+table,
+		if err := db.QueryRowContext(ctx, `SELECT countIf(toYYYYMM(day) >= ?), countIf(toYYYYMM(day) < ?) FROM `+table,
 			keep.Year()*100+int(keep.Month()), keep.Year()*100+int(keep.Month())).Scan(&kept, &dropped); err != nil {
 			t.Fatal(err)
 		}
@@ -564,6 +560,64 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 		var left uint64
 		if err := db.QueryRowContext(ctx, `SELECT count() FROM system.tables WHERE database = ? AND name LIKE 'daily\_%'`, st.Database()).Scan(&left); err != nil || left != 0 {
 			t.Errorf("%d of migration 2's tables and views left (%v), want none", left, err)
+		}
+	})
+}
+
+// Migration 15 makes the hour states the only states: on a store at version 14 whose hours
+// of an old month were pruned (as Prune did before it) while its day build stayed, the
+// migration fills those hours again from the findings, the day rows and the view count what
+// the raw findings count, the days built before stay current (no rebuild), and the day
+// states and their views are gone.
+func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	all, before, after := cutMigrations(t, 15)
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		tables := rollup.TablesFor("findings")
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		old := today.AddDate(0, 0, -40)
+		from, to := old, today.AddDate(0, 0, 1)
+		defer rollup.SetNow(today.Add(12 * time.Hour))()
+		found := append(seed(today), finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour)))
+		if err := st.WriteFindings(ctx, found); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n.Days == 0 {
+			t.Fatalf("compaction before the migration built %+v (%v), want the past days", n, err)
+		}
+		month := uint32(old.Year()*100 + int(old.Month()))
+		for _, table := range []string{tables.HourState, tables.HourChanges} {
+			if err := st.DropMonth(ctx, table, month); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond)
+		store.Migrations = all
+		did, err := st.Migrate(ctx, store.MigrateOptions{})
+		store.Migrations = before
+		if err != nil || !slices.Equal(did, after) || after[0] != 15 {
+			t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		built, err := rollup.CleanDays(ctx, db, tables, "", from, today)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(built, rollup.Day(old)+" prod") || len(built) < 2 {
+			t.Errorf("days read from their builds after the migration %v, want the past days built before it, the old one too", built)
+		}
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n.Days != 0 {
+			t.Errorf("compaction after the migration built %+v (%v), want no day rebuilt", n, err)
+		}
+		var left uint64
+		if err := db.QueryRowContext(ctx, `SELECT count() FROM system.tables WHERE database = ? AND (name LIKE 'finding\_days\_state%' OR name LIKE 'finding\_day\_changes%')`, st.Database()).Scan(&left); err != nil || left != 0 {
+			t.Errorf("%d of the day states' tables and views left (%v), want none", left, err)
 		}
 	})
 }

@@ -16,9 +16,9 @@ import (
 // are left out, as Days does.
 //
 // A cluster's day comes from the rows of its newest build when that build began more than
-// Margin after the day's newest change, else from the day's states merged: both exact, the
+// Margin after the day's newest change, else from its hours' states merged: both exact, the
 // states dearer. (Days also reads today from its newest prefix and later hours; the view
-// merges today's day states, which costs more as the day fills but needs no plan.)
+// merges today's hour states, which costs more as the day fills but needs no plan.)
 const View = "finding_days_current"
 
 // ViewSQL is the statement that creates View: a text/template of package store's migrations
@@ -60,10 +60,10 @@ FROM (
   FROM ` + prefix + `finding_days
   WHERE (cluster, day, build) GLOBAL IN (` + builds + `)` + and + `
   UNION ALL
-  SELECT cluster, day, ` + Key + `,
+  SELECT cluster, toDate(hour) AS day, ` + Key + `,
          anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
          toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
-  FROM ` + prefix + `finding_days_state
+  FROM ` + prefix + `finding_hours_state
   WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (` + builds + `))` + and + `
   GROUP BY cluster, day, ` + Key + `
 )` + movesJoin(prefix+"migration_sightings", moves, "m_at") + `
@@ -78,7 +78,7 @@ func currentBuilds(prefix, where string) string {
     SELECT cluster, day, argMax(build, built) AS b FROM (
       SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_day_builds` + where + `
       UNION ALL
-      SELECT cluster, day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM ` + prefix + `finding_day_changes` + where + ` GROUP BY cluster, day)
+      SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM ` + prefix + `finding_hour_changes` + where + ` GROUP BY cluster, day)
     GROUP BY cluster, day
     HAVING max(built) > max(changed) + ` + strconv.Itoa(int(Margin/time.Second))
 }

@@ -45,8 +45,6 @@ func TestClusterSchema(t *testing.T) {
 		"finding_days_current": "View",
 		"stream_minutes":       "Distributed", "stream_minutes_local": "ReplicatedAggregatingMergeTree", "stream_minutes_mv": "MaterializedView",
 		"event_minutes": "Distributed", "event_minutes_local": "ReplicatedReplacingMergeTree",
-		"finding_days_state": "Distributed", "finding_days_state_local": "ReplicatedAggregatingMergeTree", "finding_days_state_mv": "MaterializedView",
-		"finding_day_changes": "Distributed", "finding_day_changes_local": "ReplicatedAggregatingMergeTree", "finding_day_changes_mv": "MaterializedView",
 		"finding_days": "Distributed", "finding_days_local": "ReplicatedMergeTree",
 		"finding_day_builds": "Distributed", "finding_day_builds_local": "ReplicatedMergeTree",
 		"finding_requests": "Distributed", "finding_requests_local": "ReplicatedReplacingMergeTree", "finding_requests_mv": "MaterializedView",

@@ -75,14 +75,12 @@ func (t RetainedTable) ttl(days int) string {
 var Tables = []RetainedTable{
 	{Name: "findings", Holds: Callers, Time: "event_time"},
 	{Name: "finding_requests", Holds: Callers, Time: "event_time"},
-	{Name: "finding_days_state", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_days", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hours_state", Holds: Callers, Time: "hour"},
 	{Name: "finding_day_prefixes", Holds: Callers, Time: "day", Date: true},
 	{Name: "migration_sightings", Holds: Callers, Time: "seen"},
 	// The rollup's records of its builds and changes name no caller, but go with the rows
 	// they describe: a build recorded without its rows would read as a day without findings.
-	{Name: "finding_day_changes", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_day_builds", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hour_changes", Holds: Callers, Time: "hour"},
 	{Name: "finding_day_prefix_builds", Holds: Callers, Time: "day", Date: true},

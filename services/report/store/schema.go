@@ -559,7 +559,7 @@ ORDER BY kind`}},
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_rules"}}{{.On}}{{end}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_apis"}}{{.On}}{{end}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "daily_callers"}}{{.On}}{{end}}`,
-		rollup.ViewSQL}},
+		viewV13}},
 	// Who does what must run once per store (the rollup's compaction, the retention's
 	// deletion) among the report processes that share it: a few rows per lease and holder
 	// renewal, the newest version in force (Lease). On every server of a cluster, so that a
@@ -572,4 +572,36 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.leases{{.On}} (
     version UInt64
 ) ENGINE = {{.EngineEverywhere "leases" "ReplacingMergeTree(version)"}}
 ORDER BY lease`}},
+	// One resolution of states: the day states of migration 6 were the hour states of
+	// migration 7 summed by day, written by a second pair of views on every insert. The hours
+	// are now the only states, kept as long as the callers' retention (no longer pruned two
+	// days after their day): the rollup builds a day from its hours, reads an unbuilt day
+	// from them, and takes a day's last change as its hours' newest. The first statement
+	// fills the hours of every finding stored (a state counts a finding once, so the hours
+	// already filled stay exact); the second gives each hour that has no change time yet its
+	// day's, so the day builds current before stay current. The day tables and their views go
+	// (the views first), and the view finding_days_current is created anew over the hours.
+	{Version: 15, Name: "hour states only", SQL: []string{`
+INSERT INTO {{.DB}}.finding_hours_state
+SELECT cluster, toStartOfHour(event_time) AS hour, ` + dayStateSelect + `
+GROUP BY cluster, hour, ` + dayKeyGroup + `
+SETTINGS max_bytes_before_external_group_by = 2000000000`, `
+INSERT INTO {{.DB}}.finding_hour_changes
+SELECT cluster, hour, maxState(if(changed = 0, toUInt32(now()), changed)) AS changed
+FROM (
+  SELECT DISTINCT cluster, toStartOfHour(event_time) AS hour, toDate(event_time) AS day
+  FROM {{.DB}}.findings
+  WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM {{.DB}}.finding_hour_changes)
+) AS h ANY LEFT JOIN (
+  SELECT cluster, day, maxMerge(changed) AS changed FROM {{.DB}}.finding_day_changes GROUP BY cluster, day
+) AS d USING (cluster, day)
+GROUP BY cluster, hour`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days_current{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days_state_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_day_changes_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days_state{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_day_changes{{.On}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_changes"}}{{.On}}{{end}}`,
+		rollup.ViewSQL}},
 }

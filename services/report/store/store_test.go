@@ -66,7 +66,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		}
 		rows.Close()
 		for _, want := range []string{"findings", "weekly_reports", "schema_migrations", "event_minutes",
-			"finding_days_state", "finding_day_changes", "finding_days", "finding_day_builds", "finding_requests",
+			"finding_days", "finding_day_builds", "finding_requests",
 			"finding_hours_state", "finding_hour_changes", "finding_day_prefixes", "finding_day_prefix_builds", "control_plane_sightings", "coverage_sightings", "migration_sightings", "review_sightings",
 			"finding_days_current"} {
 			if !slices.Contains(tables, want) {

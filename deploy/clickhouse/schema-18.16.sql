@@ -457,6 +457,56 @@ DROP TABLE IF EXISTS auditlens.finding_days_state_mv;
 DROP TABLE IF EXISTS auditlens.finding_day_changes_mv;
 DROP TABLE IF EXISTS auditlens.finding_days_state;
 DROP TABLE IF EXISTS auditlens.finding_day_changes;
+
+-- migration 16: one builds table
+CREATE TABLE IF NOT EXISTS auditlens.finding_rows (
+    cluster        String,
+    day            Date,
+    rule_id        String,
+    removed_in_key UInt32,
+    api_group      String,
+    api_version    String,
+    resource       String,
+    removed_in     String,
+    replacement    String,
+    username       String,
+    user_agent     String,
+    namespace      String,
+    source_ip      String,
+    message        String,
+    findings       UInt64,
+    first_seen     UInt32,
+    last_seen      UInt32,
+    build          UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, build, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.finding_builds (
+    cluster String,
+    day     Date,
+    until   DateTime('UTC'),
+    built   UInt32,
+    build   UInt64
+) ENGINE = MergeTree()
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day);
+INSERT INTO auditlens.finding_rows (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build
+FROM auditlens.finding_days;
+INSERT INTO auditlens.finding_rows (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build
+FROM auditlens.finding_day_prefixes;
+INSERT INTO auditlens.finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, toDateTime(concat(toString(day + 1), ' 00:00:00'), 'UTC'), built, build
+FROM auditlens.finding_day_builds;
+INSERT INTO auditlens.finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, until, built, build
+FROM auditlens.finding_day_prefix_builds;
+DROP TABLE IF EXISTS auditlens.finding_days_current;
+DROP TABLE IF EXISTS auditlens.finding_day_builds;
+DROP TABLE IF EXISTS auditlens.finding_day_prefix_builds;
+DROP TABLE IF EXISTS auditlens.finding_days;
+DROP TABLE IF EXISTS auditlens.finding_day_prefixes;
 CREATE VIEW IF NOT EXISTS auditlens.finding_days_current AS
 SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
   username, user_agent, namespace, source_ip,
@@ -466,10 +516,10 @@ FROM (
   SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
   username, user_agent, namespace, source_ip,
          message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
-  FROM auditlens.finding_days
+  FROM auditlens.finding_rows
   WHERE (cluster, day, build) GLOBAL IN (
     SELECT cluster, day, argMax(build, built) AS b FROM (
-      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_builds WHERE toDate(until) > day
       UNION ALL
       SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
     GROUP BY cluster, day
@@ -482,7 +532,7 @@ FROM (
   FROM auditlens.finding_hours_state
   WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (
     SELECT cluster, day, argMax(build, built) AS b FROM (
-      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_day_builds
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_builds WHERE toDate(until) > day
       UNION ALL
       SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
     GROUP BY cluster, day

@@ -83,8 +83,8 @@ func TestBlockersAgreeWithConsoleAndWeekly(t *testing.T) {
 		if _, err := rollup.Compact(ctx, st.DB(), rollup.TablesFor("findings")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.DB().ExecContext(ctx, `INSERT INTO finding_day_builds (cluster, day, built, build)
-SELECT cluster, day, toUInt32(max(built) + 3600), argMax(build, built) FROM finding_day_builds GROUP BY cluster, day`); err != nil {
+		if _, err := st.DB().ExecContext(ctx, `INSERT INTO finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, any(until), toUInt32(max(built) + 3600), argMax(build, built) FROM finding_builds WHERE toDate(until) > day GROUP BY cluster, day`); err != nil {
 			t.Fatal(err)
 		}
 		agree("read from the builds")

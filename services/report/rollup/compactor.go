@@ -45,7 +45,7 @@ type Lease interface {
 }
 
 // Compactor runs Compact every Interval: a daemon.Component. With a Lease, only the report
-// process that holds it compacts and prunes; the others take over when it stops.
+// process that holds it compacts and cleans; the others take over when it stops.
 type Compactor struct {
 	cfg    Config
 	db     *sql.DB
@@ -59,30 +59,27 @@ type Compactor struct {
 	built, prefixes, failed prometheus.Counter
 	last, held              prometheus.Gauge
 
-	// st drops the months of the prefix tables and deletes superseded builds; nil: never.
-	st      Store
-	pruned  time.Time
-	cleaned prometheus.Counter
+	// st deletes superseded builds; nil: never.
+	st        Store
+	cleanedAt time.Time
+	cleaned   prometheus.Counter
 }
 
 // Store is what the compactor changes in the store beside its queries (store.Store).
 type Store interface {
-	// DropMonth drops a month of a table (Prune).
-	DropMonth(ctx context.Context, table string, month uint32) error
 	// DeleteBuilds deletes the rows of builds from a table (Clean).
 	DeleteBuilds(ctx context.Context, table string, ids []uint64) error
 }
 
-// pruneEvery is how often the compactor prunes the prefix tables (Prune) and removes the
-// builds replaced (Clean).
-const pruneEvery = time.Hour
+// cleanEvery is how often the compactor removes the builds replaced (Clean).
+const cleanEvery = time.Hour
 
 // LeaseTTL is how long a compacting process's lease lasts past each round: three rounds, so
 // that a slow round does not hand it over, and at least 30 seconds.
 func (c Config) LeaseTTL() time.Duration { return max(3*c.Interval, 30*time.Second) }
 
 // NewCompactor returns the compaction of the day tables beside findings (see TablesFor),
-// which prunes the prefix tables and removes replaced builds through st (nil: never), while it
+// which removes replaced builds through st (nil: never), while it
 // holds lease (nil: always).
 func NewCompactor(cfg Config, db *sql.DB, findings string, st Store, lease Lease, log *slog.Logger, reg prometheus.Registerer) *Compactor {
 	c := &Compactor{cfg: cfg, db: db, tables: TablesFor(findings), log: log, st: st, lease: lease,
@@ -91,7 +88,7 @@ func NewCompactor(cfg Config, db *sql.DB, findings string, st Store, lease Lease
 		prefixes: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_prefixes_built_total",
 			Help: "Builds of the first hours of a cluster's day under way into plain counts (one per cluster and hour at most, more when late findings change an hour built)."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_errors_total",
-			Help: "Compactions, and prunings of the prefix tables, that failed (the days stay readable from their states)."}),
+			Help: "Compactions, and removals of replaced builds, that failed (the days stay readable from their states)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "auditlens_report_rollup_last_success_timestamp_seconds",
 			Help: "When a compaction last completed."}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{Name: "auditlens_report_rollup_builds_removed_total",
@@ -189,7 +186,7 @@ func (c *Compactor) Run(ctx context.Context) error {
 			if n.Days+n.Prefixes > 0 {
 				c.log.Info("compacted finding days", "days", n.Days, "prefixes", n.Prefixes, "took", time.Since(start).Round(time.Millisecond))
 			}
-			c.prune(ctx)
+			c.clean(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -199,24 +196,13 @@ func (c *Compactor) Run(ctx context.Context) error {
 	}
 }
 
-// prune runs Prune and Clean once every pruneEvery, for at most two minutes each (on a
-// cluster, dropping and deleting wait for every server: a server down fails them, and the
-// next hour tries again).
-func (c *Compactor) prune(ctx context.Context) {
-	if c.st == nil || time.Since(c.pruned) < pruneEvery {
+// clean runs Clean once every cleanEvery, for at most two minutes (on a cluster, deleting
+// waits for every server: a server down fails it, and the next hour tries again).
+func (c *Compactor) clean(ctx context.Context) {
+	if c.st == nil || time.Since(c.cleanedAt) < cleanEvery {
 		return
 	}
-	c.pruned = time.Now()
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	months, err := Prune(pctx, c.db, c.tables, c.st.DropMonth)
-	cancel()
-	switch {
-	case err != nil:
-		c.failed.Inc()
-		c.log.Warn("pruning the day prefixes failed; the next hour tries again", "dropped", months, "err", err)
-	case len(months) > 0:
-		c.log.Info("pruned the day prefixes", "months", months)
-	}
+	c.cleanedAt = time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	n, err := Clean(cctx, c.db, c.tables, c.st.DeleteBuilds)
 	cancel()

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,7 +352,7 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	// are removed, rows and records, and every count stays.
 	builds := func() (records, withRows uint64) {
 		t.Helper()
-		if err := db.QueryRowContext(ctx, `SELECT (SELECT uniqExact(build) FROM finding_day_builds), (SELECT uniqExact(build) FROM finding_days)`).Scan(&records, &withRows); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT (SELECT uniqExact(build) FROM finding_builds), (SELECT uniqExact(build) FROM finding_rows)`).Scan(&records, &withRows); err != nil {
 			t.Fatal(err)
 		}
 		return records, withRows
@@ -382,14 +383,14 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	// The view reads a day from its newest build once that build began a minute (rollup.Margin)
 	// after the day's last change: the builds, recorded again an hour later as if built then,
 	// are read, one build a day (the rebuilt days have two).
-	if _, err := db.ExecContext(ctx, `INSERT INTO finding_day_builds (cluster, day, built, build)
-SELECT cluster, day, toUInt32(max(built) + 3600), argMax(build, built) FROM finding_day_builds GROUP BY cluster, day`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, any(until), toUInt32(max(built) + 3600), argMax(build, built) FROM finding_builds WHERE toDate(until) > day GROUP BY cluster, day`); err != nil {
 		t.Fatal(err)
 	}
 	replicated()
 	var fromBuilds uint64
-	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_days WHERE (cluster, day, build) GLOBAL IN (
-  SELECT cluster, day, argMax(build, built) FROM finding_day_builds WHERE day < toDate(?) GROUP BY cluster, day)`, rollup.Day(today)).Scan(&fromBuilds); err != nil || fromBuilds == 0 {
+	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_rows WHERE (cluster, day, build) GLOBAL IN (
+  SELECT cluster, day, argMax(build, built) FROM finding_builds WHERE day < toDate(?) AND toDate(until) > day GROUP BY cluster, day)`, rollup.Day(today)).Scan(&fromBuilds); err != nil || fromBuilds == 0 {
 		t.Fatalf("no row in the newest builds of the past days: %d, %v", fromBuilds, err)
 	}
 	// A state written past the findings (never by the view on them) shows whether the view
@@ -409,9 +410,7 @@ SELECT 'prod', toDateTime(?, 'UTC'), 'removed-api', toUInt32(0), '', '', '', '',
 	mid, next := today.AddDate(0, 0, -2), today.AddDate(0, 0, -1)
 	sameRows(t, "one day", fromDays(t, db, "prod", mid, next), fromFindings(t, db, "prod", mid, next))
 
-	// Pruning: a day 40 days ago, compacted while it was under way (a prefix), loses its prefix
-	// with its month; it is read from its hours' states then (kept as long as the retention),
-	// and today from its prefix still.
+	// A day 40 days ago, compacted while it was under way (a prefix), is read from its prefix.
 	old := today.AddDate(0, 0, -40)
 	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour))}); err != nil {
 		t.Fatal(err)
@@ -428,34 +427,48 @@ SELECT 'prod', toDateTime(?, 'UTC'), 'removed-api', toUInt32(0), '', '', '', '',
 	if c, err := rollup.PrefixedDays(ctx, db, tables, "prod", old, old.AddDate(0, 0, 1)); err != nil || len(c) != 1 {
 		t.Fatalf("the day 40 days ago is not read from its prefix: %v (%v)", c, err)
 	}
-	months, err := rollup.Prune(ctx, db, tables, st.DropMonth)
-	if err != nil {
-		t.Fatal(err)
+	// Built whole once over (a day later by the compaction's clock), the day's prefix is
+	// replaced: Clean removes it, rows and record, once the whole build is CleanAfter old.
+	time.Sleep(1100 * time.Millisecond)
+	restore = rollup.SetNow(old.AddDate(0, 0, 1).Add(time.Hour))
+	n, err = rollup.Compact(ctx, db, tables)
+	restore()
+	if err != nil || n != (rollup.Built{Days: 1}) {
+		t.Fatalf("compaction 39 days ago built %+v (%v), want the day 40 days ago whole", n, err)
 	}
 	replicated()
-	oldMonth := uint32(old.Year()*100 + int(old.Month()))
-	if !slices.Contains(months, oldMonth) {
-		t.Errorf("pruned months %v, want %d among them", months, oldMonth)
-	}
-	keep := today.Add(12*time.Hour - rollup.Keep)
-	for _, table := range []string{"finding_day_prefixes", "finding_day_prefix_builds"} {
-		var kept, dropped uint64
-		if err := db.QueryRowContext(ctx, `SELECT countIf(toYYYYMM(day) >= ?), countIf(toYYYYMM(day) < ?) FROM `+table,
-			keep.Year()*100+int(keep.Month()), keep.Year()*100+int(keep.Month())).Scan(&kept, &dropped); err != nil {
+	oldBuilds := func() (records, withRows uint64) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT (SELECT uniqExact(build) FROM finding_builds WHERE day = toDate(?)),
+  (SELECT uniqExact(build) FROM finding_rows WHERE day = toDate(?))`, rollup.Day(old), rollup.Day(old)).Scan(&records, &withRows); err != nil {
 			t.Fatal(err)
 		}
-		if dropped != 0 || kept == 0 {
-			t.Errorf("%s after pruning: %d rows of the months kept, %d of those dropped; want some and none", table, kept, dropped)
-		}
+		return records, withRows
+	}
+	if r, w := oldBuilds(); r != 2 || w != 2 {
+		t.Errorf("the day 40 days ago has %d builds recorded, %d with rows; want its prefix and its whole build", r, w)
+	}
+	restoreClean = rollup.SetCleanAfter(0)
+	time.Sleep(1100 * time.Millisecond)
+	if removed, err := rollup.Clean(ctx, db, tables, st.DeleteBuilds); err != nil || removed != 1 {
+		t.Errorf("clean removed %d builds (%v), want the prefix of the day 40 days ago", removed, err)
+	}
+	restoreClean()
+	replicated()
+	if r, w := oldBuilds(); r != 1 || w != 1 {
+		t.Errorf("after clean the day 40 days ago has %d builds recorded, %d with rows; want its whole build", r, w)
+	}
+	if c, err := rollup.CleanDays(ctx, db, tables, "prod", old, old.AddDate(0, 0, 1)); err != nil || len(c) != 1 {
+		t.Errorf("the day 40 days ago is not read from its build: %v (%v)", c, err)
 	}
 	if c := prefixed(); !reflect.DeepEqual(c, todays) {
-		t.Errorf("days read from a prefix after pruning %v, want today's %v", c, todays)
+		t.Errorf("days read from a prefix after clean %v, want today's %v", c, todays)
 	}
-	sameRows(t, "after pruning", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
-	sameRows(t, "the view after pruning", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "after the old day's clean", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+	sameRows(t, "the view after the old day's clean", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
 	// The raw findings of 40 days ago may be gone already (a retention of 30 days).
 	if got := byUser(t, db, "prod", old, old.AddDate(0, 0, 1)); len(got) != 1 || got[0].Findings != 1 {
-		t.Errorf("the day 40 days ago after pruning: %v, want carol's one finding", got)
+		t.Errorf("the day 40 days ago after clean: %v, want carol's one finding", got)
 	}
 }
 
@@ -524,8 +537,9 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 }
 
 // Migration 13 retires the approximate daily rollups and adds the view: on a store at
-// version 12 with findings, the day rows read the same before and after it, the view reads
-// what the raw findings count, and migration 2's tables and views are gone.
+// version 12 with findings, the day rows and the view read what the raw findings count after
+// it (and the later steps), as many findings as migration 2's daily_rules counted, and
+// migration 2's tables and views are gone.
 func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 	all, before, after := cutMigrations(t, 13)
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
@@ -536,22 +550,17 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 		if err := st.WriteFindings(ctx, seed(today)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1100 * time.Millisecond)
-		if _, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil {
-			t.Fatal(err)
-		}
 		var daily uint64
 		if err := db.QueryRowContext(ctx, `SELECT toUInt64(sum(n)) FROM (SELECT uniqMerge(findings) AS n FROM daily_rules GROUP BY cluster, rule_id, day)`).Scan(&daily); err != nil || daily == 0 {
 			t.Fatalf("daily_rules before the migration: %d, %v", daily, err)
 		}
-		was := fromDays(t, db, "", from, to)
 		store.Migrations = all
 		did, err := st.Migrate(ctx, store.MigrateOptions{})
 		store.Migrations = before
 		if err != nil || !slices.Equal(did, after) || after[0] != 13 {
 			t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
 		}
-		sameRows(t, "the day rows after the migration", fromDays(t, db, "", from, to), was)
+		sameRows(t, "the day rows after the migration", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
 		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
 		var total uint64
 		if err := db.QueryRowContext(ctx, `SELECT toUInt64(sum(findings)) FROM `+rollup.View).Scan(&total); err != nil || total != daily {
@@ -564,11 +573,13 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 	})
 }
 
-// Migration 15 makes the hour states the only states: on a store at version 14 whose hours
-// of an old month were pruned (as Prune did before it) while its day build stayed, the
-// migration fills those hours again from the findings, the day rows and the view count what
-// the raw findings count, the days built before stay current (no rebuild), and the day
-// states and their views are gone.
+// Migrations 15 and 16 make the hour states the only states and put every build in one
+// table: on a store at version 14 with whole builds of the past days and a prefix of today
+// (written as the compaction before them wrote them), whose hours of an old month were pruned
+// (as the pruning before them did) while the day's build stayed, the migrations fill those
+// hours again from the findings, and the day rows and the view count what the raw findings
+// count; the builds made before are read (the past days whole, today from its prefix) and
+// none is rebuilt; the day states, the four build tables and their views are gone.
 func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 	defer rollup.SetMargin(0)()
 	all, before, after := cutMigrations(t, 15)
@@ -577,16 +588,43 @@ func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 		db := st.DB()
 		tables := rollup.TablesFor("findings")
 		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		noon := today.Add(12 * time.Hour)
 		old := today.AddDate(0, 0, -40)
 		from, to := old, today.AddDate(0, 0, 1)
-		defer rollup.SetNow(today.Add(12 * time.Hour))()
+		defer rollup.SetNow(noon)()
 		found := append(seed(today), finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour)))
 		if err := st.WriteFindings(ctx, found); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(1100 * time.Millisecond)
-		if n, err := rollup.Compact(ctx, db, tables); err != nil || n.Days == 0 {
-			t.Fatalf("compaction before the migration built %+v (%v), want the past days", n, err)
+		// The builds of the compaction of version 14: the past days whole, today's hours
+		// before noon as a prefix.
+		for _, q := range []string{`
+INSERT INTO finding_days (cluster, day, ` + rollup.Key + `, message, findings, first_seen, last_seen, build)
+SELECT cluster, toDate(hour) AS day, ` + rollup.Key + `, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), cityHash64(cluster, day)
+FROM finding_hours_state WHERE hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, `
+INSERT INTO finding_day_builds (cluster, day, built, build)
+SELECT DISTINCT cluster, day, toUInt32(now()), build FROM finding_days`, `
+INSERT INTO finding_day_prefixes (cluster, day, ` + rollup.Key + `, message, findings, first_seen, last_seen, build)
+SELECT cluster, toDate(hour) AS day, ` + rollup.Key + `, anyMerge(message), uniqExactMerge(findings),
+  toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), cityHash64(cluster, 'prefix')
+FROM finding_hours_state WHERE hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, `
+INSERT INTO finding_day_prefix_builds (cluster, day, until, built, build)
+SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding_day_prefixes`} {
+			var args []any
+			switch strings.Count(q, "?") {
+			case 1:
+				args = []any{today.Unix()}
+				if strings.Contains(q, "prefix_builds") {
+					args = []any{noon.Unix()}
+				}
+			case 2:
+				args = []any{today.Unix(), noon.Unix()}
+			}
+			if _, err := db.ExecContext(ctx, q, args...); err != nil {
+				t.Fatal(err)
+			}
 		}
 		month := uint32(old.Year()*100 + int(old.Month()))
 		for _, table := range []string{tables.HourState, tables.HourChanges} {
@@ -609,15 +647,19 @@ func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(built, rollup.Day(old)+" prod") || len(built) < 2 {
-			t.Errorf("days read from their builds after the migration %v, want the past days built before it, the old one too", built)
+		if !slices.Contains(built, rollup.Day(old)+" prod") || len(built) != 11 {
+			t.Errorf("days read from their builds after the migration %v, want the 11 past days built before it, the old one too", built)
 		}
-		if n, err := rollup.Compact(ctx, db, tables); err != nil || n.Days != 0 {
-			t.Errorf("compaction after the migration built %+v (%v), want no day rebuilt", n, err)
+		if p, err := rollup.PrefixedDays(ctx, db, tables, "", today, today.AddDate(0, 0, 1)); err != nil || len(p) != 2 {
+			t.Errorf("days read from a prefix after the migration %v (%v), want today's of both clusters", p, err)
 		}
-		var left uint64
-		if err := db.QueryRowContext(ctx, `SELECT count() FROM system.tables WHERE database = ? AND (name LIKE 'finding\_days\_state%' OR name LIKE 'finding\_day\_changes%')`, st.Database()).Scan(&left); err != nil || left != 0 {
-			t.Errorf("%d of the day states' tables and views left (%v), want none", left, err)
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
+			t.Errorf("compaction after the migration built %+v (%v), want nothing rebuilt", n, err)
+		}
+		var left []string
+		if err := db.QueryRowContext(ctx, `SELECT groupArray(name) FROM system.tables WHERE database = ? AND (name LIKE 'finding\\_day%' OR name LIKE 'finding\\_days%')
+  AND name != 'finding_days_current'`, st.Database()).Scan(&left); err != nil || len(left) != 0 {
+			t.Errorf("tables and views left of the day states and the four build tables: %v (%v), want none", left, err)
 		}
 	})
 }

@@ -41,15 +41,14 @@ func CurrentSQL(prefix, cluster, days string) string {
 	if days != "" {
 		conds = append(conds, days)
 	}
-	and, where, moves := "", "", ""
+	and, moves := "", ""
 	if len(conds) > 0 {
 		and = " AND " + strings.Join(conds, " AND ")
-		where = " WHERE " + strings.Join(conds, " AND ")
 	}
 	if cluster != "" {
 		moves = " WHERE cluster = " + cluster
 	}
-	builds := currentBuilds(prefix, where)
+	builds := currentBuilds(prefix, and)
 	return `
 SELECT cluster, day, ` + Key + `,
        msg AS message, n AS findings, toDateTime(fs, 'UTC') AS first_seen, toDateTime(ls, 'UTC') AS last_seen,
@@ -57,7 +56,7 @@ SELECT cluster, day, ` + Key + `,
 FROM (
   SELECT cluster, day, ` + Key + `,
          message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
-  FROM ` + prefix + `finding_days
+  FROM ` + prefix + `finding_rows
   WHERE (cluster, day, build) GLOBAL IN (` + builds + `)` + and + `
   UNION ALL
   SELECT cluster, toDate(hour) AS day, ` + Key + `,
@@ -71,12 +70,17 @@ WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(no
   SELECT toUInt32(argMax(days, version)) AS d FROM ` + prefix + `retention_settings WHERE kind = 'callers'))`
 }
 
-// currentBuilds selects, per cluster and day (of those where keeps), the newest build when it
-// began more than Margin after the day's newest change (covers).
-func currentBuilds(prefix, where string) string {
+// currentBuilds selects, per cluster and day (of those and, " AND ..." or "", keeps), the
+// newest whole build (one that ends at the next midnight) when it began more than Margin after
+// the day's newest change (covers).
+func currentBuilds(prefix, and string) string {
+	where := ""
+	if and != "" {
+		where = " WHERE" + strings.TrimPrefix(and, " AND")
+	}
 	return `
     SELECT cluster, day, argMax(build, built) AS b FROM (
-      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_day_builds` + where + `
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_builds WHERE toDate(until) > day` + and + `
       UNION ALL
       SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM ` + prefix + `finding_hour_changes` + where + ` GROUP BY cluster, day)
     GROUP BY cluster, day

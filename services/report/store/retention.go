@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -75,15 +77,13 @@ func (t RetainedTable) ttl(days int) string {
 var Tables = []RetainedTable{
 	{Name: "findings", Holds: Callers, Time: "event_time"},
 	{Name: "finding_requests", Holds: Callers, Time: "event_time"},
-	{Name: "finding_days", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_rows", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hours_state", Holds: Callers, Time: "hour"},
-	{Name: "finding_day_prefixes", Holds: Callers, Time: "day", Date: true},
 	{Name: "migration_sightings", Holds: Callers, Time: "seen"},
 	// The rollup's records of its builds and changes name no caller, but go with the rows
 	// they describe: a build recorded without its rows would read as a day without findings.
-	{Name: "finding_day_builds", Holds: Callers, Time: "day", Date: true},
+	{Name: "finding_builds", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hour_changes", Holds: Callers, Time: "hour"},
-	{Name: "finding_day_prefix_builds", Holds: Callers, Time: "day", Date: true},
 
 	{Name: "stream_minutes", Holds: Counts, Time: "minute"},
 	{Name: "event_minutes", Holds: Counts, Time: "minute"},
@@ -196,6 +196,9 @@ func (s *Store) setRetention(ctx context.Context, ver Version, r Retention) erro
 			want = t.ttl(days)
 		}
 		have, err := s.ttlOf(ctx, t.Name)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // a schema cut short (tests of earlier steps) lacks the later tables
+		}
 		if err != nil {
 			return err
 		}

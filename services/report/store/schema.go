@@ -580,7 +580,8 @@ ORDER BY lease`}},
 	// fills the hours of every finding stored (a state counts a finding once, so the hours
 	// already filled stay exact); the second gives each hour that has no change time yet its
 	// day's, so the day builds current before stay current. The day tables and their views go
-	// (the views first), and the view finding_days_current is created anew over the hours.
+	// (the views first), with the view finding_days_current over them (migration 16 creates it
+	// anew).
 	{Version: 15, Name: "hour states only", SQL: []string{`
 INSERT INTO {{.DB}}.finding_hours_state
 SELECT cluster, toStartOfHour(event_time) AS hour, ` + dayStateSelect + `
@@ -602,6 +603,52 @@ GROUP BY cluster, hour`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_days_state{{.On}}`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_day_changes{{.On}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_days_state"}}{{.On}}{{end}}`,
-		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_changes"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_changes"}}{{.On}}{{end}}`}},
+	// One builds table and one rows table: a build covers its day's hours before until (the
+	// next midnight for a day built whole, an hour of the day for a prefix of the day under
+	// way), so the day builds (migration 6) and the prefixes (migration 7) were one thing in
+	// four tables, read by two planners. finding_builds records every build, finding_rows
+	// holds their rows, ordered by build: a reader reads a build's rows as one range. The
+	// builds made before are copied (the rows first: a build is read only once recorded), the
+	// four tables dropped, and the view finding_days_current created over the new ones.
+	{Version: 16, Name: "one builds table", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_rows"}}{{.On}} (
+    cluster        {{.LC}},
+    day            Date,
+` + dayKeyColumns + dayCountColumns + `) ENGINE = {{.Engine "finding_rows" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day, build, ` + dayKeyOrder + `)`,
+		`{{.Distributed "finding_rows" "cityHash64(cluster, day)"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_builds"}}{{.On}} (
+    cluster {{.LC}},
+    day     Date,
+    until   DateTime('UTC'),
+    built   UInt32,
+    build   UInt64
+) ENGINE = {{.Engine "finding_builds" "MergeTree()"}}
+PARTITION BY toYYYYMM(day)
+ORDER BY (cluster, day)`,
+		`{{.Distributed "finding_builds" "cityHash64(cluster, day)"}}`, `
+INSERT INTO {{.DB}}.finding_rows (cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build
+FROM {{.DB}}.finding_days`, `
+INSERT INTO {{.DB}}.finding_rows (cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build)
+SELECT cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build
+FROM {{.DB}}.finding_day_prefixes`, `
+INSERT INTO {{.DB}}.finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, toDateTime(concat(toString(day + 1), ' 00:00:00'), 'UTC'), built, build
+FROM {{.DB}}.finding_day_builds`, `
+INSERT INTO {{.DB}}.finding_builds (cluster, day, until, built, build)
+SELECT cluster, day, until, built, build
+FROM {{.DB}}.finding_day_prefix_builds`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days_current{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_day_builds{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_day_prefix_builds{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_day_prefixes{{.On}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_builds"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_prefix_builds"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_days"}}{{.On}}{{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_prefixes"}}{{.On}}{{end}}`,
 		rollup.ViewSQL}},
 }

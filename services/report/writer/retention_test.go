@@ -84,7 +84,7 @@ func TestOlderThanTheRetentionIsNotWritten(t *testing.T) {
 		for table, q := range map[string]string{
 			"findings":            "SELECT count() FROM findings WHERE event_time < toDateTime(?)",
 			"finding_hours_state": "SELECT count() FROM finding_hours_state WHERE hour < toDateTime(?)",
-			"finding_days":        "SELECT count() FROM finding_days WHERE day < toDate(toDateTime(?))",
+			"finding_rows":        "SELECT count() FROM finding_rows WHERE day < toDate(toDateTime(?))",
 			"finding_requests":    "SELECT count() FROM finding_requests WHERE event_time < toDateTime(?)",
 			"migration_sightings": "SELECT count() FROM migration_sightings WHERE seen < toDateTime(?)",
 		} {

@@ -433,7 +433,7 @@ CREATE TABLE IF NOT EXISTS auditlens.leases (
 ORDER BY lease;
 
 -- migration 15: hour states only
-INSERT INTO auditlens.finding_hours_state
+INSERT INTO auditlens.finding_hours_state (cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen)
 SELECT cluster, toStartOfHour(event_time) AS hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
        username, user_agent, namespace, source_ip,
        anyState(message) AS message, uniqExactState(audit_id) AS findings,
@@ -443,14 +443,9 @@ GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resourc
          username, user_agent, namespace, source_ip
 SETTINGS max_bytes_before_external_group_by = 2000000000;
 INSERT INTO auditlens.finding_hour_changes
-SELECT cluster, hour, maxState(if(changed = 0, toUInt32(now()), changed)) AS changed
-FROM (
-  SELECT DISTINCT cluster, toStartOfHour(event_time) AS hour, toDate(event_time) AS day
-  FROM auditlens.findings
-  WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM auditlens.finding_hour_changes)
-) AS h ANY LEFT JOIN (
-  SELECT cluster, day, maxMerge(changed) AS changed FROM auditlens.finding_day_changes GROUP BY cluster, day
-) AS d USING (cluster, day)
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM auditlens.findings
+WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM auditlens.finding_hour_changes)
 GROUP BY cluster, hour;
 DROP TABLE IF EXISTS auditlens.finding_days_current;
 DROP TABLE IF EXISTS auditlens.finding_days_state_mv;
@@ -490,18 +485,6 @@ CREATE TABLE IF NOT EXISTS auditlens.finding_builds (
 ) ENGINE = MergeTree()
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day);
-INSERT INTO auditlens.finding_rows (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build
-FROM auditlens.finding_days;
-INSERT INTO auditlens.finding_rows (cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen, build
-FROM auditlens.finding_day_prefixes;
-INSERT INTO auditlens.finding_builds (cluster, day, until, built, build)
-SELECT cluster, day, toDateTime(concat(toString(day + 1), ' 00:00:00'), 'UTC'), built, build
-FROM auditlens.finding_day_builds;
-INSERT INTO auditlens.finding_builds (cluster, day, until, built, build)
-SELECT cluster, day, until, built, build
-FROM auditlens.finding_day_prefix_builds;
 DROP TABLE IF EXISTS auditlens.finding_days_current;
 DROP TABLE IF EXISTS auditlens.finding_day_builds;
 DROP TABLE IF EXISTS auditlens.finding_day_prefix_builds;
@@ -546,6 +529,10 @@ FROM (
 ) AS m USING (cluster, api_group, api_version, resource, username, user_agent)
 WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
   SELECT toUInt32(argMax(days, version)) AS d FROM auditlens.retention_settings WHERE kind = 'callers'));
+
+-- migration 17: hashes at insert
+ALTER TABLE auditlens.finding_rows ADD COLUMN blocker UInt64 DEFAULT cityHash64(rule_id, api_group, api_version, resource);
+ALTER TABLE auditlens.finding_rows ADD COLUMN caller UInt64 DEFAULT cityHash64(username, user_agent, source_ip);
 
 -- retention (report --retention-days 400): every table naming a caller
 ALTER TABLE auditlens.findings MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);

@@ -107,7 +107,7 @@ type Filter struct {
 	Where string
 	Args  []any
 	// Columns, when set, are the columns the reader uses, among Key (rule_id always comes),
-	// the hashes "blocker" (BlockerHash) and "caller" (CallerHash), and message, first_seen
+	// the hash columns blocker (BlockerHash) and caller (CallerHash), and message, first_seen
 	// and last_seen; cluster, day and findings always come. Nothing else is given: a
 	// reader's query reads a fraction of the columns. Nil gives every Key and value column.
 	Columns []string
@@ -119,9 +119,11 @@ type Filter struct {
 // keyColumns are the columns of Key, in order.
 var keyColumns = strings.Fields(strings.ReplaceAll(Key, ",", " "))
 
-// Hashes of key columns a reader may ask for by name in Filter.Columns: grouping by one
-// 64-bit hash is several times faster than by the strings on ClickHouse 18.16. Two values
-// would share a hash with a chance of about one in 10^7 with a million of them.
+// The hashes of key columns a reader may ask for in Filter.Columns as blocker and caller:
+// grouping by one 64-bit number is several times faster than by the strings on ClickHouse
+// 18.16. The build rows hold them as columns written at insert (migration 17 of package
+// store), so reading them reads none of the strings; the states' are computed when merged.
+// Two values would share a hash with a chance of about one in 10^7 with a million of them.
 const (
 	// BlockerHash names what was used: the rule and the API.
 	BlockerHash = "cityHash64(rule_id, api_group, api_version, resource)"
@@ -129,8 +131,12 @@ const (
 	CallerHash = "cityHash64(username, user_agent, source_ip)"
 )
 
-// hashed are the hash columns of Filter.Columns, by name.
-var hashed = map[string]string{"blocker": BlockerHash, "caller": CallerHash}
+// hashColumns are the columns holding BlockerHash and CallerHash, and the key columns each
+// hashes, in order.
+var hashColumns = map[string][]string{
+	"blocker": {"rule_id", "api_group", "api_version", "resource"},
+	"caller":  {"username", "user_agent", "source_ip"},
+}
 
 // columns splits f.Columns into key and value columns (every column when unset), and
 // refuses names not of the day rows: they are the callers' constants, never input.
@@ -260,14 +266,7 @@ func builtRows(table string, keys, values []string, where string, ids []uint64) 
 	for _, id := range ids {
 		set = append(set, strconv.FormatUint(id, 10))
 	}
-	sel := []string{"cluster", "day"}
-	for _, k := range keys {
-		if h, ok := hashed[k]; ok {
-			k = h + " AS " + k
-		}
-		sel = append(sel, k)
-	}
-	sel = append(append(sel, values...), "findings")
+	sel := append(append(append([]string{"cluster", "day"}, keys...), values...), "findings")
 	return `SELECT ` + strings.Join(sel, ", ") + `
   FROM ` + table + `
   WHERE ` + where + ` AND build IN (` + strings.Join(set, ", ") + `)`
@@ -280,13 +279,13 @@ func mergedStates(table, day string, keys, values []string, where string) string
 	// column would stand for it in the GROUP BY.
 	inner := []string{"cluster", day}
 	for _, k := range keys {
-		if h, ok := hashed[k]; ok {
+		if cols, ok := hashColumns[k]; ok {
 			// The hash of the group's one value of each column hashed.
-			cols := strings.Split(strings.TrimSuffix(strings.TrimPrefix(h, "cityHash64("), ")"), ", ")
+			any := make([]string, len(cols))
 			for i, c := range cols {
-				cols[i] = "any(" + c + ")"
+				any[i] = "any(" + c + ")"
 			}
-			inner = append(inner, "cityHash64("+strings.Join(cols, ", ")+") AS s_"+k)
+			inner = append(inner, "cityHash64("+strings.Join(any, ", ")+") AS s_"+k)
 			continue
 		}
 		inner = append(inner, "any("+k+") AS s_"+k)

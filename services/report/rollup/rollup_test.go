@@ -279,6 +279,11 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		sameRows(t, c+", hashes, after compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 	}
 	movesAgree(t, db, today, "prod", "after compaction", from, to)
+	// The hash columns, written at insert by their defaults, hold what the readers' hashes say.
+	var wrong uint64
+	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_rows WHERE blocker != `+rollup.BlockerHash+` OR caller != `+rollup.CallerHash).Scan(&wrong); err != nil || wrong != 0 {
+		t.Errorf("%d rows whose hash columns differ from rollup.BlockerHash or rollup.CallerHash (%v)", wrong, err)
+	}
 	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
 		t.Errorf("a second compaction built %+v (%v), want nothing", n, err)
 	}
@@ -573,13 +578,14 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 	})
 }
 
-// Migrations 15 and 16 make the hour states the only states and put every build in one
-// table: on a store at version 14 with whole builds of the past days and a prefix of today
-// (written as the compaction before them wrote them), whose hours of an old month were pruned
-// (as the pruning before them did) while the day's build stayed, the migrations fill those
-// hours again from the findings, and the day rows and the view count what the raw findings
-// count; the builds made before are read (the past days whole, today from its prefix) and
-// none is rebuilt; the day states, the four build tables and their views are gone.
+// Migrations 15 to 17 make the hour states the only states, put every build in one table and
+// add the hash columns: on a store at version 14 with whole builds of the past days and a
+// prefix of today (written as the compaction before them wrote them), whose hours of an old
+// month were pruned (as the pruning before them did) while the day's build stayed, the
+// migrations fill those hours again from the findings, and the day rows, their hashes and the
+// view count what the raw findings count, read from the states; the first compaction builds
+// every day again (and today's prefix), and the counts stay; the day states, the four build
+// tables and their views are gone.
 func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 	defer rollup.SetMargin(0)()
 	all, before, after := cutMigrations(t, 15)
@@ -643,19 +649,25 @@ SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding
 			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		}
 		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		sameRows(t, "hashes after the migration", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+		if built, err := rollup.CleanDays(ctx, db, tables, "", from, today); err != nil || len(built) != 0 {
+			t.Errorf("days read from builds after the migration %v (%v), want none: the builds before it are gone", built, err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{Days: 11, Prefixes: 2}) {
+			t.Errorf("compaction after the migration built %+v (%v), want the 11 past days (5 of each cluster and the old one) and today's 2 prefixes", n, err)
+		}
 		built, err := rollup.CleanDays(ctx, db, tables, "", from, today)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Contains(built, rollup.Day(old)+" prod") || len(built) != 11 {
-			t.Errorf("days read from their builds after the migration %v, want the 11 past days built before it, the old one too", built)
+			t.Errorf("days read from their builds after the compaction %v, want the 11 past days, the old one too", built)
 		}
-		if p, err := rollup.PrefixedDays(ctx, db, tables, "", today, today.AddDate(0, 0, 1)); err != nil || len(p) != 2 {
-			t.Errorf("days read from a prefix after the migration %v (%v), want today's of both clusters", p, err)
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", compacted after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
 		}
-		if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
-			t.Errorf("compaction after the migration built %+v (%v), want nothing rebuilt", n, err)
-		}
+		sameRows(t, "hashes compacted after the migration", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
 		var left []string
 		if err := db.QueryRowContext(ctx, `SELECT groupArray(name) FROM system.tables WHERE database = ? AND (name LIKE 'finding\\_day%' OR name LIKE 'finding\\_days%')
   AND name != 'finding_days_current'`, st.Database()).Scan(&left); err != nil || len(left) != 0 {

@@ -62,14 +62,8 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) ([]int, error) {
 		if applied[m.Version] {
 			continue
 		}
-		stmts, err := m.render(vars)
-		if err != nil {
-			return did, fmt.Errorf("migrate %d (%s): %w", m.Version, m.Name, err)
-		}
-		for _, q := range stmts {
-			if _, err := s.db.ExecContext(ctx, q); err != nil {
-				return did, fmt.Errorf("migrate %d (%s): %w\n%s", m.Version, m.Name, err, strings.TrimSpace(q))
-			}
+		if err := s.apply(ctx, m, vars); err != nil {
+			return did, err
 		}
 		row := []any{uint32(m.Version), m.Name, time.Now().UTC()}
 		if err := s.Insert(ctx, "schema_migrations", []string{"version", "name", "applied_at"}, [][]any{row}); err != nil {
@@ -136,4 +130,26 @@ func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
 		out[int(v)] = true
 	}
 	return out, rows.Err()
+}
+
+// apply runs the statements of m.
+func (s *Store) apply(ctx context.Context, m Migration, vars schemaVars) error {
+	stmts, err := m.render(vars)
+	if err != nil {
+		return fmt.Errorf("migrate %d (%s): %w", m.Version, m.Name, err)
+	}
+	for _, q := range stmts {
+		if _, err := s.db.ExecContext(ctx, q); err != nil && !addedBefore(q, err) {
+			return fmt.Errorf("migrate %d (%s): %w\n%s", m.Version, m.Name, err, strings.TrimSpace(q))
+		}
+	}
+	return nil
+}
+
+// addedBefore reports whether err says that the column the statement q adds (ALTER TABLE ...
+// ADD COLUMN, one column) is there already: a step repeated after it was interrupted, or run by
+// two replicas at once. ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS.
+func addedBefore(q string, err error) bool {
+	return strings.Contains(q, " ADD COLUMN ") && strings.Count(q, " ADD COLUMN ") == 1 &&
+		strings.Contains(err.Error(), "already exists")
 }

@@ -578,24 +578,19 @@ ORDER BY lease`}},
 	// days after their day): the rollup builds a day from its hours, reads an unbuilt day
 	// from them, and takes a day's last change as its hours' newest. The first statement
 	// fills the hours of every finding stored (a state counts a finding once, so the hours
-	// already filled stay exact); the second gives each hour that has no change time yet its
-	// day's, so the day builds current before stay current. The day tables and their views go
-	// (the views first), with the view finding_days_current over them (migration 16 creates it
-	// anew).
+	// already filled stay exact); the second marks each hour that has no change time yet as
+	// changed now. The day tables and their views go (the views first), with the view
+	// finding_days_current over them (migration 16 creates it anew). Every statement may run
+	// again (a step interrupted): none reads a table the step drops.
 	{Version: 15, Name: "hour states only", SQL: []string{`
-INSERT INTO {{.DB}}.finding_hours_state
+INSERT INTO {{.DB}}.finding_hours_state (cluster, hour, ` + dayKeyOrder + `, message, findings, first_seen, last_seen)
 SELECT cluster, toStartOfHour(event_time) AS hour, ` + dayStateSelect + `
 GROUP BY cluster, hour, ` + dayKeyGroup + `
 SETTINGS max_bytes_before_external_group_by = 2000000000`, `
 INSERT INTO {{.DB}}.finding_hour_changes
-SELECT cluster, hour, maxState(if(changed = 0, toUInt32(now()), changed)) AS changed
-FROM (
-  SELECT DISTINCT cluster, toStartOfHour(event_time) AS hour, toDate(event_time) AS day
-  FROM {{.DB}}.findings
-  WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM {{.DB}}.finding_hour_changes)
-) AS h ANY LEFT JOIN (
-  SELECT cluster, day, maxMerge(changed) AS changed FROM {{.DB}}.finding_day_changes GROUP BY cluster, day
-) AS d USING (cluster, day)
+SELECT cluster, toStartOfHour(event_time) AS hour, maxState(toUInt32(now())) AS changed
+FROM {{.DB}}.findings
+WHERE (cluster, hour) GLOBAL NOT IN (SELECT cluster, hour FROM {{.DB}}.finding_hour_changes)
 GROUP BY cluster, hour`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_days_current{{.On}}`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_days_state_mv{{.On}}`,
@@ -608,9 +603,11 @@ GROUP BY cluster, hour`,
 	// next midnight for a day built whole, an hour of the day for a prefix of the day under
 	// way), so the day builds (migration 6) and the prefixes (migration 7) were one thing in
 	// four tables, read by two planners. finding_builds records every build, finding_rows
-	// holds their rows, ordered by build: a reader reads a build's rows as one range. The
-	// builds made before are copied (the rows first: a build is read only once recorded), the
-	// four tables dropped, and the view finding_days_current created over the new ones.
+	// holds their rows, ordered by build: a reader reads a build's rows as one range. The four
+	// tables are dropped, not copied: builds are made from the hour states, and the first
+	// compaction after the step builds every day again (until then the days are read from
+	// their states, exact and dearer). A copy could not be repeated: run again after an
+	// interruption, it would copy a build's rows twice.
 	{Version: 16, Name: "one builds table", SQL: []string{`
 CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_rows"}}{{.On}} (
     cluster        {{.LC}},
@@ -628,19 +625,7 @@ CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_builds"}}{{.On}} (
 ) ENGINE = {{.Engine "finding_builds" "MergeTree()"}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (cluster, day)`,
-		`{{.Distributed "finding_builds" "cityHash64(cluster, day)"}}`, `
-INSERT INTO {{.DB}}.finding_rows (cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build
-FROM {{.DB}}.finding_days`, `
-INSERT INTO {{.DB}}.finding_rows (cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build)
-SELECT cluster, day, ` + dayKeyOrder + `, message, findings, first_seen, last_seen, build
-FROM {{.DB}}.finding_day_prefixes`, `
-INSERT INTO {{.DB}}.finding_builds (cluster, day, until, built, build)
-SELECT cluster, day, toDateTime(concat(toString(day + 1), ' 00:00:00'), 'UTC'), built, build
-FROM {{.DB}}.finding_day_builds`, `
-INSERT INTO {{.DB}}.finding_builds (cluster, day, until, built, build)
-SELECT cluster, day, until, built, build
-FROM {{.DB}}.finding_day_prefix_builds`,
+		`{{.Distributed "finding_builds" "cityHash64(cluster, day)"}}`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_days_current{{.On}}`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_day_builds{{.On}}`,
 		`DROP TABLE IF EXISTS {{.DB}}.finding_day_prefix_builds{{.On}}`,
@@ -651,4 +636,31 @@ FROM {{.DB}}.finding_day_prefix_builds`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_days"}}{{.On}}{{end}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_prefixes"}}{{.On}}{{end}}`,
 		rollup.ViewSQL}},
+	// Hashes at insert: the readers group the day rows by what was used (the rule and the API)
+	// and by who used it (user, user agent, source IP) through a 64-bit hash of each
+	// (rollup.BlockerHash, rollup.CallerHash), which every read computed from the strings.
+	// The build rows now hold them as columns, computed by their defaults when the compaction
+	// inserts a build (and for the rows built before, when read until their parts merge).
+	// The hour states do not: ClickHouse 18.16 fills no default in a materialized view's
+	// insert, and a view cannot be replaced without a moment in which inserts fail or skip it;
+	// their reads are bounded by the hours not built yet.
+	{Version: 17, Name: "hashes at insert", SQL: addHashColumns("finding_rows", "cityHash64(cluster, day)")},
+}
+
+// addHashColumns returns the statements of migration 17 that add the hash columns to table
+// (their expressions are rollup.BlockerHash and rollup.CallerHash), whose Distributed table on
+// a cluster shards by shardingKey: one column a statement, as ClickHouse 18.16 has no ADD
+// COLUMN IF NOT EXISTS (Migrate takes a column already there as added). On a cluster the
+// Distributed table is created again over the local tables (18.16 alters no table ON CLUSTER
+// that is neither replicated nor on a cluster without internal replication).
+func addHashColumns(table, shardingKey string) []string {
+	var out []string
+	for _, c := range []string{
+		"blocker UInt64 DEFAULT cityHash64(rule_id, api_group, api_version, resource)",
+		"caller UInt64 DEFAULT cityHash64(username, user_agent, source_ip)",
+	} {
+		out = append(out, `ALTER TABLE {{.DB}}.{{.Local "`+table+`"}}{{.On}} ADD COLUMN `+c)
+	}
+	return append(out, `{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.`+table+`{{.On}}{{end}}`,
+		`{{.Distributed "`+table+`" "`+shardingKey+`"}}`)
 }

@@ -38,7 +38,7 @@ func Clean(ctx context.Context, db *sql.DB, t Tables, del Deleter) (int, error) 
 	builds := map[string][]buildRecord{}
 	err := scan(ctx, db, `SELECT toString(cluster), toString(day), toUInt32(until), built, build FROM `+t.Builds+`
 WHERE (cluster, day) GLOBAL IN (
-  SELECT cluster, day FROM `+t.Builds+` GROUP BY cluster, day HAVING count() > 1 AND countIf(toDate(until) > day) > 0 AND minIf(built, toDate(until) > day) < ?)`,
+  SELECT cluster, day FROM `+t.Builds+` GROUP BY cluster, day HAVING count() > 1 AND countIf(`+Whole+`) > 0 AND minIf(built, `+Whole+`) < ?)`,
 		[]any{before}, func(c, d string, until, built uint32, id uint64) {
 			builds[pair(d, c)] = append(builds[pair(d, c)], buildRecord{until: until, built: built, build: id})
 		})

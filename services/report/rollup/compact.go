@@ -41,7 +41,7 @@ WHERE hour < toDateTime(?) GROUP BY cluster, d`, []any{today.Unix()}, func(c, d 
 	// The newest whole build of each day: its end is the next midnight.
 	builds := map[clusterDay]uint32{}
 	err = each(ctx, db, `SELECT toString(cluster), toString(day), max(built), toUInt32(0), toUInt64(0) FROM `+t.Builds+`
-WHERE day < toDate(?) AND toDate(until) > day GROUP BY cluster, day`, []any{Day(today)}, func(c, d string, ts uint32, _ uint64) { builds[clusterDay{c, d}] = ts })
+WHERE day < toDate(?) AND `+Whole+` GROUP BY cluster, day`, []any{Day(today)}, func(c, d string, ts uint32, _ uint64) { builds[clusterDay{c, d}] = ts })
 	if err != nil {
 		return built, fmt.Errorf("compact: read the days' builds: %w", err)
 	}

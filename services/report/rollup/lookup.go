@@ -103,8 +103,8 @@ type Newest struct {
 // of each cluster, at most limit clusters, by name: the newest hour of each in the states,
 // then the newest second of those hours.
 func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
-	type hours struct{ hour, blockerHour uint32 }
-	byCluster := map[string]hours{}
+	type newest struct{ hour, blockerHour uint32 }
+	byCluster := map[string]newest{}
 	var names []string
 	err := Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(hour)), toUInt32(maxIf(hour, `+Blocking+`))
 FROM `+t.HourState+`
@@ -112,7 +112,7 @@ GROUP BY c
 ORDER BY c
 LIMIT ?`, []any{target, limit}, func(r *sql.Rows) error {
 		var name string
-		var h hours
+		var h newest
 		if err := r.Scan(&name, &h.hour, &h.blockerHour); err != nil {
 			return err
 		}

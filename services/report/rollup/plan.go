@@ -31,6 +31,10 @@ type buildRecord struct {
 	build        uint64
 }
 
+// Whole is the condition on a row of the builds table that its build covers its day whole:
+// it ends at the next midnight (closes is its Go form).
+const Whole = `toDate(until) > day`
+
 // closes reports whether b covers its day whole (it ends at the day's end).
 func (b buildRecord) closes(day string) bool {
 	start, err := time.Parse(DayFormat, day)
@@ -62,11 +66,14 @@ WHERE `+where, args, func(c, d string, until, built uint32, id uint64) {
 	}
 	var p readPlan
 	var open []string
+	wholes := map[string]buildRecord{}
 	for cd, ch := range changed {
-		if whole, ok := newestWhole(cd, builds[cd]); ok && covers(whole.built, ch) {
+		whole, ok := newestWhole(cd, builds[cd])
+		if ok && covers(whole.built, ch) {
 			p.builds = append(p.builds, whole.build)
 			continue
 		}
+		wholes[cd] = whole
 		open = append(open, cd)
 	}
 	sort.Strings(open)
@@ -75,7 +82,7 @@ WHERE `+where, args, func(c, d string, until, built uint32, id uint64) {
 		return readPlan{}, err
 	}
 	for _, cd := range open {
-		if pr, tail, ok := currentPrefix(cd, builds[cd], hourChanges[cd]); ok {
+		if pr, tail, ok := currentPrefix(cd, builds[cd], wholes[cd].built, hourChanges[cd]); ok {
 			p.builds = append(p.builds, pr.build)
 			p.prefixed = append(p.prefixed, cd)
 			for _, h := range tail {
@@ -117,14 +124,13 @@ func newestWhole(cd string, builds []buildRecord) (buildRecord, bool) {
 }
 
 // currentPrefix is, of the prefixes among builds (of the day "YYYY-MM-DD cluster") begun
-// after its newest whole build, the one that ends latest (of two alike, the newer) and
-// counts every finding of the hours before its end, given when each hour of the day last
-// changed, with the hours after it that have findings.
-func currentPrefix(cd string, builds []buildRecord, changed map[uint32]uint32) (buildRecord, []uint32, bool) {
-	whole, _ := newestWhole(cd, builds)
+// after its newest whole build (begun at after, 0 when none), the one that ends latest (of
+// two alike, the newer) and counts every finding of the hours before its end, given when
+// each hour of the day last changed, with the hours after it that have findings.
+func currentPrefix(cd string, builds []buildRecord, after uint32, changed map[uint32]uint32) (buildRecord, []uint32, bool) {
 	var prefixes []buildRecord
 	for _, b := range builds {
-		if !b.closes(cd[:len(DayFormat)]) && b.built > whole.built {
+		if !b.closes(cd[:len(DayFormat)]) && b.built > after {
 			prefixes = append(prefixes, b)
 		}
 	}

@@ -281,11 +281,11 @@ func mergedStates(table, day string, keys, values []string, where string) string
 	for _, k := range keys {
 		if cols, ok := hashColumns[k]; ok {
 			// The hash of the group's one value of each column hashed.
-			any := make([]string, len(cols))
+			vals := make([]string, len(cols))
 			for i, c := range cols {
-				any[i] = "any(" + c + ")"
+				vals[i] = "any(" + c + ")"
 			}
-			inner = append(inner, "cityHash64("+strings.Join(any, ", ")+") AS s_"+k)
+			inner = append(inner, "cityHash64("+strings.Join(vals, ", ")+") AS s_"+k)
 			continue
 		}
 		inner = append(inner, "any("+k+") AS s_"+k)

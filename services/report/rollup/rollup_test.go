@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -389,13 +388,13 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 	// after the day's last change: the builds, recorded again an hour later as if built then,
 	// are read, one build a day (the rebuilt days have two).
 	if _, err := db.ExecContext(ctx, `INSERT INTO finding_builds (cluster, day, until, built, build)
-SELECT cluster, day, any(until), toUInt32(max(built) + 3600), argMax(build, built) FROM finding_builds WHERE toDate(until) > day GROUP BY cluster, day`); err != nil {
+SELECT cluster, day, any(until), toUInt32(max(built) + 3600), argMax(build, built) FROM finding_builds WHERE `+rollup.Whole+` GROUP BY cluster, day`); err != nil {
 		t.Fatal(err)
 	}
 	replicated()
 	var fromBuilds uint64
 	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_rows WHERE (cluster, day, build) GLOBAL IN (
-  SELECT cluster, day, argMax(build, built) FROM finding_builds WHERE day < toDate(?) AND toDate(until) > day GROUP BY cluster, day)`, rollup.Day(today)).Scan(&fromBuilds); err != nil || fromBuilds == 0 {
+  SELECT cluster, day, argMax(build, built) FROM finding_builds WHERE day < toDate(?) AND `+rollup.Whole+` GROUP BY cluster, day)`, rollup.Day(today)).Scan(&fromBuilds); err != nil || fromBuilds == 0 {
 		t.Fatalf("no row in the newest builds of the past days: %d, %v", fromBuilds, err)
 	}
 	// A state written past the findings (never by the view on them) shows whether the view
@@ -605,30 +604,23 @@ func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 		// The builds of the compaction of version 14: the past days whole, today's hours
 		// before noon as a prefix.
-		for _, q := range []string{`
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{{`
 INSERT INTO finding_days (cluster, day, ` + rollup.Key + `, message, findings, first_seen, last_seen, build)
 SELECT cluster, toDate(hour) AS day, ` + rollup.Key + `, anyMerge(message), uniqExactMerge(findings),
   toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), cityHash64(cluster, day)
-FROM finding_hours_state WHERE hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, `
+FROM finding_hours_state WHERE hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, []any{today.Unix()}}, {`
 INSERT INTO finding_day_builds (cluster, day, built, build)
-SELECT DISTINCT cluster, day, toUInt32(now()), build FROM finding_days`, `
+SELECT DISTINCT cluster, day, toUInt32(now()), build FROM finding_days`, nil}, {`
 INSERT INTO finding_day_prefixes (cluster, day, ` + rollup.Key + `, message, findings, first_seen, last_seen, build)
 SELECT cluster, toDate(hour) AS day, ` + rollup.Key + `, anyMerge(message), uniqExactMerge(findings),
   toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), cityHash64(cluster, 'prefix')
-FROM finding_hours_state WHERE hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, `
+FROM finding_hours_state WHERE hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY cluster, day, ` + rollup.Key, []any{today.Unix(), noon.Unix()}}, {`
 INSERT INTO finding_day_prefix_builds (cluster, day, until, built, build)
-SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding_day_prefixes`} {
-			var args []any
-			switch strings.Count(q, "?") {
-			case 1:
-				args = []any{today.Unix()}
-				if strings.Contains(q, "prefix_builds") {
-					args = []any{noon.Unix()}
-				}
-			case 2:
-				args = []any{today.Unix(), noon.Unix()}
-			}
-			if _, err := db.ExecContext(ctx, q, args...); err != nil {
+SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding_day_prefixes`, []any{noon.Unix()}}} {
+			if _, err := db.ExecContext(ctx, q.sql, q.args...); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -80,7 +80,7 @@ func currentBuilds(prefix, and string) string {
 	}
 	return `
     SELECT cluster, day, argMax(build, built) AS b FROM (
-      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_builds WHERE toDate(until) > day` + and + `
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM ` + prefix + `finding_builds WHERE ` + Whole + and + `
       UNION ALL
       SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM ` + prefix + `finding_hour_changes` + where + ` GROUP BY cluster, day)
     GROUP BY cluster, day

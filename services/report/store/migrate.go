@@ -150,6 +150,5 @@ func (s *Store) apply(ctx context.Context, m Migration, vars schemaVars) error {
 // ADD COLUMN, one column) is there already: a step repeated after it was interrupted, or run by
 // two replicas at once. ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS.
 func addedBefore(q string, err error) bool {
-	return strings.Contains(q, " ADD COLUMN ") && strings.Count(q, " ADD COLUMN ") == 1 &&
-		strings.Contains(err.Error(), "already exists")
+	return strings.Count(q, " ADD COLUMN ") == 1 && strings.Contains(err.Error(), "already exists")
 }

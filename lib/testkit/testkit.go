@@ -2,8 +2,10 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -69,4 +71,25 @@ func mustParseNow() time.Time {
 		panic(fmt.Sprintf("testkit: %s=%q is not RFC 3339 (2026-12-05T04:00:00Z): %v", NowEnv, v, err))
 	}
 	return t
+}
+
+// ModuleDir is the directory of the go.mod holding the test's working directory (go test runs
+// a package's tests in its directory): the root a test finds its module's testdata and
+// commands from. It does not use runtime.Caller, whose file names -trimpath makes relative
+// (make test builds the tests as the release builds, -trimpath among its flags).
+func ModuleDir() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", errors.New("testkit: no go.mod above the working directory")
+		}
+		d = up
+	}
 }

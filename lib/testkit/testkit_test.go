@@ -1,6 +1,9 @@
 package testkit
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,4 +76,15 @@ func TestNowFollowsTheEnvironment(t *testing.T) {
 		}
 	}()
 	mustParseNow()
+}
+
+func TestModuleDirIsTheModulesRoot(t *testing.T) {
+	d, err := ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+	if err != nil || !strings.Contains(string(b), "module github.com/auditlens/auditlens/lib\n") {
+		t.Fatalf("ModuleDir %s: go.mod %q, %v", d, b, err)
+	}
 }

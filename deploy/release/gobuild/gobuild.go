@@ -79,6 +79,12 @@ func git(repo string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// Flags are the compiler's flags of every release build (with CGO_ENABLED=0): paths trimmed
+// for reproducibility, the time zone database inside (a scratch image has none). make test
+// builds the tests with the same flags (the Makefile's TEST_GOFLAGS), so the release and the
+// images reuse the tests' compiled packages from Go's build cache.
+var Flags = []string{"-trimpath", "-tags=timetzdata"}
+
 // Build compiles binary name for p into out (a file path), from the repository at repo.
 func Build(repo, name string, p Platform, s Stamp, out string) error {
 	module := filepath.Join(repo, "services", name)
@@ -89,7 +95,8 @@ func Build(repo, name string, p Platform, s Stamp, out string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-tags", "timetzdata", "-ldflags", s.LDFlags(), "-o", abs, "./cmd/"+name)
+	args := append([]string{"build"}, Flags...)
+	cmd := exec.Command("go", append(args, "-buildvcs=false", "-ldflags", s.LDFlags(), "-o", abs, "./cmd/"+name)...)
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOOS="+p.OS, "GOARCH="+p.Arch, "GOFLAGS=-mod=readonly")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -16,8 +16,11 @@ import (
 // too: nil when valid, else the validation error. A schema that cannot be loaded fails t.
 func Validate(t testing.TB, doc []byte) error {
 	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	f, err := os.Open(filepath.Join(filepath.Dir(here), "..", "..", "testdata", "sarif-2.1.0-rtm.5.json"))
+	module, err := testkit.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(module, "testdata", "sarif-2.1.0-rtm.5.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

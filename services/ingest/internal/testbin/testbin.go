@@ -7,9 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/auditlens/auditlens/lib/testkit"
 	"go.uber.org/goleak"
 )
 
@@ -20,9 +20,12 @@ func Main(m *testing.M, bin *string) {
 	if err != nil {
 		panic(err)
 	}
-	_, self, _, _ := runtime.Caller(0)
+	module, err := testkit.ModuleDir()
+	if err != nil {
+		panic(err)
+	}
 	*bin = filepath.Join(dir, "ingest")
-	out, err := exec.Command("go", "build", "-o", *bin, filepath.Join(filepath.Dir(self), "..", "..", "cmd", "ingest")).CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", *bin, filepath.Join(module, "cmd", "ingest")).CombinedOutput()
 	if err != nil {
 		os.Stderr.Write(out)
 		panic(err)

@@ -12,11 +12,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/auditevent"
+	"github.com/auditlens/auditlens/lib/testkit"
 	"github.com/auditlens/auditlens/services/ingest/tail"
 )
 
@@ -26,8 +26,11 @@ type Events [][]byte
 // Load reads testdata/events.jsonl of the ingest module.
 func Load(t testing.TB) Events {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	f, err := os.Open(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "events.jsonl"))
+	module, err := testkit.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(module, "testdata", "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,12 +65,21 @@ PREBUILT := services/auditlens deploy/nodetest deploy/kubetest deploy/node
 test:
 	@mkdir -p $(BIN)/test-logs; : > $(TIMES)
 	@test "$$(echo $(JOBS) | tr ' ' '\n' | sort)" = "$$(echo $(MODULES) checks date-check | tr ' ' '\n' | sort)" || { echo "JOBS must list every module of MODULES, checks and date-check"; exit 1; }
+	@$(MAKE) --no-print-directory test-job J=compile || true
 	@printf '%s\n' $(JOBS) | xargs -P $(TEST_LANES) -I{} $(MAKE) --no-print-directory test-job J={} || true
 	@failed=$$(awk -F'\t' '$$3 == "FAIL" { printf " %s", $$1 }' $(TIMES)); \
 	  if [ -n "$$failed" ]; then echo "FAIL:$$failed"; exit 1; fi; echo "every job of make test passed"
 
+## compile: every module's packages and tests compiled into Go's build cache (go list -export
+## compiles without linking), the race packages with the race detector too, module after
+## module, each go command on both cores. make test runs it before its lanes: on a new machine
+## two lanes starting together compiled the same packages side by side, each unaware of the
+## other.
+compile:
+	@rc=0; $(foreach m,$(MODULES),(cd $(m) && GOWORK=off $(TEST_ENV) go list -export -deps -test ./... >/dev/null $(if $(strip $(RACE_$(m))),&& GOWORK=off $(TEST_ENV) CGO_ENABLED=1 go list -race -export -deps -test $(RACE_$(m)) >/dev/null)) || rc=1;) exit $$rc
+
 ## checks: gofmt, tidy go.mod files, lint (govet included), the generated files (one of make test's jobs).
-.PHONY: checks test-job
+.PHONY: checks test-job compile
 checks:
 	@mkdir -p $(BIN); set -e; for c in $(CHECKS); do s=$$(date +%s); $(MAKE) --no-print-directory $$c; \
 	  printf '  make %s\t%d\n' $$c $$(( $$(date +%s) - s )) >> $(TIMES); done
@@ -83,7 +92,7 @@ test-job:
 	  while [ ! -s "$(PREBUILD_RC)" ]; do sleep 5; done; fi; \
 	s=$$(date +%s); echo "== $(J) (started $$(date -u +%T))"; \
 	if [ -n "$(PREBUILD_RC)" ] && [ -n "$(filter $(J),$(PREBUILT))" ] && [ "$$(cat $(PREBUILD_RC))" != 0 ]; then echo "the prebuild failed (.bin/prebuild.log)" > $$log; r=FAIL; \
-	elif $(if $(filter checks date-check,$(J)),$(MAKE) --no-print-directory $(J),(cd $(J) && $(call gotest,$(RACE_$(J))))) > $$log 2>&1; then r=ok; else r=FAIL; fi; \
+	elif $(if $(filter checks date-check compile,$(J)),$(MAKE) --no-print-directory $(J),(cd $(J) && $(call gotest,$(RACE_$(J))))) > $$log 2>&1; then r=ok; else r=FAIL; fi; \
 	times > $$log.times; cpu=$$(.ci/cpu-seconds $$log.times); \
 	printf '%s\t%d\t%s\t%d\n' $(J) $$(( $$(date +%s) - s )) $$r $$cpu >> $(TIMES); \
 	flock $(BIN)/test-logs/.print sh -c "echo '== $(J): $$r in $$(( $$(date +%s) - s ))s ($$cpu s of CPU)'; cat $$log"
@@ -194,8 +203,9 @@ verify:
 notice:
 	cd deploy/release && GOWORK=off go run . notice -repo ../.. -out ../../NOTICE
 
-## kube-apiserver: build the real kube-apiserver deploy/kubetest runs (cached in $(CACHE_DIR)/kube-apiserver;
-## the tests build it themselves when missing).
+## kube-apiserver: build the real kube-apiserver deploy/kubetest runs alone (cached in
+## $(CACHE_DIR)/kube-apiserver; the tests build it themselves when missing, and take make
+## kube-node's when that is built).
 kube-apiserver:
 	cd deploy/kubetest && GOWORK=off go run ./cmd/build-kube-apiserver
 

@@ -76,7 +76,7 @@ test:
 ## two lanes starting together compiled the same packages side by side, each unaware of the
 ## other.
 compile:
-	@rc=0; $(foreach m,$(MODULES),(cd $(m) && GOWORK=off $(TEST_ENV) go list -export -deps -test ./... >/dev/null $(if $(strip $(RACE_$(m))),&& GOWORK=off $(TEST_ENV) CGO_ENABLED=1 go list -race -export -deps -test $(RACE_$(m)) >/dev/null)) || rc=1;) exit $$rc
+	@rc=0; $(foreach m,$(MODULES),(cd $(m) && GOWORK=off $(TEST_ENV) $(COMPILE_GC) go list -export -deps -test ./... >/dev/null $(if $(strip $(RACE_$(m))),&& GOWORK=off $(TEST_ENV) $(COMPILE_GC) CGO_ENABLED=1 go list -race -export -deps -test $(RACE_$(m)) >/dev/null)) || rc=1;) exit $$rc
 
 ## checks: gofmt, tidy go.mod files, lint (govet included), the generated files (one of make test's jobs).
 .PHONY: checks test-job compile
@@ -116,6 +116,10 @@ date-check:
 ## two lists equal.
 TEST_GOFLAGS := -trimpath -tags=timetzdata
 TEST_ENV := CGO_ENABLED=0 GOFLAGS='$(TEST_GOFLAGS)'
+## COMPILE_GC: the compilers of make compile (and of .ci/run's prebuild) collect garbage four
+## times less often, each under a 3 GiB soft limit: compiling deploy/release's 252 packages
+## from nothing took 7-12% less CPU than at the default GOGC=100 (two rounds, 2026-12-06).
+COMPILE_GC := GOGC=400 GOMEMLIMIT=3GiB
 
 # gotest runs a module's packages once each: those named in $(1) with -race, the others without.
 # TEST_TIMEOUT catches a hang, not slowness: deploy/release's reproducibility test took 1175 s

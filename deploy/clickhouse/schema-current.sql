@@ -534,11 +534,121 @@ WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(no
 ALTER TABLE auditlens.finding_rows ADD COLUMN blocker UInt64 DEFAULT cityHash64(rule_id, api_group, api_version, resource);
 ALTER TABLE auditlens.finding_rows ADD COLUMN caller UInt64 DEFAULT cityHash64(username, user_agent, source_ip);
 
+-- migration 18: hour states with hashes
+CREATE TABLE IF NOT EXISTS auditlens.finding_hour_states (
+    cluster        LowCardinality(String),
+    hour           DateTime('UTC'),
+    blocker        UInt64,
+    caller         UInt64,
+    rule_id        LowCardinality(String),
+    removed_in_key UInt32,
+    api_group      LowCardinality(String),
+    api_version    LowCardinality(String),
+    resource       LowCardinality(String),
+    removed_in     LowCardinality(String),
+    replacement    LowCardinality(String),
+    username       String,
+    user_agent     String,
+    namespace      LowCardinality(String),
+    source_ip      String,
+    message        AggregateFunction(any, String),
+    findings       AggregateFunction(uniqExact, String),
+    first_seen     AggregateFunction(min, DateTime('UTC')),
+    last_seen      AggregateFunction(max, DateTime('UTC'))
+) ENGINE = AggregatingMergeTree()
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour, blocker, caller, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip);
+CREATE TABLE IF NOT EXISTS auditlens.blocker_names (
+    blocker     UInt64,
+    rule_id     LowCardinality(String),
+    api_group   LowCardinality(String),
+    api_version LowCardinality(String),
+    resource    LowCardinality(String),
+    removed_in  LowCardinality(String),
+    replacement LowCardinality(String),
+    seen        Date
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY blocker;
+CREATE TABLE IF NOT EXISTS auditlens.caller_names (
+    caller      UInt64,
+    username    String,
+    user_agent  String,
+    source_ip   String,
+    seen        Date
+) ENGINE = ReplacingMergeTree(seen)
+ORDER BY caller;
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hour_states_mv TO auditlens.finding_hour_states AS
+SELECT cluster, toStartOfHour(event_time) AS hour, cityHash64(rule_id, api_group, api_version, resource) AS blocker, cityHash64(username, user_agent, source_ip) AS caller, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message, uniqExactState(audit_id) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+INSERT INTO auditlens.finding_hour_states (cluster, hour, blocker, caller, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen)
+SELECT cluster, hour, cityHash64(rule_id, api_group, api_version, resource) AS blocker, cityHash64(username, user_agent, source_ip) AS caller, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement, username, user_agent, namespace, source_ip, message, findings, first_seen, last_seen
+FROM auditlens.finding_hours_state;
+INSERT INTO auditlens.blocker_names (blocker, rule_id, api_group, api_version, resource, removed_in, replacement, seen)
+SELECT blocker, any(rule_id), any(api_group), any(api_version), any(resource), argMax(removed_in, hour), argMax(replacement, hour),
+       toDate(max(hour))
+FROM auditlens.finding_hour_states
+GROUP BY blocker;
+INSERT INTO auditlens.caller_names (caller, username, user_agent, source_ip, seen)
+SELECT caller, any(username), any(user_agent), any(source_ip), toDate(max(hour))
+FROM auditlens.finding_hour_states
+GROUP BY caller;
+
+-- migration 19: one table of hour states
+DROP TABLE IF EXISTS auditlens.finding_days_current;
+DROP TABLE IF EXISTS auditlens.finding_hours_state_mv;
+DROP TABLE IF EXISTS auditlens.finding_hours_state;
+CREATE VIEW IF NOT EXISTS auditlens.finding_days_current AS
+SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+       msg AS message, n AS findings, toDateTime(fs, 'UTC') AS first_seen, toDateTime(ls, 'UTC') AS last_seen,
+       toDateTime(m_at, 'UTC') AS migrated_at, toUInt8(m_at > ls) AS fixed
+FROM (
+  SELECT cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         message AS msg, findings AS n, first_seen AS fs, last_seen AS ls
+  FROM auditlens.finding_rows
+  WHERE (cluster, day, build) GLOBAL IN (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_builds WHERE toDate(until) > day
+      UNION ALL
+      SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60)
+  UNION ALL
+  SELECT cluster, toDate(hour) AS day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip,
+         anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
+         toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
+  FROM auditlens.finding_hour_states
+  WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (
+    SELECT cluster, day, argMax(build, built) AS b FROM (
+      SELECT cluster, day, build, built, toUInt32(0) AS changed FROM auditlens.finding_builds WHERE toDate(until) > day
+      UNION ALL
+      SELECT cluster, toDate(hour) AS day, toUInt64(0), toUInt32(0), maxMerge(changed) FROM auditlens.finding_hour_changes GROUP BY cluster, day)
+    GROUP BY cluster, day
+    HAVING max(built) > max(changed) + 60))
+  GROUP BY cluster, day, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+  username, user_agent, namespace, source_ip
+) AS r ANY LEFT JOIN (
+  SELECT cluster, api_group, api_version, resource, username, user_agent, toUInt32(max(seen)) AS m_at
+  FROM auditlens.migration_sightings
+  GROUP BY cluster, api_group, api_version, resource, username, user_agent
+) AS m USING (cluster, api_group, api_version, resource, username, user_agent)
+WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
+  SELECT toUInt32(argMax(days, version)) AS d FROM auditlens.retention_settings WHERE kind = 'callers'));
+
 -- retention (report --retention-days 400): every table naming a caller
 ALTER TABLE auditlens.findings MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
 ALTER TABLE auditlens.finding_requests MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
 ALTER TABLE auditlens.finding_rows MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
-ALTER TABLE auditlens.finding_hours_state MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);
+ALTER TABLE auditlens.finding_hour_states MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);
+ALTER TABLE auditlens.caller_names MODIFY TTL toDateTime(seen, 'UTC') + toIntervalDay(400);
 ALTER TABLE auditlens.migration_sightings MODIFY TTL toStartOfDay(seen) + toIntervalDay(400);
 ALTER TABLE auditlens.finding_builds MODIFY TTL toDateTime(day, 'UTC') + toIntervalDay(400);
 ALTER TABLE auditlens.finding_hour_changes MODIFY TTL toStartOfDay(hour) + toIntervalDay(400);
+ALTER TABLE auditlens.blocker_names MODIFY TTL toDateTime(seen, 'UTC') + toIntervalDay(400);

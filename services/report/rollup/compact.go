@@ -98,8 +98,9 @@ WHERE day = toDate(?) AND until = toDateTime(?) GROUP BY cluster`, []any{Day(sta
 }
 
 // buildHours turns the states of cluster's hours [start, until) (of one day) into rows
-// under a new build id, then records the build: readers take the rows only once the record
-// is there.
+// under a new build id, keeps the names behind their hashes, then records the build: readers
+// take the rows only once the record is there, and find the names of every row of a build
+// they read.
 func buildHours(ctx context.Context, db *sql.DB, t Tables, cluster string, start, until time.Time) error {
 	var began uint32
 	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&began); err != nil {
@@ -110,14 +111,27 @@ func buildHours(ctx context.Context, db *sql.DB, t Tables, cluster string, start
 		return err
 	}
 	id := binary.BigEndian.Uint64(b[:]) | 1 // never 0
-	rows := `INSERT INTO ` + t.Rows + ` (cluster, day, ` + Key + `, message, findings, first_seen, last_seen, build)
-SELECT cluster, toDate(hour) AS day, ` + Key + `, anyMerge(message), uniqExactMerge(findings),
+	hours := `FROM ` + t.HourState + `
+WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`
+	span := []any{cluster, start.Unix(), until.Unix()}
+	for _, q := range []struct {
+		what, sql string
+		args      []any
+	}{{"build the rows", `INSERT INTO ` + t.Rows + ` (cluster, day, ` + Key + `, blocker, caller, message, findings, first_seen, last_seen, build)
+SELECT cluster, toDate(hour) AS day, ` + Key + `, any(blocker), any(caller), anyMerge(message), uniqExactMerge(findings),
   toUInt32(minMerge(first_seen)), toUInt32(maxMerge(last_seen)), toUInt64(?)
-FROM ` + t.HourState + `
-WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-GROUP BY cluster, day, ` + Key
-	if _, err := db.ExecContext(ctx, rows, id, cluster, start.Unix(), until.Unix()); err != nil {
-		return fmt.Errorf("compact %s %s until %s: %w", cluster, Day(start), until.Format(time.DateTime), err)
+` + hours + `
+GROUP BY cluster, day, ` + Key, append([]any{id}, span...)}, {"keep the blockers' names", `INSERT INTO ` + t.BlockerNames + ` (blocker, rule_id, api_group, api_version, resource, removed_in, replacement, seen)
+SELECT blocker, any(rule_id), any(api_group), any(api_version), any(resource), argMax(removed_in, hour), argMax(replacement, hour),
+  toDate(max(hour))
+` + hours + `
+GROUP BY blocker`, span}, {"keep the callers' names", `INSERT INTO ` + t.CallerNames + ` (caller, username, user_agent, source_ip, seen)
+SELECT caller, any(username), any(user_agent), any(source_ip), toDate(max(hour))
+` + hours + `
+GROUP BY caller`, span}} {
+		if _, err := db.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("compact %s %s until %s: %s: %w", cluster, Day(start), until.Format(time.DateTime), q.what, err)
+		}
 	}
 	if _, err := db.ExecContext(ctx, `INSERT INTO `+t.Builds+` (cluster, day, until, built, build)
 SELECT ?, toDate(?), toDateTime(?), toUInt32(?), toUInt64(?)`, cluster, Day(start), until.Unix(), began, id); err != nil {

@@ -256,19 +256,77 @@ func (n Names) Cover(blockers, callers []uint64) bool {
 	return true
 }
 
-// NamesOf reads what the hashes of blockers and callers of cluster stand for, from the key
-// columns of the hour states that block target (Blocking's parameter) on the days given
-// ("YYYY-MM-DD", those the callers were last seen, whose states hold their keys), or, when
-// days is nil, over the days [from, to).
+// NamesOf reads what the hashes of blockers and callers of cluster stand for: from the names
+// the compaction kept (blocker_names, caller_names), and those it has not kept yet (of hours
+// not built, or built on a replica that lags) from the key columns of the hour states that
+// block target (Blocking's parameter) on the days given ("YYYY-MM-DD", those the callers were
+// last seen, whose states hold their keys), or, when days is nil, over the days [from, to).
 func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
 	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
+	err := Query(ctx, db, "blocker names", `SELECT blocker, argMax(rule_id, seen), argMax(api_group, seen), argMax(api_version, seen),
+  argMax(resource, seen), argMax(removed_in, seen), argMax(replacement, seen)
+FROM `+t.BlockerNames+`
+WHERE blocker IN (SELECT arrayJoin(?))
+GROUP BY blocker`, []any{nonEmpty(blockers)}, func(r *sql.Rows) error {
+		var b uint64
+		var k BlockerName
+		if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
+			return err
+		}
+		n.Blockers[b] = k
+		return nil
+	})
+	if err != nil {
+		return n, err
+	}
+	err = Query(ctx, db, "caller names", `SELECT caller, argMax(username, seen), argMax(user_agent, seen), argMax(source_ip, seen)
+FROM `+t.CallerNames+`
+WHERE caller IN (SELECT arrayJoin(?))
+GROUP BY caller`, []any{nonEmpty(callers)}, func(r *sql.Rows) error {
+		var c uint64
+		var who CallerName
+		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+			return err
+		}
+		n.Callers[c] = who
+		return nil
+	})
+	if err != nil || n.Cover(blockers, callers) {
+		return n, err
+	}
+	return n, n.fromStates(ctx, db, t, cluster, days, from, to, target, blockers, callers)
+}
+
+// nonEmpty is hashes, or {0} (no hash) when there are none: an empty array literal is typed
+// Array(Nothing), which IN refuses against numbers on ClickHouse 18.16.
+func nonEmpty(hashes []uint64) []uint64 {
+	if len(hashes) == 0 {
+		return []uint64{0}
+	}
+	return hashes
+}
+
+// fromStates adds to n the names of the blockers and callers it lacks, from the hour states
+// (see NamesOf).
+func (n Names) fromStates(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) error {
+	var lackB, lackC []uint64
+	for _, b := range blockers {
+		if _, ok := n.Blockers[b]; !ok {
+			lackB = append(lackB, b)
+		}
+	}
+	for _, c := range callers {
+		if _, ok := n.Callers[c]; !ok {
+			lackC = append(lackC, c)
+		}
+	}
 	if days != nil {
 		// The hours of the days given, between the first and the last of them.
 		from, to = farDay, time.Time{}
 		for _, d := range days {
 			start, err := time.Parse(DayFormat, d)
 			if err != nil {
-				return n, fmt.Errorf("rollup: day %q: %w", d, err)
+				return fmt.Errorf("rollup: day %q: %w", d, err)
 			}
 			if start.Before(from) {
 				from = start
@@ -278,28 +336,42 @@ func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []s
 			}
 		}
 	}
-	onDays, args := `hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}
+	where, args := `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?) AND `+Blocking, []any{cluster, from.Unix(), to.Unix(), target}
 	if days != nil {
-		onDays += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
+		where += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
 		args = append(args, days)
 	}
-	err := Query(ctx, db, "blocker names", `SELECT `+BlockerHash+` AS b, `+CallerHash+` AS c,
-  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement),
-  any(username), any(user_agent), any(source_ip)
+	if len(lackB) > 0 {
+		err := Query(ctx, db, "blocker names from the hour states", `SELECT blocker,
+  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement)
 FROM `+t.HourState+`
-WHERE cluster = ? AND `+onDays+` AND `+Blocking+`
-  AND b IN (SELECT arrayJoin(?)) AND c IN (SELECT arrayJoin(?))
-GROUP BY b, c`, append(args, target, blockers, callers), func(r *sql.Rows) error {
-		var b, c uint64
-		var k BlockerName
-		var who CallerName
-		if err := r.Scan(&b, &c, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement,
-			&who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
+GROUP BY blocker`, append(args, lackB), func(r *sql.Rows) error {
+			var b uint64
+			var k BlockerName
+			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
+				return err
+			}
+			n.Blockers[b] = k
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		n.Blockers[b] = k
+	}
+	if len(lackC) == 0 {
+		return nil
+	}
+	return Query(ctx, db, "caller names from the hour states", `SELECT caller, any(username), any(user_agent), any(source_ip)
+FROM `+t.HourState+`
+WHERE `+where+` AND caller IN (SELECT arrayJoin(?))
+GROUP BY caller`, append(args, lackC), func(r *sql.Rows) error {
+		var c uint64
+		var who CallerName
+		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+			return err
+		}
 		n.Callers[c] = who
 		return nil
 	})
-	return n, err
 }

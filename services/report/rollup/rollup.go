@@ -6,20 +6,23 @@
 // day rows it is a sum, exact because a finding has one event_time and so lies in one day
 // and one row of that day.
 //
-// The states are kept by event-time hour (migrations 7 and 15 of package store):
-// finding_hours_state is filled by a materialized view on every insert with uniqExact states
-// of the audit ids, so a finding stored twice counts once, whenever the second copy comes; a
-// second view notes in finding_hour_changes when each hour last received findings (a day's
-// last change is its hours' newest). Merging states is cheap for a day and dear for months,
-// so Compact (compact.go) turns them into plain counts in finding_rows, one build at a time,
-// recorded in finding_builds (migration 16) with the server's time it began and the hour it
-// ends at: a build of a day that is over ends at the next midnight, a build of the day under
-// way (a prefix) at the start of the hour under way. Days reads each day from the build that
-// ends latest among those current (begun more than Margin after each hour it covers last
-// changed), and the hours after it from their states (plan.go): a day no late finding
-// changed since its build is read from rows alone, today from its prefix and the hour under
-// way, a day an imported log changed from its states until it is rebuilt. A finding lies in
-// one hour, so a build and the later hours are disjoint, and the counts exact either way.
+// The states are kept by event-time hour (migrations 15 and 18 of package store):
+// finding_hour_states is filled by a materialized view on every insert with uniqExact states
+// of the audit ids, so a finding stored twice counts once, whenever the second copy comes, and
+// with the blocker and caller hashes of each row (BlockerHash, CallerHash); a second view notes
+// in finding_hour_changes when each hour last received findings (a day's last change is its
+// hours' newest). Merging states is cheap for a day and dear for months, so Compact
+// (compact.go) turns them into plain counts in finding_rows, one build at a time, recorded in
+// finding_builds (migration 16) with the server's time it began and the hour it ends at: a
+// build of a day that is over ends at the next midnight, a build of the day under way (a
+// prefix) at the start of the hour under way; it keeps the names behind the hashes of the
+// hours it builds in blocker_names and caller_names (NamesOf). Days reads each day from the
+// build that ends latest among those current (begun more than Margin after each hour it
+// covers last changed), and the hours after it from their states (plan.go): a day no late
+// finding changed since its build is read from rows alone, today from its prefix and the hour
+// under way, a day an imported log changed from its states until it is rebuilt. A finding
+// lies in one hour, so a build and the later hours are disjoint, and the counts exact either
+// way.
 // Clean (clean.go) deletes the builds a newer day build replaced.
 package rollup
 
@@ -42,8 +45,11 @@ var margin = Margin
 // Tables names the tables of one findings table's database.
 type Tables struct {
 	// HourState holds the states by event-time hour, HourChanges when each hour last changed
-	// (migrations 7 and 15 of package store).
+	// (migrations 7, 15 and 18 of package store).
 	HourState, HourChanges string
+	// BlockerNames and CallerNames hold what each blocker and caller hash stands for, with
+	// the newest day it was seen (migration 18).
+	BlockerNames, CallerNames string
 	// Rows holds the rows of the builds recorded in Builds (migration 16): of whole days and
 	// of the first hours of a day (prefixes).
 	Rows, Builds string
@@ -64,13 +70,15 @@ func TablesFor(findings string) Tables {
 		prefix = findings[:i+1]
 	}
 	return Tables{
-		HourState:   prefix + "finding_hours_state",
-		HourChanges: prefix + "finding_hour_changes",
-		Rows:        prefix + "finding_rows",
-		Builds:      prefix + "finding_builds",
-		Requests:    prefix + "finding_requests",
-		Migrations:  prefix + "migration_sightings",
-		Retention:   prefix + "retention_settings",
+		HourState:    prefix + "finding_hour_states",
+		HourChanges:  prefix + "finding_hour_changes",
+		BlockerNames: prefix + "blocker_names",
+		CallerNames:  prefix + "caller_names",
+		Rows:         prefix + "finding_rows",
+		Builds:       prefix + "finding_builds",
+		Requests:     prefix + "finding_requests",
+		Migrations:   prefix + "migration_sightings",
+		Retention:    prefix + "retention_settings",
 	}
 }
 
@@ -121,22 +129,15 @@ var keyColumns = strings.Fields(strings.ReplaceAll(Key, ",", " "))
 
 // The hashes of key columns a reader may ask for in Filter.Columns as blocker and caller:
 // grouping by one 64-bit number is several times faster than by the strings on ClickHouse
-// 18.16. The build rows hold them as columns written at insert (migration 17 of package
-// store), so reading them reads none of the strings; the states' are computed when merged.
-// Two values would share a hash with a chance of about one in 10^7 with a million of them.
+// 18.16. The build rows and the hour states hold them as columns written at insert
+// (migrations 17 and 18 of package store), so reading them reads none of the strings. Two
+// values would share a hash with a chance of about one in 10^7 with a million of them.
 const (
 	// BlockerHash names what was used: the rule and the API.
 	BlockerHash = "cityHash64(rule_id, api_group, api_version, resource)"
 	// CallerHash names who used it: user, user agent and source IP.
 	CallerHash = "cityHash64(username, user_agent, source_ip)"
 )
-
-// hashColumns are the columns holding BlockerHash and CallerHash, and the key columns each
-// hashes, in order.
-var hashColumns = map[string][]string{
-	"blocker": {"rule_id", "api_group", "api_version", "resource"},
-	"caller":  {"username", "user_agent", "source_ip"},
-}
 
 // columns splits f.Columns into key and value columns (every column when unset), and
 // refuses names not of the day rows: they are the callers' constants, never input.
@@ -272,22 +273,13 @@ func builtRows(table string, keys, values []string, where string, ids []uint64) 
   WHERE ` + where + ` AND build IN (` + strings.Join(set, ", ") + `)`
 }
 
-// mergedStates selects from table (finding_hours_state, whose day is the expression day,
+// mergedStates selects from table (finding_hour_states, whose day is the expression day,
 // toDate(hour)) the states that satisfy where, merged by cluster, day and key.
 func mergedStates(table, day string, keys, values []string, where string) string {
 	// Grouped by the whole key's hash, the inner names carry a prefix: an alias named as a
 	// column would stand for it in the GROUP BY.
 	inner := []string{"cluster", day}
 	for _, k := range keys {
-		if cols, ok := hashColumns[k]; ok {
-			// The hash of the group's one value of each column hashed.
-			vals := make([]string, len(cols))
-			for i, c := range cols {
-				vals[i] = "any(" + c + ")"
-			}
-			inner = append(inner, "cityHash64("+strings.Join(vals, ", ")+") AS s_"+k)
-			continue
-		}
 		inner = append(inner, "any("+k+") AS s_"+k)
 	}
 	for _, v := range values {

@@ -278,11 +278,17 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		sameRows(t, c+", hashes, after compaction", byHashes(t, db, c, from, to), byHashesFromFindings(t, db, c, from, to))
 	}
 	movesAgree(t, db, today, "prod", "after compaction", from, to)
-	// The hash columns, written at insert by their defaults, hold what the readers' hashes say.
-	var wrong uint64
-	if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_rows WHERE blocker != `+rollup.BlockerHash+` OR caller != `+rollup.CallerHash).Scan(&wrong); err != nil || wrong != 0 {
-		t.Errorf("%d rows whose hash columns differ from rollup.BlockerHash or rollup.CallerHash (%v)", wrong, err)
+	// The hash columns, written at insert by their defaults (the rows) and by the view (the
+	// states), hold what the readers' hashes say.
+	for _, table := range []string{"finding_rows", "finding_hour_states"} {
+		var wrong uint64
+		if err := db.QueryRowContext(ctx, `SELECT count() FROM `+table+` WHERE blocker != `+rollup.BlockerHash+` OR caller != `+rollup.CallerHash).Scan(&wrong); err != nil || wrong != 0 {
+			t.Errorf("%d rows of %s whose hash columns differ from rollup.BlockerHash or rollup.CallerHash (%v)", wrong, table, err)
+		}
 	}
+	// The compaction kept the names of every hash of the hours it built; NamesOf reads them.
+	namesKept(t, db, noon)
+	namesAgree(t, db, "prod", from, to)
 	if n, err := rollup.Compact(ctx, db, tables); err != nil || n != (rollup.Built{}) {
 		t.Errorf("a second compaction built %+v (%v), want nothing", n, err)
 	}
@@ -298,6 +304,9 @@ func daysAgree(t *testing.T, st *store.Store, replicated func()) {
 		t.Errorf("days read from a prefix after a finding past it %v, want %v", c, todays)
 	}
 	sameRows(t, "after a finding past the prefix", fromDays(t, db, "prod", from, to), fromFindings(t, db, "prod", from, to))
+	// bob's name is in no name table yet (his hour is not built): NamesOf takes it from the
+	// states.
+	namesAgree(t, db, "prod", from, to)
 	time.Sleep(1100 * time.Millisecond)
 	if err := st.WriteFindings(ctx, []*auditlensv1.Finding{
 		finding("before-noon", "bob", "helm/3.2", "10.0.0.7", today.Add(2*time.Hour)), fs[len(fs)-4],
@@ -400,8 +409,8 @@ SELECT cluster, day, any(until), toUInt32(max(built) + 3600), argMax(build, buil
 	// A state written past the findings (never by the view on them) shows whether the view
 	// reads a built day from its build: it must not count it.
 	ghost := today.AddDate(0, 0, -2).Add(7 * time.Hour)
-	if _, err := db.ExecContext(ctx, `INSERT INTO finding_hours_state (cluster, hour, `+rollup.Key+`, message, findings, first_seen, last_seen)
-SELECT 'prod', toDateTime(?, 'UTC'), 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost', '', '', '',
+	if _, err := db.ExecContext(ctx, `INSERT INTO finding_hour_states (cluster, hour, blocker, caller, `+rollup.Key+`, message, findings, first_seen, last_seen)
+SELECT 'prod', toDateTime(?, 'UTC'), 1, 2, 'removed-api', toUInt32(0), '', '', '', '', '', 'ghost', '', '', '',
   anyState(''), uniqExactState('ghost'), minState(toDateTime(?, 'UTC')), maxState(toDateTime(?, 'UTC'))`,
 		ghost.Unix(), ghost.Unix(), ghost.Unix()); err != nil {
 		t.Fatal(err)
@@ -625,7 +634,7 @@ SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding
 			}
 		}
 		month := uint32(old.Year()*100 + int(old.Month()))
-		for _, table := range []string{tables.HourState, tables.HourChanges} {
+		for _, table := range []string{"finding_hours_state", tables.HourChanges} {
 			if err := st.DropMonth(ctx, table, month); err != nil {
 				t.Fatal(err)
 			}
@@ -665,6 +674,117 @@ SELECT DISTINCT cluster, day, toDateTime(?), toUInt32(now()), build FROM finding
   AND name != 'finding_days_current'`, st.Database()).Scan(&left); err != nil || len(left) != 0 {
 			t.Errorf("tables and views left of the day states and the four build tables: %v (%v), want none", left, err)
 		}
+	})
+}
+
+// namesKept fails t unless blocker_names and caller_names hold the names of every blocker and
+// caller hash of the findings before until, with the day each was last seen.
+func namesKept(t *testing.T, db *sql.DB, until time.Time) {
+	t.Helper()
+	for _, q := range []struct{ what, sql string }{{"blockers", `
+SELECT count() FROM (
+  SELECT ` + rollup.BlockerHash + ` AS h, rule_id, api_group, api_version, resource, removed_in, replacement, max(toDate(event_time)) AS seen
+  FROM findings WHERE event_time < toDateTime(?) GROUP BY h, rule_id, api_group, api_version, resource, removed_in, replacement)
+WHERE (h, rule_id, api_group, api_version, resource, removed_in, replacement, seen) GLOBAL NOT IN (
+  SELECT blocker, rule_id, api_group, api_version, resource, removed_in, replacement, seen FROM blocker_names)`}, {"callers", `
+SELECT count() FROM (
+  SELECT ` + rollup.CallerHash + ` AS h, username, user_agent, source_ip, max(toDate(event_time)) AS seen
+  FROM findings WHERE event_time < toDateTime(?) GROUP BY h, username, user_agent, source_ip)
+WHERE (h, username, user_agent, source_ip, seen) GLOBAL NOT IN (
+  SELECT caller, username, user_agent, source_ip, seen FROM caller_names)`}} {
+		var missing uint64
+		if err := db.QueryRowContext(context.Background(), q.sql, until.Unix()).Scan(&missing); err != nil || missing != 0 {
+			t.Errorf("%d %s of the findings before %s without their names and day in the name tables (%v)", missing, q.what, until.Format(time.DateTime), err)
+		}
+	}
+}
+
+// namesAgree fails t unless rollup.NamesOf names every blocker and caller hash of cluster's
+// blocking findings over the days [from, to) as the findings do.
+func namesAgree(t *testing.T, db *sql.DB, cluster string, from, to time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	want := rollup.Names{Blockers: map[uint64]rollup.BlockerName{}, Callers: map[uint64]rollup.CallerName{}}
+	var blockers, callers []uint64
+	err := rollup.Query(ctx, db, "names", `SELECT `+rollup.BlockerHash+` AS b, `+rollup.CallerHash+` AS c,
+  rule_id, api_group, api_version, resource, removed_in, replacement, username, user_agent, source_ip
+FROM findings WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}, func(r *sql.Rows) error {
+		var b, c uint64
+		var k rollup.BlockerName
+		var who rollup.CallerName
+		if err := r.Scan(&b, &c, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+			return err
+		}
+		if _, ok := want.Blockers[b]; !ok {
+			blockers = append(blockers, b)
+		}
+		if _, ok := want.Callers[c]; !ok {
+			callers = append(callers, c)
+		}
+		want.Blockers[b], want.Callers[c] = k, who
+		return nil
+	})
+	if err != nil || len(blockers) == 0 {
+		t.Fatalf("%d blockers in the findings of %s (%v)", len(blockers), cluster, err)
+	}
+	got, err := rollup.NamesOf(ctx, db, rollup.TablesFor("findings"), cluster, nil, from, to, 1038, blockers, callers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names of %s's hashes:\n got %+v\nwant %+v", cluster, got, want)
+	}
+}
+
+// Migrations 18 and 19 put the hashes in the hour states and keep the names behind them: on a
+// store at version 17 with findings, the day rows, their hashes and the view count what the
+// raw findings count after them, the name tables name every hash, the old states and their
+// view are gone; findings written after them (a late copy of a counted one, a new one) and
+// the compaction keep the counts.
+func TestMigrationToHashedStatesKeepsTheCounts(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	all, before, after := cutMigrations(t, 18)
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		noon := today.Add(12 * time.Hour)
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		defer rollup.SetNow(noon)()
+		fs := seed(today)
+		if err := st.WriteFindings(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		store.Migrations = all
+		did, err := st.Migrate(ctx, store.MigrateOptions{})
+		store.Migrations = before
+		if err != nil || !slices.Equal(did, after) || after[0] != 18 {
+			t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		sameRows(t, "hashes after the migration", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+		namesKept(t, db, to)
+		var left []string
+		if err := db.QueryRowContext(ctx, `SELECT groupArray(name) FROM system.tables WHERE database = ? AND name LIKE 'finding\\_hours\\_state%'`, st.Database()).Scan(&left); err != nil || len(left) != 0 {
+			t.Errorf("the old hour states left: %v (%v), want none", left, err)
+		}
+		late := finding("late", "dave", "kubectl/v1.21.0", "10.0.0.10", today.AddDate(0, 0, -2).Add(5*time.Hour))
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{fs[0], late}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil || n != (rollup.Built{Days: 10, Prefixes: 2}) {
+			t.Errorf("compaction after the migration built %+v (%v), want the 10 past days and today's 2 prefixes", n, err)
+		}
+		for _, c := range []string{"prod", "staging", ""} {
+			sameRows(t, c+", compacted after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
+		}
+		sameRows(t, "hashes compacted after the migration", byHashes(t, db, "", from, to), byHashesFromFindings(t, db, "", from, to))
+		namesKept(t, db, to)
+		namesAgree(t, db, "prod", from, to)
 	})
 }
 

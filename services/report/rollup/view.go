@@ -62,7 +62,7 @@ FROM (
   SELECT cluster, toDate(hour) AS day, ` + Key + `,
          anyMerge(message) AS msg, uniqExactMerge(findings) AS n,
          toUInt32(minMerge(first_seen)) AS fs, toUInt32(maxMerge(last_seen)) AS ls
-  FROM ` + prefix + `finding_hours_state
+  FROM ` + prefix + `finding_hour_states
   WHERE (cluster, day) GLOBAL NOT IN (SELECT cluster, day FROM (` + builds + `))` + and + `
   GROUP BY cluster, day, ` + Key + `
 )` + movesJoin(prefix+"migration_sightings", moves, "m_at") + `

@@ -78,12 +78,14 @@ var Tables = []RetainedTable{
 	{Name: "findings", Holds: Callers, Time: "event_time"},
 	{Name: "finding_requests", Holds: Callers, Time: "event_time"},
 	{Name: "finding_rows", Holds: Callers, Time: "day", Date: true},
-	{Name: "finding_hours_state", Holds: Callers, Time: "hour"},
+	{Name: "finding_hour_states", Holds: Callers, Time: "hour"},
+	{Name: "caller_names", Holds: Callers, Time: "seen", Date: true},
 	{Name: "migration_sightings", Holds: Callers, Time: "seen"},
 	// The rollup's records of its builds and changes name no caller, but go with the rows
 	// they describe: a build recorded without its rows would read as a day without findings.
 	{Name: "finding_builds", Holds: Callers, Time: "day", Date: true},
 	{Name: "finding_hour_changes", Holds: Callers, Time: "hour"},
+	{Name: "blocker_names", Holds: Callers, Time: "seen", Date: true},
 
 	{Name: "stream_minutes", Holds: Counts, Time: "minute"},
 	{Name: "event_minutes", Holds: Counts, Time: "minute"},

@@ -635,7 +635,7 @@ ORDER BY (cluster, day)`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_prefix_builds"}}{{.On}}{{end}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_days"}}{{.On}}{{end}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_day_prefixes"}}{{.On}}{{end}}`,
-		rollup.ViewSQL}},
+		viewV16}},
 	// Hashes at insert: the readers group the day rows by what was used (the rule and the API)
 	// and by who used it (user, user agent, source IP) through a 64-bit hash of each
 	// (rollup.BlockerHash, rollup.CallerHash), which every read computed from the strings.
@@ -645,7 +645,78 @@ ORDER BY (cluster, day)`,
 	// insert, and a view cannot be replaced without a moment in which inserts fail or skip it;
 	// their reads are bounded by the hours not built yet.
 	{Version: 17, Name: "hashes at insert", SQL: addHashColumns("finding_rows", "cityHash64(cluster, day)")},
+	// Hashes in the hour states, names by hash. The hour states of migration 7 computed the
+	// blocker and caller hashes whenever they were merged, and the readers took the names
+	// behind the hashes from their key columns (over the days of a window, again when a
+	// replica lagged). finding_hour_states holds the states with both hashes as columns,
+	// written by its view at insert (ClickHouse 18.16 fills no default in a view's insert, so
+	// a new table and view, not a column added), and in its sorting key (they follow from the
+	// key's columns, so the rows a merge collapses are the same, and a lookup of one hash in an
+	// hour reads a range); blocker_names and caller_names hold each
+	// hash's names once, with the newest day they were seen (the compaction adds those of the
+	// hours it builds; rollup.NamesOf reads them). The step creates the new view before it
+	// copies the old states: an insert in between reaches both tables, and a state counts a
+	// finding once however often it is merged, so the copy stays exact, and so does a step run
+	// again after an interruption. Migration 19 drops the old table and its view.
+	{Version: 18, Name: "hour states with hashes", SQL: []string{`
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "finding_hour_states"}}{{.On}} (
+    cluster        {{.LC}},
+    hour           DateTime('UTC'),
+    blocker        UInt64,
+    caller         UInt64,
+` + dayKeyColumns + dayStateColumns + `) ENGINE = {{.Engine "finding_hour_states" "AggregatingMergeTree()"}}
+PARTITION BY toYYYYMM(hour)
+ORDER BY (cluster, hour, blocker, caller, ` + dayKeyOrder + `)`,
+		`{{.Distributed "finding_hour_states" "cityHash64(cluster, toDate(hour))"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "blocker_names"}}{{.On}} (
+    blocker     UInt64,
+    rule_id     {{.LC}},
+    api_group   {{.LC}},
+    api_version {{.LC}},
+    resource    {{.LC}},
+    removed_in  {{.LC}},
+    replacement {{.LC}},
+    seen        Date
+) ENGINE = {{.Engine "blocker_names" "ReplacingMergeTree(seen)"}}
+ORDER BY blocker`,
+		`{{.Distributed "blocker_names" "blocker"}}`, `
+CREATE TABLE IF NOT EXISTS {{.DB}}.{{.Local "caller_names"}}{{.On}} (
+    caller      UInt64,
+    username    String,
+    user_agent  String,
+    source_ip   String,
+    seen        Date
+) ENGINE = {{.Engine "caller_names" "ReplacingMergeTree(seen)"}}
+ORDER BY caller`,
+		`{{.Distributed "caller_names" "caller"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hour_states_mv{{.On}} TO {{.DB}}.finding_hour_states AS
+SELECT cluster, toStartOfHour(event_time) AS hour, ` + hashSelect + `, ` + dayStateSelect + `
+GROUP BY cluster, hour, ` + dayKeyGroup, `
+INSERT INTO {{.DB}}.finding_hour_states (cluster, hour, blocker, caller, ` + dayKeyOrder + `, message, findings, first_seen, last_seen)
+SELECT cluster, hour, ` + hashSelect + `, ` + dayKeyOrder + `, message, findings, first_seen, last_seen
+FROM {{.DB}}.finding_hours_state`, `
+INSERT INTO {{.DB}}.blocker_names (blocker, rule_id, api_group, api_version, resource, removed_in, replacement, seen)
+SELECT blocker, any(rule_id), any(api_group), any(api_version), any(resource), argMax(removed_in, hour), argMax(replacement, hour),
+       toDate(max(hour))
+FROM {{.DB}}.finding_hour_states
+GROUP BY blocker`, `
+INSERT INTO {{.DB}}.caller_names (caller, username, user_agent, source_ip, seen)
+SELECT caller, any(username), any(user_agent), any(source_ip), toDate(max(hour))
+FROM {{.DB}}.finding_hour_states
+GROUP BY caller`}},
+	// One table of hour states: the states without hashes and their view go, with the view
+	// finding_days_current over them, created anew over finding_hour_states.
+	{Version: 19, Name: "one table of hour states", SQL: []string{
+		`DROP TABLE IF EXISTS {{.DB}}.finding_days_current{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_hours_state_mv{{.On}}`,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_hours_state{{.On}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_hours_state"}}{{.On}}{{end}}`,
+		rollup.ViewSQL}},
 }
+
+// hashSelect gives the blocker and caller hashes (rollup.BlockerHash and rollup.CallerHash)
+// as columns of migration 18's hour states.
+const hashSelect = `cityHash64(rule_id, api_group, api_version, resource) AS blocker, cityHash64(username, user_agent, source_ip) AS caller`
 
 // addHashColumns returns the statements of migration 17 that add the hash columns to table
 // (their expressions are rollup.BlockerHash and rollup.CallerHash), whose Distributed table on

@@ -22,7 +22,7 @@
 // # On a cluster
 //
 // With OpenCluster every table is created ON CLUSTER: findings and the rollups as
-// Replicated tables per shard (findings_local, finding_hours_state_local, ...) under Distributed
+// Replicated tables per shard (findings_local, finding_hour_states_local, ...) under Distributed
 // tables of the names above, findings sharded by cityHash64(cluster, audit_id) so that
 // every copy of one identity lands on one shard; schema_migrations and weekly_reports are
 // small tables replicated to every server. Inserts go through the Distributed tables

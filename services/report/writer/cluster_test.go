@@ -114,10 +114,10 @@ func TestClusterReplicaKilled(t *testing.T) {
 		t.Errorf("finding_days_current over the Distributed tables: %d, want %d", rollup, len(want))
 		for _, srv := range c.Servers() {
 			var n, rows uint64
-			_ = srv.DB(t).QueryRow("SELECT toUInt64(sum(n)), toUInt64(sum(r)) FROM (SELECT uniqExactMerge(findings) AS n, count() AS r FROM auditlens.finding_hours_state_local GROUP BY cluster, hour, rule_id)").Scan(&n, &rows)
+			_ = srv.DB(t).QueryRow("SELECT toUInt64(sum(n)), toUInt64(sum(r)) FROM (SELECT uniqExactMerge(findings) AS n, count() AS r FROM auditlens.finding_hour_states_local GROUP BY cluster, hour, rule_id)").Scan(&n, &rows)
 			var raw uint64
 			_ = srv.DB(t).QueryRow("SELECT uniqExact(cluster, audit_id, rule_id) FROM auditlens.findings_local").Scan(&raw)
-			t.Logf("shard %s replica %s: finding_hours_state_local %d findings in %d rows; findings_local %d", srv.Cluster.Shard, srv.Cluster.Replica, n, rows, raw)
+			t.Logf("shard %s replica %s: finding_hour_states_local %d findings in %d rows; findings_local %d", srv.Cluster.Shard, srv.Cluster.Replica, n, rows, raw)
 		}
 	}
 }

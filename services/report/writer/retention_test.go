@@ -83,7 +83,9 @@ func TestOlderThanTheRetentionIsNotWritten(t *testing.T) {
 		}
 		for table, q := range map[string]string{
 			"findings":            "SELECT count() FROM findings WHERE event_time < toDateTime(?)",
-			"finding_hours_state": "SELECT count() FROM finding_hours_state WHERE hour < toDateTime(?)",
+			"finding_hour_states": "SELECT count() FROM finding_hour_states WHERE hour < toDateTime(?)",
+			"caller_names":        "SELECT count() FROM caller_names WHERE seen < toDate(toDateTime(?))",
+			"blocker_names":       "SELECT count() FROM blocker_names WHERE seen < toDate(toDateTime(?))",
 			"finding_rows":        "SELECT count() FROM finding_rows WHERE day < toDate(toDateTime(?))",
 			"finding_requests":    "SELECT count() FROM finding_requests WHERE event_time < toDateTime(?)",
 			"migration_sightings": "SELECT count() FROM migration_sightings WHERE seen < toDateTime(?)",

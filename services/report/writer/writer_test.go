@@ -210,7 +210,7 @@ func TestBatchMessagesCountOnce(t *testing.T) {
 		for _, q := range []string{
 			"SELECT toUInt64(sum(findings)) FROM finding_days_current WHERE rule_id = 'removed-api'",
 			"SELECT toUInt64(sum(findings)) FROM finding_days_current WHERE rule_id = 'removed-api' AND api_version = 'v1beta1'",
-			"SELECT uniqExactMerge(findings) FROM finding_hours_state WHERE rule_id = 'removed-api'",
+			"SELECT uniqExactMerge(findings) FROM finding_hour_states WHERE rule_id = 'removed-api'",
 		} {
 			var n uint64
 			if err := st.DB().QueryRow(q).Scan(&n); err != nil {

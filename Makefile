@@ -76,7 +76,7 @@ test:
 ## two lanes starting together compiled the same packages side by side, each unaware of the
 ## other.
 compile:
-	@rc=0; $(foreach m,$(MODULES),(cd $(m) && GOWORK=off $(TEST_ENV) $(COMPILE_GC) go list -export -deps -test ./... >/dev/null $(if $(strip $(RACE_$(m))),&& GOWORK=off $(TEST_ENV) $(COMPILE_GC) CGO_ENABLED=1 go list -race -export -deps -test $(RACE_$(m)) >/dev/null)) || rc=1;) exit $$rc
+	@rc=0; $(foreach m,$(MODULES),(cd $(m) && GOWORK=off $(TEST_ENV) $(COMPILE_GC) go list -export -deps -test ./... >/dev/null $(if $(strip $(RACE_$(m))),&& GOWORK=off $(RACE_ENV) $(COMPILE_GC) go list -race -export -deps -test $(RACE_$(m)) >/dev/null)) || rc=1;) exit $$rc
 
 ## checks: gofmt, tidy go.mod files, lint (govet included), the generated files (one of make test's jobs).
 .PHONY: checks test-job compile
@@ -111,11 +111,12 @@ date-check:
 ## no cgo, -trimpath, the timetzdata tag. So one compile of each package serves the tests, the
 ## release, the images and the binaries the tests build (they inherit GOFLAGS and CGO_ENABLED),
 ## where a second set of flags compiled the whole graph twice on a new machine. The race
-## detector needs cgo: those packages are compiled with it, their test binaries run without it
+## detector needs cgo: those packages are compiled with it (RACE_ENV), their test binaries run without it
 ## (-exec), so what they build is shared too. deploy/release TestSharedBuildFlags holds the
 ## two lists equal.
 TEST_GOFLAGS := -trimpath -tags=timetzdata
 TEST_ENV := CGO_ENABLED=0 GOFLAGS='$(TEST_GOFLAGS)'
+RACE_ENV := CGO_ENABLED=1 GOFLAGS='$(TEST_GOFLAGS)'
 ## COMPILE_GC: the compilers of make compile (and of .ci/run's prebuild) collect garbage four
 ## times less often, each under a 3 GiB soft limit: compiling deploy/release's 252 packages
 ## from nothing took 7-12% less CPU than at the default GOGC=100 (two rounds, 2026-12-06).
@@ -131,7 +132,7 @@ TEST_TIMEOUT_deploy/release ?= 85m
 define gotest
 all=$$(GOWORK=off go list ./...); race=$$( [ -z "$(strip $(1))" ] || GOWORK=off go list $(1)); \
 rest=$$(comm -23 <(echo "$$all" | sort) <(echo "$$race" | sort)); \
-ok=0; if [ -n "$$race" ]; then GOWORK=off $(TEST_ENV) CGO_ENABLED=1 go test -race -exec 'env CGO_ENABLED=0' -count=1 -timeout $(or $(TEST_TIMEOUT_$(J)),$(TEST_TIMEOUT)) $$race || ok=1; fi; \
+ok=0; if [ -n "$$race" ]; then GOWORK=off $(RACE_ENV) go test -race -exec 'env CGO_ENABLED=0' -count=1 -timeout $(or $(TEST_TIMEOUT_$(J)),$(TEST_TIMEOUT)) $$race || ok=1; fi; \
 if [ -n "$$rest" ]; then GOWORK=off $(TEST_ENV) go test -count=1 -timeout $(or $(TEST_TIMEOUT_$(J)),$(TEST_TIMEOUT)) $$rest || ok=1; fi; exit $$ok
 endef
 

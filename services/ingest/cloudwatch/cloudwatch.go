@@ -340,7 +340,7 @@ func (s *Source) publish(ctx context.Context, evs []types.FilteredLogEvent) erro
 	lim := s.env.Limit()
 	s.dec.SetLimit(lim)
 	defer s.dec.SetLimit(nil)
-	return s.em.PublishRecords(ctx, "cloudwatch:"+s.cfg.LogGroup, "the CloudWatch position", false, lim, len(evs),
+	return s.em.PublishRecords(ctx, "the CloudWatch position", "cloudwatch:"+s.cfg.LogGroup, false, lim, len(evs),
 		func(i int) input.Converted { return s.messages(evs[i]) })
 }
 

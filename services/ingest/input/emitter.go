@@ -205,7 +205,7 @@ type Converted struct {
 // wait). With perRecord each record's messages are packed on their own: a Kafka record is the
 // same after a restart, a run is not; else a run is packed as one (a CloudWatch page, read
 // again the same after a restart).
-func (em *Emitter) PublishRecords(ctx context.Context, source, what string, perRecord bool, lim *envelope.Limit, n int, convert func(i int) Converted) error {
+func (em *Emitter) PublishRecords(ctx context.Context, what, source string, perRecord bool, lim *envelope.Limit, n int, convert func(i int) Converted) error {
 	defer lim.Release()
 	var msgs []bus.Message
 	var run Counts

@@ -303,7 +303,7 @@ func (s *Source) store(ctx context.Context, recs []kafkago.Message) error {
 	lim := s.env.Limit()
 	s.dec.SetLimit(lim)
 	defer s.dec.SetLimit(nil)
-	return s.em.PublishRecords(ctx, "kafka-source", "the Kafka offsets", true, lim, len(recs),
+	return s.em.PublishRecords(ctx, "the Kafka offsets", "kafka-source", true, lim, len(recs),
 		func(i int) input.Converted { return s.messages(&recs[i]) })
 }
 

@@ -11,8 +11,10 @@ import (
 
 // What the console and the weekly report ask of the day rows beside their counts (Days):
 // the clusters, their newest findings, the names behind the blocker and caller hashes, the
-// removal releases and agents seen. Each reads the key columns of the hour states, which need
-// no merging, or the hours' change times, and is bounded by its context's deadline (Bounded).
+// removal releases and agents seen. Each reads the hours' change times, the name tables, or
+// the columns it needs of the day rows through Days: the rows of the builds (one per key and
+// day, however many findings it counts) and the states of the hours not built, never every
+// hour's states. Each is bounded by its context's deadline (Bounded).
 
 // Blocking is the condition on a day row (or a finding) that it blocks the upgrade to the
 // target bound as its one parameter (kubeversion.Version.Key): what it uses is removed in a
@@ -100,94 +102,63 @@ type Newest struct {
 }
 
 // NewestOf reads the newest finding and the newest that blocks target (Blocking's parameter)
-// of each cluster, at most limit clusters, by name: the newest hour of each in the states,
-// then the newest second of those hours.
+// of each cluster, at most limit clusters, by name: from the day rows (Days) of every day
+// kept, whose builds hold a row per key and day however many findings it counts, and whose
+// states are those of the hours not built.
 func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
-	type newest struct{ hour, blockerHour uint32 }
-	byCluster := map[string]newest{}
-	var names []string
-	err := Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(hour)), toUInt32(maxIf(hour, `+Blocking+`))
-FROM `+t.HourState+`
-GROUP BY c
-ORDER BY c
-LIMIT ?`, []any{target, limit}, func(r *sql.Rows) error {
-		var name string
-		var h newest
-		if err := r.Scan(&name, &h.hour, &h.blockerHour); err != nil {
-			return err
-		}
-		byCluster[name] = h
-		names = append(names, name)
-		return nil
-	})
+	src, args, err := Days(ctx, db, t, Filter{From: epoch, To: farDay, Columns: []string{"removed_in_key", "last_seen"}})
 	if err != nil {
 		return nil, err
 	}
-	// "-" names no hour: an empty array literal is typed Array(Nothing), which has() on
-	// ClickHouse 18.16 refuses against strings.
-	pairs, blockerPairs := []string{"-"}, []string{"-"}
-	oldest := uint32(farDay.Unix()) // the oldest hour of the pairs, to read only their partitions
-	for name, h := range byCluster {
-		pairs = append(pairs, hourPair(h.hour, name))
-		oldest = min(oldest, h.hour)
-		if h.blockerHour > 0 {
-			blockerPairs = append(blockerPairs, hourPair(h.blockerHour, name))
-			oldest = min(oldest, h.blockerHour)
-		}
-	}
-	last := map[string]Newest{}
-	err = Query(ctx, db, "clusters", `SELECT toString(cluster) AS c,
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterHour+`))),
-  toUInt32(maxMergeIf(last_seen, has(?, `+clusterHour+`) AND `+Blocking+`))
-FROM `+t.HourState+`
-WHERE hour >= toDateTime(?) AND (has(?, `+clusterHour+`) OR has(?, `+clusterHour+`))
-GROUP BY c`, []any{pairs, blockerPairs, target, oldest, pairs, blockerPairs}, func(r *sql.Rows) error {
+	var out []Newest
+	err = Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(last_seen)), toUInt32(maxIf(last_seen, `+Blocking+`))
+FROM (`+src+`)
+GROUP BY c
+ORDER BY c
+LIMIT ?`, append(append([]any{target}, args...), limit), func(r *sql.Rows) error {
 		var n Newest
 		if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
 			return err
 		}
-		last[n.Cluster] = n
+		out = append(out, n)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Newest, len(names))
-	for i, name := range names {
-		out[i] = last[name]
-		out[i].Cluster = name
-	}
-	return out, nil
+	return out, err
 }
 
-// farDay is after every day a finding can lie in (ClickHouse 18.16's Date ends in 2105).
-var farDay = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+// epoch is before, and farDay after, every day a finding can lie in (ClickHouse 18.16's Date
+// spans 1970 to 2105): a lookup over every day kept reads the days [epoch, farDay).
+var (
+	epoch  = time.Unix(0, 0).UTC()
+	farDay = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // NewestBlocker is the Unix second of cluster's newest finding that blocks target
 // (Blocking's parameter), 0 when none does.
 func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
-	var hour uint32
-	err := Query(ctx, db, "newest blocker", `SELECT toUInt32(maxIf(hour, `+Blocking+`))
-FROM `+t.HourState+`
-WHERE cluster = ?`, []any{target, cluster}, func(r *sql.Rows) error { return r.Scan(&hour) })
-	if err != nil || hour == 0 {
+	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: epoch, To: farDay,
+		Columns: []string{"removed_in_key", "last_seen"}, Where: Blocking, Args: []any{target}})
+	if err != nil {
 		return 0, err
 	}
 	var last uint32
-	err = Query(ctx, db, "newest blocker", `SELECT toUInt32(maxMergeIf(last_seen, `+Blocking+`))
-FROM `+t.HourState+`
-WHERE cluster = ? AND hour = toDateTime(?)`, []any{target, cluster, hour}, func(r *sql.Rows) error { return r.Scan(&last) })
+	err = Query(ctx, db, "newest blocker", `SELECT toUInt32(max(last_seen)) FROM (`+src+`)`, args,
+		func(r *sql.Rows) error { return r.Scan(&last) })
 	return last, err
 }
 
 // RemovedIn lists the removal releases (removed_in_key, MAJOR*1000+MINOR) the findings of
 // cluster name, at most limit, oldest first.
 func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit int) ([]uint32, error) {
+	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: epoch, To: farDay,
+		Columns: []string{"removed_in_key"}, Where: `removed_in_key >= 1000`})
+	if err != nil {
+		return nil, err
+	}
 	var out []uint32
-	err := Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM `+t.HourState+`
-WHERE cluster = ? AND removed_in_key >= 1000
+	err = Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM (`+src+`)
 ORDER BY removed_in_key
-LIMIT ?`, []any{cluster, limit}, func(r *sql.Rows) error {
+LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
 		var k uint32
 		if err := r.Scan(&k); err != nil {
 			return err
@@ -199,21 +170,24 @@ LIMIT ?`, []any{cluster, limit}, func(r *sql.Rows) error {
 }
 
 // Agents lists the distinct user agents (their first 64 characters) that start with one of
-// prefixes in cluster's days [from, to), at most limit.
+// prefixes in cluster's days [from, to) (midnights), at most limit.
 func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time, prefixes []string, limit int) ([]string, error) {
 	if len(prefixes) == 0 {
 		return nil, nil
 	}
-	var out []string
-	args := []any{cluster, from.Unix(), to.Unix()}
 	starts := make([]string, len(prefixes))
+	var startArgs []any
 	for i, p := range prefixes {
 		starts[i] = "startsWith(user_agent, ?)"
-		args = append(args, p)
+		startArgs = append(startArgs, p)
 	}
-	err := Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM `+t.HourState+`
-WHERE cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-  AND (`+strings.Join(starts, " OR ")+`)
+	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: from, To: to,
+		Columns: []string{"user_agent"}, Where: strings.Join(starts, " OR "), Args: startArgs})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM (`+src+`)
 LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
 		var ua string
 		if err := r.Scan(&ua); err != nil {

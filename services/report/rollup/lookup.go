@@ -12,9 +12,9 @@ import (
 // What the console and the weekly report ask of the day rows beside their counts (Days):
 // the clusters, their newest findings, the names behind the blocker and caller hashes, the
 // removal releases and agents seen. Each reads the hours' change times, the name tables, or
-// the columns it needs of the day rows through Days: the rows of the builds (one per key and
-// day, however many findings it counts) and the states of the hours not built, never every
-// hour's states. Each is bounded by its context's deadline (Bounded).
+// the columns it needs of the day rows through Days (with AnyBuild: maxima and distinct
+// values): the rows of the builds (one per key and day, however many findings it counts) and
+// the states of the hours not built, never every hour's states. Each is bounded by its context's deadline (Bounded).
 
 // Blocking is the condition on a day row (or a finding) that it blocks the upgrade to the
 // target bound as its one parameter (kubeversion.Version.Key): what it uses is removed in a
@@ -106,7 +106,7 @@ type Newest struct {
 // kept, whose builds hold a row per key and day however many findings it counts, and whose
 // states are those of the hours not built.
 func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
-	src, args, err := Days(ctx, db, t, Filter{From: epoch, To: farDay, Columns: []string{"removed_in_key", "last_seen"}})
+	src, args, err := Days(ctx, db, t, Filter{From: epoch, To: farDay, Columns: []string{"removed_in_key", "last_seen"}, AnyBuild: true})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ var (
 // (Blocking's parameter), 0 when none does.
 func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
 	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: epoch, To: farDay,
-		Columns: []string{"removed_in_key", "last_seen"}, Where: Blocking, Args: []any{target}})
+		Columns: []string{"removed_in_key", "last_seen"}, Where: Blocking, Args: []any{target}, AnyBuild: true})
 	if err != nil {
 		return 0, err
 	}
@@ -151,7 +151,7 @@ func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, ta
 // cluster name, at most limit, oldest first.
 func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit int) ([]uint32, error) {
 	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: epoch, To: farDay,
-		Columns: []string{"removed_in_key"}, Where: `removed_in_key >= 1000`})
+		Columns: []string{"removed_in_key"}, Where: `removed_in_key >= 1000`, AnyBuild: true})
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to 
 		startArgs = append(startArgs, p)
 	}
 	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: from, To: to,
-		Columns: []string{"user_agent"}, Where: strings.Join(starts, " OR "), Args: startArgs})
+		Columns: []string{"user_agent"}, Where: strings.Join(starts, " OR "), Args: startArgs, AnyBuild: true})
 	if err != nil {
 		return nil, err
 	}

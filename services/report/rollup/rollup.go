@@ -122,6 +122,13 @@ type Filter struct {
 	// Migrated says what becomes of the rows of callers that moved to the API's successor
 	// after them (migrated.go); the zero value gives every row as it is.
 	Migrated Migrated
+	// AnyBuild reads the rows of every build of the days read, not only of each day's
+	// current build, and a day read from its states with them: for a reader that takes
+	// maxima or distinct values (a build's rows are findings stored, a newer build of the day
+	// holds them too), never for counts. Days then names no build, so a span of many
+	// clusters and days fits in a query (ClickHouse's max_query_size, 256 KiB by default,
+	// holds about 12,000 build ids).
+	AnyBuild bool
 }
 
 // keyColumns are the columns of Key, in order.
@@ -215,7 +222,11 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	out := strings.Join(append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...), ", ")
 	var parts []string
 	var all []any
-	if len(p.builds) > 0 || len(p.dirty) == 0 {
+	switch {
+	case f.AnyBuild:
+		parts = append(parts, builtRows(t.Rows, keys, values, where, nil))
+		all = append(all, args...)
+	case len(p.builds) > 0 || len(p.dirty) == 0:
 		parts = append(parts, builtRows(t.Rows, keys, values, where, p.builds))
 		all = append(all, args...)
 	}
@@ -258,8 +269,15 @@ func KeptFrom(ctx context.Context, db *sql.DB, t Tables) (time.Time, int, error)
 	return time.Unix(int64(now), 0).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-int(days)), int(days), nil
 }
 
-// builtRows selects the rows of the builds ids from table (finding_rows) that satisfy where.
+// builtRows selects the rows of the builds ids from table (finding_rows) that satisfy where,
+// or of every build when ids is nil.
 func builtRows(table string, keys, values []string, where string, ids []uint64) string {
+	sel := append(append(append([]string{"cluster", "day"}, keys...), values...), "findings")
+	if ids == nil {
+		return `SELECT ` + strings.Join(sel, ", ") + `
+  FROM ` + table + `
+  WHERE ` + where
+	}
 	// Build ids are random numbers of ours, never input: written as literals, they make an IN
 	// set (never empty: 0 names no build).
 	set := make([]string, 0, len(ids)+1)
@@ -267,7 +285,6 @@ func builtRows(table string, keys, values []string, where string, ids []uint64) 
 	for _, id := range ids {
 		set = append(set, strconv.FormatUint(id, 10))
 	}
-	sel := append(append(append([]string{"cluster", "day"}, keys...), values...), "findings")
 	return `SELECT ` + strings.Join(sel, ", ") + `
   FROM ` + table + `
   WHERE ` + where + ` AND build IN (` + strings.Join(set, ", ") + `)`

@@ -804,3 +804,48 @@ func cutMigrations(t *testing.T, version int) (all, before []store.Migration, af
 	t.Cleanup(func() { store.Migrations = all })
 	return all, before, after
 }
+
+// The lookups over every day kept name no build: 50 clusters of 400 days built (a fleet at the
+// default retention) are 20,000 current builds, whose ids alone would not fit in a query
+// (ClickHouse's max_query_size, 256 KiB by default).
+func TestLookupsFitAFleetOfBuilds(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		tables := rollup.TablesFor("findings")
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		var now uint32
+		if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		day := today.AddDate(0, 0, -1).Unix()
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{{`
+INSERT INTO finding_hour_changes
+SELECT concat('c', toString(number % 50)) AS cluster, toDateTime(?) - intDiv(number, 50) * 86400 AS hour, maxState(toUInt32(?)) AS changed
+FROM numbers(20000) GROUP BY cluster, hour`, []any{day, now - 7200}}, {`
+INSERT INTO finding_builds (cluster, day, until, built, build)
+SELECT concat('c', toString(number % 50)), toDate(toDateTime(?) - intDiv(number, 50) * 86400), toDateTime(?) - intDiv(number, 50) * 86400 + 86400,
+  toUInt32(?) + 3600, cityHash64(number) + 1
+FROM numbers(20000)`, []any{day, day, now - 7200}}} {
+			if _, err := db.ExecContext(ctx, q.sql, q.args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{finding("f1", "alice", "kubectl/v1.20.0", "10.0.0.9", today.Add(time.Hour))}); err != nil {
+			t.Fatal(err)
+		}
+		newest, err := rollup.NewestOf(ctx, db, tables, 1038, 1000)
+		if err != nil {
+			t.Fatalf("the cluster list over 20,000 builds: %v", err)
+		}
+		if len(newest) != 1 || newest[0].Cluster != "prod" || newest[0].Blocker != uint32(today.Add(time.Hour).Unix()) {
+			t.Errorf("the cluster list over 20,000 builds: %+v, want prod's finding", newest)
+		}
+		if _, err := rollup.NewestBlocker(ctx, db, tables, "c7", 1038); err != nil {
+			t.Errorf("the newest blocker of a cluster of 400 builds: %v", err)
+		}
+	})
+}

@@ -111,8 +111,8 @@ date-check:
 ## no cgo, -trimpath, the timetzdata tag. So one compile of each package serves the tests, the
 ## release, the images and the binaries the tests build (they inherit GOFLAGS and CGO_ENABLED),
 ## where a second set of flags compiled the whole graph twice on a new machine. The race
-## detector needs cgo: those packages are compiled with it (RACE_ENV), their test binaries run without it
-## (-exec), so what they build is shared too. deploy/release TestSharedBuildFlags holds the
+## detector needs cgo: those packages are compiled with it (RACE_ENV), their test binaries run
+## without it (-exec), so what they build is shared too. deploy/release TestSharedBuildFlags holds the
 ## two lists equal.
 TEST_GOFLAGS := -trimpath -tags=timetzdata
 TEST_ENV := CGO_ENABLED=0 GOFLAGS='$(TEST_GOFLAGS)'

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +15,8 @@ import (
 // removal releases and agents seen. Each reads the hours' change times, the name tables, or
 // the columns it needs of the day rows through Days (with AnyBuild: maxima and distinct
 // values): the rows of the builds (one per key and day, however many findings it counts) and
-// the states of the hours not built, never every hour's states. Each is bounded by its context's deadline (Bounded).
+// the states of the hours not built, never every hour's states. Each is bounded by its
+// context's deadline (Bounded).
 
 // Blocking is the condition on a day row (or a finding) that it blocks the upgrade to the
 // target bound as its one parameter (kubeversion.Version.Key): what it uses is removed in a
@@ -237,26 +239,47 @@ func (n Names) Cover(blockers, callers []uint64) bool {
 // last seen, whose states hold their keys), or, when days is nil, over the days [from, to).
 func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
 	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
-	err := Query(ctx, db, "blocker names", `SELECT blocker, argMax(rule_id, seen), argMax(api_group, seen), argMax(api_version, seen),
-  argMax(resource, seen), argMax(removed_in, seen), argMax(replacement, seen)
-FROM `+t.BlockerNames+`
-WHERE blocker IN (SELECT arrayJoin(?))
-GROUP BY blocker`, []any{nonEmpty(blockers)}, func(r *sql.Rows) error {
-		var b uint64
-		var k BlockerName
-		if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
-			return err
-		}
-		n.Blockers[b] = k
-		return nil
-	})
-	if err != nil {
+	err := n.read(ctx, db, "", t.BlockerNames, t.CallerNames, "seen", "1", nil, blockers, callers)
+	if err != nil || n.Cover(blockers, callers) {
 		return n, err
 	}
-	err = Query(ctx, db, "caller names", `SELECT caller, argMax(username, seen), argMax(user_agent, seen), argMax(source_ip, seen)
-FROM `+t.CallerNames+`
-WHERE caller IN (SELECT arrayJoin(?))
-GROUP BY caller`, []any{nonEmpty(callers)}, func(r *sql.Rows) error {
+	return n, n.fromStates(ctx, db, t, cluster, days, from, to, target, blockers, callers)
+}
+
+// read adds to n the names of blockers and callers (their hashes; none read when empty)
+// from the rows of blockerTable and callerTable that satisfy where (with args), the newest by
+// the column newest where a hash has several; what names the source in errors.
+func (n Names) read(ctx context.Context, db *sql.DB, what, blockerTable, callerTable, newest, where string, args []any, blockers, callers []uint64) error {
+	last := func(cols ...string) string {
+		for i, c := range cols {
+			cols[i] = "argMax(" + c + ", " + newest + ")"
+		}
+		return strings.Join(cols, ", ")
+	}
+	if len(blockers) > 0 {
+		err := Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
+FROM `+blockerTable+`
+WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
+GROUP BY blocker`, append(slices.Clip(args), blockers), func(r *sql.Rows) error {
+			var b uint64
+			var k BlockerName
+			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
+				return err
+			}
+			n.Blockers[b] = k
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if len(callers) == 0 {
+		return nil
+	}
+	return Query(ctx, db, "caller names"+what, `SELECT caller, `+last("username", "user_agent", "source_ip")+`
+FROM `+callerTable+`
+WHERE `+where+` AND caller IN (SELECT arrayJoin(?))
+GROUP BY caller`, append(slices.Clip(args), callers), func(r *sql.Rows) error {
 		var c uint64
 		var who CallerName
 		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
@@ -265,19 +288,6 @@ GROUP BY caller`, []any{nonEmpty(callers)}, func(r *sql.Rows) error {
 		n.Callers[c] = who
 		return nil
 	})
-	if err != nil || n.Cover(blockers, callers) {
-		return n, err
-	}
-	return n, n.fromStates(ctx, db, t, cluster, days, from, to, target, blockers, callers)
-}
-
-// nonEmpty is hashes, or {0} (no hash) when there are none: an empty array literal is typed
-// Array(Nothing), which IN refuses against numbers on ClickHouse 18.16.
-func nonEmpty(hashes []uint64) []uint64 {
-	if len(hashes) == 0 {
-		return []uint64{0}
-	}
-	return hashes
 }
 
 // fromStates adds to n the names of the blockers and callers it lacks, from the hour states
@@ -315,37 +325,5 @@ func (n Names) fromStates(ctx context.Context, db *sql.DB, t Tables, cluster str
 		where += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
 		args = append(args, days)
 	}
-	if len(lackB) > 0 {
-		err := Query(ctx, db, "blocker names from the hour states", `SELECT blocker,
-  any(rule_id), any(api_group), any(api_version), any(resource), any(removed_in), any(replacement)
-FROM `+t.HourState+`
-WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
-GROUP BY blocker`, append(args, lackB), func(r *sql.Rows) error {
-			var b uint64
-			var k BlockerName
-			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
-				return err
-			}
-			n.Blockers[b] = k
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if len(lackC) == 0 {
-		return nil
-	}
-	return Query(ctx, db, "caller names from the hour states", `SELECT caller, any(username), any(user_agent), any(source_ip)
-FROM `+t.HourState+`
-WHERE `+where+` AND caller IN (SELECT arrayJoin(?))
-GROUP BY caller`, append(args, lackC), func(r *sql.Rows) error {
-		var c uint64
-		var who CallerName
-		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
-			return err
-		}
-		n.Callers[c] = who
-		return nil
-	})
+	return n.read(ctx, db, " from the hour states", t.HourState, t.HourState, "hour", where, args, lackB, lackC)
 }

@@ -652,9 +652,9 @@ ORDER BY (cluster, day)`,
 	// written by its view at insert (ClickHouse 18.16 fills no default in a view's insert, so
 	// a new table and view, not a column added), and in its sorting key (they follow from the
 	// key's columns, so the rows a merge collapses are the same, and a lookup of one hash in an
-	// hour reads a range); blocker_names and caller_names hold each
-	// hash's names once, with the newest day they were seen (the compaction adds those of the
-	// hours it builds; rollup.NamesOf reads them). The step creates the new view before it
+	// hour reads a range); blocker_names and caller_names hold each hash's names once, with
+	// the newest day they were seen (the compaction adds those of the hours it builds;
+	// rollup.NamesOf reads them). The step creates the new view before it
 	// copies the old states: an insert in between reaches both tables, and a state counts a
 	// finding once however often it is merged, so the copy stays exact, and so does a step run
 	// again after an interruption. Migration 19 drops the old table and its view.

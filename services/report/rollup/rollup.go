@@ -248,6 +248,14 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	if f.Migrated == AllRows {
 		return src, all, nil
 	}
+	moved, err := anyMoved(ctx, db, t, f.Cluster, f.From)
+	if err != nil {
+		return "", nil, err
+	}
+	if !moved {
+		// No caller moved in the span: every row blocks as it is, and none was fixed.
+		return f.Migrated.none(src, given), all, nil
+	}
 	src, more := f.Migrated.join(src, given, t.Migrations, f.Cluster, f.From)
 	return src, append(all, more...), nil
 }

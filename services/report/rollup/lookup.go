@@ -106,26 +106,86 @@ type Newest struct {
 // NewestOf reads the newest finding and the newest that blocks target (Blocking's parameter)
 // of each cluster, at most limit clusters, by name: from the day rows (Days) of every day
 // kept, whose builds hold a row per key and day however many findings it counts, and whose
-// states are those of the hours not built.
+// states are those of the hours not built. The recent days come first (recentDays): a
+// cluster with a finding that blocks among them is answered there, and only the other
+// clusters' older days are read.
 func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]Newest, error) {
-	src, args, err := Days(ctx, db, t, Filter{From: epoch, To: farDay, Columns: []string{"removed_in_key", "last_seen"}, AnyBuild: true})
+	since, err := recentFrom(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	var out []Newest
-	err = Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(last_seen)), toUInt32(maxIf(last_seen, `+Blocking+`))
+	found := map[string]Newest{}
+	if err := newestOf(ctx, db, t, Filter{From: since, To: farDay}, target, found); err != nil {
+		return nil, err
+	}
+	// The clusters are those whose hours changed (finding_hour_changes, kept as long as the
+	// day rows): those without a blocker among the recent days are read over every day.
+	var rest []string
+	err = Query(ctx, db, "clusters", `SELECT DISTINCT toString(cluster) FROM `+t.HourChanges, nil, func(r *sql.Rows) error {
+		var c string
+		if err := r.Scan(&c); err != nil {
+			return err
+		}
+		if found[c].Blocker == 0 {
+			rest = append(rest, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		older := Filter{From: epoch, To: farDay, Where: `cluster IN (` + strings.Repeat("?, ", len(rest)-1) + `?)`}
+		for _, c := range rest {
+			older.Args = append(older.Args, c)
+		}
+		if err := newestOf(ctx, db, t, older, target, found); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Newest, 0, len(found))
+	for _, n := range found {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b Newest) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return out[:min(len(out), limit)], nil
+}
+
+// newestOf reads the newest finding and newest blocker of each cluster in the rows f asks
+// for (every build's: maxima), keeping in found the later of each.
+func newestOf(ctx context.Context, db *sql.DB, t Tables, f Filter, target int, found map[string]Newest) error {
+	f.Columns, f.AnyBuild = []string{"removed_in_key", "last_seen"}, true
+	src, args, err := Days(ctx, db, t, f)
+	if err != nil {
+		return err
+	}
+	return Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(last_seen)), toUInt32(maxIf(last_seen, `+Blocking+`))
 FROM (`+src+`)
-GROUP BY c
-ORDER BY c
-LIMIT ?`, append(append([]any{target}, args...), limit), func(r *sql.Rows) error {
+GROUP BY c`, append([]any{target}, args...), func(r *sql.Rows) error {
 		var n Newest
 		if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
 			return err
 		}
-		out = append(out, n)
+		had := found[n.Cluster]
+		n.Finding, n.Blocker = max(n.Finding, had.Finding), max(n.Blocker, had.Blocker)
+		found[n.Cluster] = n
 		return nil
 	})
-	return out, err
+}
+
+// recentDays is how many days back from the server's today the newest findings are looked
+// for first: a live cluster's newest finding that blocks lies among them, and reading them
+// alone costs a fraction of every day kept (90 days, 10 M findings: 1.1 M day rows, about
+// 60 ms on ClickHouse 18.16). What they lack is read from every day after.
+const recentDays = 7
+
+// recentFrom is the first of the recent days (recentDays) by the server's clock.
+func recentFrom(ctx context.Context, db *sql.DB) (time.Time, error) {
+	var now uint32
+	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the server's clock: %w", err)
+	}
+	return time.Unix(int64(now), 0).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-recentDays), nil
 }
 
 // epoch is before, and farDay after, every day a finding can lie in (ClickHouse 18.16's Date
@@ -136,17 +196,27 @@ var (
 )
 
 // NewestBlocker is the Unix second of cluster's newest finding that blocks target
-// (Blocking's parameter), 0 when none does.
+// (Blocking's parameter), 0 when none does: among the recent days first (recentDays), then
+// among every day when none of them has one.
 func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, target int) (uint32, error) {
-	src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: epoch, To: farDay,
-		Columns: []string{"removed_in_key", "last_seen"}, Where: Blocking, Args: []any{target}, AnyBuild: true})
+	since, err := recentFrom(ctx, db)
 	if err != nil {
 		return 0, err
 	}
-	var last uint32
-	err = Query(ctx, db, "newest blocker", `SELECT toUInt32(max(last_seen)) FROM (`+src+`)`, args,
-		func(r *sql.Rows) error { return r.Scan(&last) })
-	return last, err
+	for _, from := range []time.Time{since, epoch} {
+		src, args, err := Days(ctx, db, t, Filter{Cluster: cluster, From: from, To: farDay,
+			Columns: []string{"removed_in_key", "last_seen"}, Where: Blocking, Args: []any{target}, AnyBuild: true})
+		if err != nil {
+			return 0, err
+		}
+		var last uint32
+		err = Query(ctx, db, "newest blocker", `SELECT toUInt32(max(last_seen)) FROM (`+src+`)`, args,
+			func(r *sql.Rows) error { return r.Scan(&last) })
+		if err != nil || last > 0 {
+			return last, err
+		}
+	}
+	return 0, nil
 }
 
 // RemovedIn lists the removal releases (removed_in_key, MAJOR*1000+MINOR) the findings of

@@ -849,3 +849,73 @@ FROM numbers(20000)`, []any{day, day, now - 7200}}} {
 		}
 	})
 }
+
+// The newest findings are looked for among the recent days first; what those lack comes from
+// every day kept: a cluster whose newest blocker is older than a week, one that blocks only in
+// an old day, one that never blocks, one whose clock runs a day ahead. Both lookups equal the
+// raw findings' maxima, before and after the days are built.
+func TestNewestLooksPastTheRecentDays(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		tables := rollup.TablesFor("findings")
+		// The lookups choose the recent days by the server's clock: the findings are placed by it.
+		today := chtest.ServerNow(t, db).Truncate(24 * time.Hour)
+		at := func(cluster string, days int, removedIn string) *auditlensv1.Finding {
+			f := finding(fmt.Sprintf("%s%d%s", cluster, days, removedIn), "alice", "kubectl/v1.20.0", "10.0.0.9", today.AddDate(0, 0, days).Add(time.Hour))
+			f.Cluster, f.RemovedIn = cluster, removedIn
+			return f
+		}
+		const target = 1022 // 1.22 blocks, 1.29 does not
+		fs := []*auditlensv1.Finding{
+			at("live", 0, "1.22"), at("live", -1, "1.29"), at("live", -20, "1.22"),
+			at("lapsed", -12, "1.22"), at("lapsed", 0, "1.29"),
+			at("old", -40, "1.22"), at("old", -30, "1.29"),
+			at("clean", 0, "1.29"), at("clean", -50, "1.29"),
+			at("ahead", 1, "1.22"), at("ahead", -9, "1.22"),
+		}
+		if err := st.WriteFindings(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		check := func(when string) {
+			t.Helper()
+			want := map[string]rollup.Newest{}
+			err := rollup.Query(ctx, db, "raw", `SELECT toString(cluster), toUInt32(max(event_time)), toUInt32(maxIf(event_time, `+rollup.Blocking+`))
+FROM findings GROUP BY cluster`, []any{target}, func(r *sql.Rows) error {
+				var n rollup.Newest
+				if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
+					return err
+				}
+				want[n.Cluster] = n
+				return nil
+			})
+			if err != nil || len(want) != 5 {
+				t.Fatalf("%s: raw maxima %v (%v)", when, want, err)
+			}
+			got, err := rollup.NewestOf(ctx, db, tables, target, 100)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			var names []string
+			for _, n := range got {
+				names = append(names, n.Cluster)
+				if n != want[n.Cluster] {
+					t.Errorf("%s: NewestOf %+v, want %+v", when, n, want[n.Cluster])
+				}
+				b, err := rollup.NewestBlocker(ctx, db, tables, n.Cluster, target)
+				if err != nil || b != want[n.Cluster].Blocker {
+					t.Errorf("%s: NewestBlocker(%s) = %d (%v), want %d", when, n.Cluster, b, err, want[n.Cluster].Blocker)
+				}
+			}
+			if !slices.Equal(names, []string{"ahead", "clean", "lapsed", "live", "old"}) {
+				t.Errorf("%s: clusters %v, want each by name", when, names)
+			}
+			if cut, err := rollup.NewestOf(ctx, db, tables, target, 2); err != nil || len(cut) != 2 || cut[0].Cluster != "ahead" || cut[1].Cluster != "clean" {
+				t.Errorf("%s: the first 2 clusters %+v (%v), want ahead and clean", when, cut, err)
+			}
+		}
+		check("from the hours' states")
+		chtest.CompactDays(t, db)
+		check("from the builds")
+	})
+}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 	"github.com/auditlens/auditlens/services/report/weekly/render"
@@ -134,7 +136,7 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) error {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			body.Clusters[i], errs[i] = h.clusterRow(r.Context(), c, chosen, now, lastFull, thisWeek, days)
+			body.Clusters[i], errs[i] = h.clusterRow(r.Context(), c, chosen, listTarget, now, lastFull, thisWeek, days)
 		})
 	}
 	wg.Wait()
@@ -188,8 +190,8 @@ func hopNotes(bs []blockerRow, current, target weekly.Version) string {
 // indexParallel is how many clusters the first screen reads at once.
 const indexParallel = 2
 
-// clusterRow reads what the first screen shows of cluster c.
-func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chosen weekly.Version, now time.Time, lastFull, thisWeek weekly.Date, days int) (clusterRow, error) {
+// clusterRow reads what the first screen shows of cluster c (listed against listTarget).
+func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chosen, listTarget weekly.Version, now time.Time, lastFull, thisWeek weekly.Date, days int) (clusterRow, error) {
 	row := clusterRow{ClusterSummary: c, Week: defaultWeek(c, lastFull, thisWeek)}
 	// The window ends today for a live cluster (an event within it), at its newest
 	// finding (else event) for an imported log.
@@ -205,48 +207,65 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	row.From = weekly.Date{Time: row.Until.AddDate(0, 0, 1-days)}
 	win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
 	row.Target, row.TargetWhy = chosen, "chosen above"
-	v, why, err := h.reader().ClusterRelease(ctx, c.Name, win.To)
-	if err != nil {
-		return row, err
+	// The reads run side by side where one needs nothing of another: the release the
+	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it,
+	// and, for a target of the cluster's own, its newest use. With no target chosen, the
+	// release sets the target: the second part waits for it.
+	var fleet []console.FleetRelease
+	var cov console.Coverage
+	var bs []console.Blocker
+	window := []func() error{
+		func() (err error) {
+			row.Current, row.CurrentWhy, err = h.reader().ClusterRelease(ctx, c.Name, win.To)
+			return err
+		},
+		func() (err error) { fleet, err = h.reader().Fleet(ctx, c.Name, win); return err },
+		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
 	}
-	row.Current, row.CurrentWhy = v, why
-	fleet, err := h.reader().Fleet(ctx, c.Name, win)
-	if err != nil {
-		return row, err
+	against := []func() error{
+		func() (err error) { bs, err = h.reader().Blockers(ctx, c.Name, win, row.Target); return err },
+		func() (err error) {
+			row.Migrated, row.MigratedCount, err = h.reader().Migrated(ctx, c.Name, win, row.Target, console.TopCallers)
+			return err
+		},
 	}
-	row.Fleet = fleetLine(fleet)
-	row.Newer = newerThan(fleet, v)
-	cov, err := h.reader().Coverage(ctx, c.Name, win)
-	if err != nil {
-		return row, err
-	}
-	row.Coverage = cov.String()
-	if chosen.IsZero() {
-		row.Target, row.TargetWhy = h.clusterTarget(v)
-		// The list judged every cluster against one target; this one has its own.
-		if c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target); err != nil {
+	if !chosen.IsZero() {
+		if err := together(append(window, against...)...); err != nil {
 			return row, err
 		}
-		row.NewestBlocker = c.NewestBlocker
+	} else {
+		if err := together(window...); err != nil {
+			return row, err
+		}
+		row.Target, row.TargetWhy = h.clusterTarget(row.Current)
+		if row.Target != listTarget {
+			// The list judged every cluster against one target: the newest use of what
+			// blocks this one is the cluster's own.
+			against = append(against, func() (err error) {
+				c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target)
+				return err
+			})
+		}
+		if err := together(against...); err != nil {
+			return row, err
+		}
 	}
+	row.Fleet = fleetLine(fleet)
+	row.Newer = newerThan(fleet, row.Current)
+	row.Coverage = cov.String()
 	row.Unchecked = cov.UncheckedFor(row.Target)
 	s := scope{Cluster: c.Name, Week: weekEnding(row.Until.Time), Target: row.Target, Until: row.Until, Days: days}
-	bs, err := h.reader().Blockers(ctx, c.Name, win, row.Target)
-	if err != nil {
-		return row, err
-	}
+	row.NewestBlocker = c.NewestBlocker
 	if len(bs) == 0 && !c.NewestBlocker.IsZero() && c.NewestBlocker.Before(win.From) {
 		// Nothing blocks in the window, but something did before it (a monthly job, an
 		// old imported log): show the window that ends with its newest use, and say so.
 		row.Earlier, row.EarlierUntil = true, weekly.DateOf(c.NewestBlocker)
 		row.EarlierFrom = weekly.Date{Time: row.EarlierUntil.AddDate(0, 0, 1-days)}
 		s.Until, s.Week = row.EarlierUntil, weekEnding(row.EarlierUntil.Time)
+		var err error
 		if bs, err = h.reader().Blockers(ctx, c.Name, s.window(), row.Target); err != nil {
 			return row, err
 		}
-	}
-	if row.Migrated, row.MigratedCount, err = h.reader().Migrated(ctx, c.Name, win, row.Target, console.TopCallers); err != nil {
-		return row, err
 	}
 	for _, b := range bs {
 		br := blockerRow{Blocker: b, Callers: s.link("/callers", keyQuery(b.Key)...), FailingNow: weekly.FailingAt(b.RemovedIn, row.Current)}
@@ -298,6 +317,15 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		row.Formats = append(row.Formats, render.Link{Label: format, URL: link("/report", append(q, "format", format)...)})
 	}
 	return row, nil
+}
+
+// together runs fs side by side and returns the first of their errors.
+func together(fs ...func() error) error {
+	var g errgroup.Group
+	for _, f := range fs {
+		g.Go(f)
+	}
+	return g.Wait()
 }
 
 // fleetLine writes the version spread as "kubelet 1.33 (1), 1.37 (12) · kube-proxy 1.34 (3)":

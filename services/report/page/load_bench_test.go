@@ -24,6 +24,8 @@ var (
 	loadTimeout  = flag.Duration("console.timeout", DefaultLimits().QueryTimeout, "BenchmarkConsoleUnderLoad: Limits.QueryTimeout")
 	loadQueryLog = flag.Bool("console.query-log", false, "BenchmarkConsoleUnderLoad: log the queries of one request per page alone (ClickHouse's query_log)")
 	loadEndOfDay = flag.Bool("console.end-of-day", false, "BenchmarkConsoleUnderLoad: then fill today up to a whole day's findings (the end of a day) and ask every page again")
+	loadHold     = flag.Duration("console.hold", 0, "BenchmarkConsoleUnderLoad: keep the generated store's server this long before measuring, to query it by hand or measure it from another build (its address is logged)")
+	loadStore    = flag.String("console.store", "", "BenchmarkConsoleUnderLoad: measure the store a run with -console.hold generated, at this host:port, instead of generating one (two builds measured alternately on one store)")
 )
 
 // BenchmarkConsoleUnderLoad serves every console page to 16 clients at once over
@@ -34,17 +36,37 @@ var (
 //
 //	go test -run '^$' -bench ConsoleUnderLoad -benchtime 3x -console.findings 10000000 ./page/
 func BenchmarkConsoleUnderLoad(b *testing.B) {
-	srv0, st := chtest.ServerStore(b)
 	// Now, not a fixed day: compaction goes by the server's clock.
 	now := time.Now().UTC().Truncate(time.Second)
-	t0 := time.Now()
-	today := generate(b, st, now, *loadFindings)
-	b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
-	settle(b, st.DB())
-	db := st.DB()
+	var st *store.Store
+	var dsn string
+	today := 0
+	if *loadStore != "" {
+		if *loadEndOfDay {
+			b.Fatal("-console.end-of-day fills a store this run generates: not with -console.store")
+		}
+		dsn = "clickhouse://" + *loadStore + "/" + store.DefaultDatabase + "?dial_timeout=2s"
+	} else {
+		var srv0 *chtest.Server
+		srv0, st = chtest.ServerStore(b)
+		dsn = srv0.DSN(store.DefaultDatabase)
+		t0 := time.Now()
+		today = generate(b, st, now, *loadFindings)
+		b.Logf("generated %d findings over 90 days in %v", *loadFindings, time.Since(t0).Round(time.Millisecond))
+		settle(b, st.DB())
+		if *loadHold > 0 {
+			b.Logf("the server listens on %s (database %s) for %v", srv0.Addr(), store.DefaultDatabase, *loadHold)
+			time.Sleep(*loadHold)
+		}
+	}
+	server, err := sql.Open("clickhouse", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer server.Close()
+	db := server
 	if *loadQueryLog {
-		var err error
-		if db, err = sql.Open("clickhouse", srv0.DSN(store.DefaultDatabase)+"&log_queries=1"); err != nil {
+		if db, err = sql.Open("clickhouse", dsn+"&log_queries=1"); err != nil {
 			b.Fatal(err)
 		}
 		defer db.Close()
@@ -85,7 +107,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		{"search-lookback", "/search?" + q.Encode()},
 	}
 	for _, p := range pages {
-		b.Run(p.name, func(b *testing.B) { measure(b, srv.URL+p.path, st.DB()) })
+		b.Run(p.name, func(b *testing.B) { measure(b, srv.URL+p.path, server) })
 	}
 	if *loadEndOfDay {
 		// Today is read from the build of its hours that are over and the states of the
@@ -94,7 +116,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		chtest.CompactDays(b, st.DB())
 		settle(b, st.DB())
 		for _, p := range pages {
-			b.Run(p.name+"-end-of-day", func(b *testing.B) { measure(b, srv.URL+p.path, st.DB()) })
+			b.Run(p.name+"-end-of-day", func(b *testing.B) { measure(b, srv.URL+p.path, server) })
 		}
 	}
 }
@@ -190,12 +212,29 @@ FROM (
   FROM numbers(?)
 )`
 
+// moved is what classify's heartbeats say of the callers that moved: a twentieth of the
+// callers of generated called the successor of each of their two APIs, on a day of the last
+// 60 (its parameter: now's Unix seconds), after which their calls of the old version block
+// again (generated keeps calling it).
+const moved = `INSERT INTO migration_sightings (cluster, api_group, api_version, resource, username, user_agent, seen)
+SELECT if(c % 10 = 0, 'staging', 'prod'), grp, ver, res,
+  concat('system:serviceaccount:ns', toString(c % 200), ':sa', toString(c)),
+  if(c % 30 < 2, 'kubelet/v1.31.4 (linux/amd64) kubernetes/abc', concat('client-go/v0.', toString(c % 30), ' (linux/amd64)')),
+  toDateTime(? - (c % 60) * 86400)
+FROM (
+  SELECT intDiv(number, 2) * 20 + intDiv(number, 2) % 10 AS c, (c * 7 + number % 2) % 14 + 1 AS i,
+    ['extensions','extensions','apps','policy','networking.k8s.io','batch','policy','flowcontrol.apiserver.k8s.io','autoscaling','storage.k8s.io','discovery.k8s.io','rbac.authorization.k8s.io','','extensions'][i] AS grp,
+    ['v1beta1','v1beta1','v1beta2','v1beta1','v1beta1','v1beta1','v1beta1','v1beta3','v2beta2','v1beta1','v1beta1','v1beta1','v1','v1beta1'][i] AS ver,
+    ['ingresses','daemonsets','deployments','podsecuritypolicies','ingresses','cronjobs','poddisruptionbudgets','flowschemas','horizontalpodautoscalers','csistoragecapacities','endpointslices','roles','componentstatuses','networkpolicies'][i] AS res
+  FROM numbers(740)
+)`
+
 // generate writes n findings over the 90 days before now, day by day in time order as the
 // service receives them (the day of now up to now), server-side: 7,400 callers (a service
 // account, its namespace among 200 and its user agent among 30, two of them kubelets of
 // 1.31), each calling two of 14 APIs from one of 7 IPs a day; a tenth of the callers in a
-// second cluster. Then it compacts the days as the service does (chtest.CompactDays), and
-// returns how many findings today holds.
+// second cluster; a twentieth moved to their APIs' successors (moved). Then it compacts the
+// days as the service does (chtest.CompactDays), and returns how many findings today holds.
 func generate(b testing.TB, st *store.Store, now time.Time, n int) (todays int) {
 	ctx := context.Background()
 	const days = 90
@@ -223,6 +262,9 @@ func generate(b testing.TB, st *store.Store, now time.Time, n int) (todays int) 
 		if d == 0 {
 			todays = rows
 		}
+	}
+	if _, err := st.DB().ExecContext(ctx, moved, now.Unix()); err != nil {
+		b.Fatal(err)
 	}
 	chtest.CompactDays(b, st.DB())
 	return todays

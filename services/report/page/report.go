@@ -68,9 +68,21 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
 	if team != "" {
 		o.CallersPerBlocker = callersForTeam
 	}
-	rep, err := weekly.Build(r.Context(), h.DB, o)
-	if err != nil {
-		return fmt.Errorf("build weekly report: %w", err)
+	// The page's choice of targets (the removal releases the cluster's findings name) is read
+	// beside the report.
+	var rep *weekly.Report
+	var releases []weekly.Version
+	reads := []func() error{func() (err error) {
+		if rep, err = weekly.Build(r.Context(), h.DB, o); err != nil {
+			return fmt.Errorf("build weekly report: %w", err)
+		}
+		return nil
+	}}
+	if format == "html" {
+		reads = append(reads, func() (err error) { releases, err = h.reader().Releases(r.Context(), s.Cluster); return err })
+	}
+	if err := together(reads...); err != nil {
+		return err
 	}
 	if h.Accept != nil {
 		rep.Accept(h.Accept(s.Cluster), h.now())
@@ -89,10 +101,6 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) error {
 	img, err := render.DataImages(rep)
 	if err != nil {
 		h.log().Error("draw charts", "err", err)
-	}
-	releases, err := h.reader().Releases(r.Context(), s.Cluster)
-	if err != nil {
-		return err
 	}
 	ctl := h.controls(s, rep, releases)
 	if teams != nil {

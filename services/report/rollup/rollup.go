@@ -190,7 +190,8 @@ var merged = map[string]string{
 // are merged by the hash of their whole key, which keeps their sets small (merging them costs
 // about a third of a microsecond per finding on 18.16). A key's day comes in one row, or in
 // two when it is read as a prefix and later hours; rows are disjoint in findings either
-// way, so sums of findings over any grouping are exact.
+// way, so sums of findings over any grouping are exact. With f.Migrated the rows meet their
+// callers' moves (migrated.go), unless no caller in the span moved: then they come as they are.
 func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, error) {
 	keys, values, err := f.columns()
 	if err != nil {

@@ -55,10 +55,7 @@ func withMoveColumns(keys, values []string) ([]string, []string) {
 // 18.16 with no sighting at all, by their hash 20 ms. Two callers' rows would meet wrongly
 // only if their columns hashed alike, as their links (the caller hashes) would already.
 func (m Migrated) join(src string, out []string, table, cluster string, from time.Time) (string, []any) {
-	where, args := `seen >= toDateTime(?)`, []any{from.Unix()}
-	if cluster != "" {
-		where, args = `cluster = ? AND `+where, []any{cluster, from.Unix()}
-	}
+	where, args := sightingsOf(cluster, from)
 	sel := strings.Join(out, ", ")
 	filter := ""
 	switch m {
@@ -96,14 +93,20 @@ func (m Migrated) none(src string, out []string) string {
 // the day rows without the join (a month of one cluster's rows, 200,000, joins in 20 ms
 // with nothing to join on ClickHouse 18.16) and Moves reads nothing.
 func anyMoved(ctx context.Context, db *sql.DB, t Tables, cluster string, from time.Time) (bool, error) {
-	where, args := `seen >= toDateTime(?)`, []any{from.Unix()}
-	if cluster != "" {
-		where, args = `cluster = ? AND `+where, []any{cluster, from.Unix()}
-	}
+	where, args := sightingsOf(cluster, from)
 	var n uint64
 	err := Query(ctx, db, "moved callers", `SELECT count() FROM `+t.Migrations+` WHERE `+where, args,
 		func(r *sql.Rows) error { return r.Scan(&n) })
 	return n > 0, err
+}
+
+// sightingsOf is the condition, and its arguments, on the migration sightings of cluster
+// ("" for every cluster's) from the day from on.
+func sightingsOf(cluster string, from time.Time) (string, []any) {
+	if cluster == "" {
+		return `seen >= toDateTime(?)`, []any{from.Unix()}
+	}
+	return `cluster = ? AND seen >= toDateTime(?)`, []any{cluster, from.Unix()}
 }
 
 // moveHash is the hash that joins a day row to its caller's moves in Days.

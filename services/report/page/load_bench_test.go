@@ -284,12 +284,18 @@ func fillToday(b testing.TB, st *store.Store, now time.Time, n, today int) {
 	b.Logf("today filled with %d more findings, %d in all", rows, today+rows)
 }
 
-// logQueries logs the queries of path's requests alone (those begun since from), slowest
-// first, from the server's query_log.
+// logQueries logs how many queries path's requests alone (those begun since from) ran, their
+// summed time and rows, and the slowest of them, from the server's query_log.
 func logQueries(b *testing.B, db *sql.DB, path string, from time.Time) {
 	if _, err := db.Exec(`SYSTEM FLUSH LOGS`); err != nil {
 		b.Fatal(err)
 	}
+	var n, ms, rowsRead uint64
+	if err := db.QueryRow(`SELECT count(), sum(query_duration_ms), sum(read_rows) FROM system.query_log
+WHERE type = 2 AND query_start_time >= toDateTime(?) AND query NOT LIKE '%system.%'`, from.Unix()).Scan(&n, &ms, &rowsRead); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s, %d requests: %d queries, %d ms and %d rows read in all; the slowest:", path, b.N, n, ms, rowsRead)
 	rows, err := db.Query(`SELECT query_duration_ms, read_rows, substring(replaceRegexpAll(query, '\\s+', ' '), 1, 160)
 FROM system.query_log
 WHERE type = 2 AND query_start_time >= toDateTime(?) AND query NOT LIKE '%system.%'

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -94,7 +95,9 @@ func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) h
 		defer release()
 		ctx, cancel := h.deadline(r.Context())
 		defer cancel()
-		err := page(w, r.WithContext(ctx))
+		// The page's reads share one snapshot of the rollup's plans: they read the same
+		// builds, and ask for them once.
+		err := page(w, r.WithContext(rollup.Snapshot(ctx)))
 		var bp paramError
 		var nf notFoundError
 		switch {

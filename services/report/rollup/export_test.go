@@ -57,3 +57,8 @@ WHERE (? = '' OR cluster = ?) AND hour >= toDateTime(?) AND hour < toDateTime(?)
 	}
 	return out, nil
 }
+
+// Remember is remember, for the snapshot's own test.
+func Remember[T any](ctx context.Context, key string, read func() (T, error)) (T, error) {
+	return remember(ctx, key, read)
+}

@@ -181,11 +181,13 @@ const recentDays = 7
 
 // recentFrom is the first of the recent days (recentDays) by the server's clock.
 func recentFrom(ctx context.Context, db *sql.DB) (time.Time, error) {
-	var now uint32
-	if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
-		return time.Time{}, fmt.Errorf("read the server's clock: %w", err)
-	}
-	return time.Unix(int64(now), 0).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-recentDays), nil
+	return remember(ctx, "recent", func() (time.Time, error) {
+		var now uint32
+		if err := db.QueryRowContext(ctx, `SELECT toUInt32(now())`).Scan(&now); err != nil {
+			return time.Time{}, fmt.Errorf("read the server's clock: %w", err)
+		}
+		return time.Unix(int64(now), 0).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-recentDays), nil
+	})
 }
 
 // epoch is before, and farDay after, every day a finding can lie in (ClickHouse 18.16's Date

@@ -93,11 +93,13 @@ func (m Migrated) none(src string, out []string) string {
 // the day rows without the join (a month of one cluster's rows, 200,000, joins in 20 ms
 // with nothing to join on ClickHouse 18.16) and Moves reads nothing.
 func anyMoved(ctx context.Context, db *sql.DB, t Tables, cluster string, from time.Time) (bool, error) {
-	where, args := sightingsOf(cluster, from)
-	var n uint64
-	err := Query(ctx, db, "moved callers", `SELECT count() FROM `+t.Migrations+` WHERE `+where, args,
-		func(r *sql.Rows) error { return r.Scan(&n) })
-	return n > 0, err
+	return remember(ctx, fmt.Sprintf("moved %s %q %d", t.Migrations, cluster, from.Unix()), func() (bool, error) {
+		where, args := sightingsOf(cluster, from)
+		var n uint64
+		err := Query(ctx, db, "moved callers", `SELECT count() FROM `+t.Migrations+` WHERE `+where, args,
+			func(r *sql.Rows) error { return r.Scan(&n) })
+		return n > 0, err
+	})
 }
 
 // sightingsOf is the condition, and its arguments, on the migration sightings of cluster

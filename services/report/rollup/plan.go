@@ -48,6 +48,12 @@ func (b buildRecord) closes(day string) bool {
 // from its hours' states. Builds older than the day's newest whole build are never read, so
 // Clean may delete them.
 func plan(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) (readPlan, error) {
+	return remember(ctx, fmt.Sprintf("plan %s %q %d %d", t.Builds, cluster, from.Unix(), to.Unix()), func() (readPlan, error) {
+		return readPlanOf(ctx, db, t, cluster, from, to)
+	})
+}
+
+func readPlanOf(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to time.Time) (readPlan, error) {
 	cond, hourArgs := hours(cluster, from, to)
 	changed := map[string]uint32{}
 	err := each(ctx, db, `SELECT toString(cluster), toString(toDate(hour)) AS d, maxMerge(changed), toUInt32(0), toUInt64(0) FROM `+t.HourChanges+`

@@ -267,6 +267,18 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 // every reader agrees at once. The same rule as store.KeptFrom: a retention of d days keeps
 // today and the d-1 days before.
 func KeptFrom(ctx context.Context, db *sql.DB, t Tables) (time.Time, int, error) {
+	type kept struct {
+		from time.Time
+		days int
+	}
+	k, err := remember(ctx, "kept "+t.Retention, func() (kept, error) {
+		from, days, err := keptFrom(ctx, db, t)
+		return kept{from, days}, err
+	})
+	return k.from, k.days, err
+}
+
+func keptFrom(ctx context.Context, db *sql.DB, t Tables) (time.Time, int, error) {
 	var days, now uint32
 	err := db.QueryRowContext(ctx, `SELECT toUInt32(argMax(days, version)), toUInt32(now()) FROM `+t.Retention+` WHERE kind = 'callers'`).Scan(&days, &now)
 	if err != nil {

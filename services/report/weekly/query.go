@@ -115,6 +115,8 @@ func Build(ctx context.Context, db *sql.DB, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	// Its parts, read side by side, read the rollup's plans and retention once.
+	ctx = rollup.Snapshot(ctx)
 	end := o.WeekEnding.AddDate(0, 0, 1)
 	start := end.AddDate(0, 0, -7)
 	r := &Report{

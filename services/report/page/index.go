@@ -208,8 +208,9 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	win := console.Window{From: row.From.Time, To: row.Until.AddDate(0, 0, 1)}
 	row.Target, row.TargetWhy = chosen, "chosen above"
 	// The reads run side by side where one needs nothing of another: the release the
-	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it,
-	// and, for a target of the cluster's own, its newest use. With no target chosen, the
+	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it
+	// (one read of the window's day rows), and, for a target of the cluster's own, its newest
+	// use. With no target chosen, the
 	// release sets the target: the second part waits for it.
 	var fleet []console.FleetRelease
 	var cov console.Coverage
@@ -223,9 +224,8 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
 	}
 	against := []func() error{
-		func() (err error) { bs, err = h.reader().Blockers(ctx, c.Name, win, row.Target); return err },
 		func() (err error) {
-			row.Migrated, row.MigratedCount, err = h.reader().Migrated(ctx, c.Name, win, row.Target, console.TopCallers)
+			bs, row.Migrated, row.MigratedCount, err = h.reader().BlockersAndMoves(ctx, c.Name, win, row.Target, console.TopCallers)
 			return err
 		},
 	}

@@ -19,7 +19,9 @@ import (
 // replica of each shard, while the rows of one identity stay on one shard.
 func TestClusterSchema(t *testing.T) {
 	c := chtest.StartCluster(t, 2, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A guard against a hang, not a bound: on a machine compiling beside it (a new CI
+	// machine builds Kubernetes meanwhile) the whole test took over three minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st := c.Store(t, "auditlens")
 	if st.Cluster() != chtest.ClusterName {

@@ -334,6 +334,11 @@ func (r Reader) daysOf(ctx context.Context, t, cluster string, w Window, m rollu
 // groups), as two callers' links (Caller.ID) would already.
 func hashOf(cols string) string { return "cityHash64(" + cols + ")" }
 
+// Snapshot returns ctx under which the reads of one page share one snapshot of the rollup
+// (package rollup's Snapshot): the retention, the read plans and the moved callers are read
+// once, and every read takes the same builds.
+func Snapshot(ctx context.Context) context.Context { return rollup.Snapshot(ctx) }
+
 // NewestBlocker is the time of cluster's newest finding that blocks target (zero: none): the
 // index asks it for a cluster judged against its own target (the release after its own),
 // which ClusterList, judging every cluster against one target, cannot tell.

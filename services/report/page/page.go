@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/auditlens/auditlens/services/report/console"
-	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
@@ -97,7 +96,7 @@ func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) h
 		defer cancel()
 		// The page's reads share one snapshot of the rollup's plans: they read the same
 		// builds, and ask for them once.
-		err := page(w, r.WithContext(rollup.Snapshot(ctx)))
+		err := page(w, r.WithContext(console.Snapshot(ctx)))
 		var bp paramError
 		var nf notFoundError
 		switch {

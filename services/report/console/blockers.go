@@ -52,7 +52,7 @@ func (r Reader) Blockers(ctx context.Context, cluster string, w Window, target k
 // cluster's window: they called the replacement after their last call of it, so Blockers
 // leaves them out. The newest moves first, at most limit, and how many there are.
 func (r Reader) Migrated(ctx context.Context, cluster string, w Window, target kubeversion.Version, limit int) ([]Move, int, error) {
-	_, moves, n, err := r.blockersAndMoves(ctx, cluster, w, target, true, max(limit, 0))
+	_, moves, n, err := r.blockersAndMoves(ctx, cluster, w, target, true, limit)
 	return moves, n, err
 }
 
@@ -60,7 +60,7 @@ func (r Reader) Migrated(ctx context.Context, cluster string, w Window, target k
 // first screen asks for both: a month of one cluster's day rows and their join to the moves
 // are read once instead of twice.
 func (r Reader) BlockersAndMoves(ctx context.Context, cluster string, w Window, target kubeversion.Version, limit int) ([]Blocker, []Move, int, error) {
-	return r.blockersAndMoves(ctx, cluster, w, target, true, max(limit, 0))
+	return r.blockersAndMoves(ctx, cluster, w, target, true, limit)
 }
 
 // movedPair is a blocker's caller (its hash) with a call of the blocker's successor
@@ -71,9 +71,10 @@ type movedPair struct {
 	last, migratedAt uint32
 }
 
-// blockersAndMoves reads both (the moves only withMoves, at most limit listed). Two queries: the counts by the day
-// rows' blocker and caller hashes, numbers only; then the names of the blockers and callers
-// listed, from the names the compaction kept (or the key columns of the hour states).
+// blockersAndMoves reads both (the moves only withMoves, at most limit listed). Two queries:
+// the counts by the day rows' blocker and caller hashes, numbers only; then the names of the
+// blockers and callers listed, from the names the compaction kept (or the key columns of the
+// hour states).
 // Grouping a month of day rows by their strings measured four times slower on ClickHouse
 // 18.16.
 //
@@ -96,11 +97,10 @@ func (r Reader) blockersAndMoves(ctx context.Context, cluster string, w Window, 
 		return nil, nil, 0, err
 	}
 	var out []Blocker
-	var hashes []uint64  // of out's blockers
-	var tops [][]Caller  // out's candidates, ID the caller hash
-	var callers []uint64 // every candidate's and moved caller's hash
-	moved := map[uint64][]movedPair{}
-	var movedBlockers []uint64
+	var hashes []uint64               // of out's blockers
+	var tops [][]Caller               // out's candidates, ID the caller hash
+	var callers []uint64              // every candidate's and moved caller's hash
+	moved := map[uint64][]movedPair{} // by blocker hash
 	seen := map[string]bool{}
 	var days []string // the days each candidate was last seen, where its key has a state
 	addDay := func(t time.Time) {
@@ -140,7 +140,6 @@ ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...),
 				addDay(unix(ps[i].last))
 			}
 			moved[blocker] = ps
-			movedBlockers = append(movedBlockers, blocker)
 			callers = append(callers, mCallers...)
 		}
 		if b.Requests == 0 || len(out) == maxBlockers {
@@ -159,7 +158,10 @@ ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...),
 	if err != nil || (len(out) == 0 && len(moved) == 0) {
 		return nil, nil, 0, err
 	}
-	named := append(append([]uint64{}, hashes...), movedBlockers...)
+	named := append([]uint64{}, hashes...)
+	for blocker := range moved {
+		named = append(named, blocker)
+	}
 	names, err := r.blockerNames(ctx, t, cluster, w, target, named, callers, namesOn(days))
 	if err != nil {
 		return nil, nil, 0, err
@@ -213,7 +215,7 @@ ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...),
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	return out, moves[:min(len(moves), limit)], len(moves), nil
+	return out, moves[:min(len(moves), max(limit, 0))], len(moves), nil
 }
 
 // movesOf groups the moved pairs of each blocker by the caller's user and user agent (over its

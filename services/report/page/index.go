@@ -210,8 +210,7 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	// The reads run side by side where one needs nothing of another: the release the
 	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it
 	// (one read of the window's day rows), and, for a target of the cluster's own, its newest
-	// use. With no target chosen, the
-	// release sets the target: the second part waits for it.
+	// use. With no target chosen, the release sets the target: the second part waits for it.
 	var fleet []console.FleetRelease
 	var cov console.Coverage
 	var bs []console.Blocker

@@ -190,6 +190,11 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 		// process): the page reads while the writer writes.
 		h := &page.Handler{DB: st.DB(), Cluster: d.Cluster, DefaultTarget: cmp.Or(cfg.Weekly.Target, schedule.DefaultTarget), Releases: cfg.Releases, Log: log,
 			Limits: cfg.Console.Page, Deadline: store.WithDeadline, Accept: files.Acceptor, Owners: files.teamFilter()}
+		if reg != nil {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_report_console_requests_shared_total",
+				Help: "Console requests answered from another request's read of the same page for the same user, under way when they came."},
+				func() float64 { return float64(h.Shared()) }))
+		}
 		mux := http.NewServeMux()
 		h.Register(mux)
 		mux.Handle(readiness.APIPath, gate.Handler())

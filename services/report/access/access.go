@@ -31,20 +31,39 @@ var Everyone = AuthorizerFunc(func(context.Context, string) (bool, error) { retu
 
 type authorizerKey struct{}
 
-// WithAuthorizer returns ctx carrying a.
+// authorized is what a context carries: the authorizer, and who it decides for.
+type authorized struct {
+	a  Authorizer
+	id string
+}
+
+// WithAuthorizer returns ctx carrying a, for a user Identity does not name.
 func WithAuthorizer(ctx context.Context, a Authorizer) context.Context {
-	return context.WithValue(ctx, authorizerKey{}, a)
+	return context.WithValue(ctx, authorizerKey{}, authorized{a: a})
+}
+
+// WithIdentity returns ctx carrying a, which decides for the user id names: two contexts
+// with the same id are allowed the same clusters (id spells everything a decides on).
+func WithIdentity(ctx context.Context, id string, a Authorizer) context.Context {
+	return context.WithValue(ctx, authorizerKey{}, authorized{a: a, id: id})
+}
+
+// Identity is the id of the user ctx's authorizer decides for (WithIdentity), false when
+// none is named.
+func Identity(ctx context.Context) (string, bool) {
+	v, ok := ctx.Value(authorizerKey{}).(authorized)
+	return v.id, ok && v.id != ""
 }
 
 // Allowed says whether the user of ctx may read the console of cluster. A context that
 // carries no authorizer allows nothing: a handler reached without passing Loopback or Kube
 // shows no cluster.
 func Allowed(ctx context.Context, cluster string) (bool, error) {
-	a, ok := ctx.Value(authorizerKey{}).(Authorizer)
-	if !ok {
+	v, ok := ctx.Value(authorizerKey{}).(authorized)
+	if !ok || v.a == nil {
 		return false, nil
 	}
-	return a.Allowed(ctx, cluster)
+	return v.a.Allowed(ctx, cluster)
 }
 
 // Loopback serves next to requests from a loopback address only (with Everyone as their
@@ -84,11 +103,15 @@ func IsLoopbackHost(host string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
+// AnyoneID is the Identity of the requests Loopback and Anyone serve: one user, allowed
+// every cluster.
+const AnyoneID = "anyone"
+
 // Anyone serves next to every request, unauthenticated (with Everyone as their authorizer):
 // the loopback listener opened on purpose by --report-console-allow-remote.
 func Anyone(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(WithAuthorizer(r.Context(), Everyone)))
+		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), AnyoneID, Everyone)))
 	})
 }
 

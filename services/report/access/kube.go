@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -207,8 +208,22 @@ func (k *Kube) Handler(next http.Handler) http.Handler {
 			}
 			return ok, err
 		})
-		next.ServeHTTP(w, r.WithContext(WithAuthorizer(r.Context(), a)))
+		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), identityOf(u), a)))
 	})
+}
+
+// identityOf spells everything about u that a SubjectAccessReview sends (name, uid, groups,
+// extra): two requests of the same identity get the same decisions.
+func identityOf(u user.Info) string {
+	b, err := json.Marshal(struct {
+		Name, UID string
+		Groups    []string
+		Extra     map[string][]string
+	}{u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra()})
+	if err != nil {
+		panic(err) // strings only: Marshal cannot fail
+	}
+	return "kube:" + string(b)
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -75,7 +76,16 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Limits: Limits{Lookback: DefaultLimits().Lookback, MaxQueries: *loadQueries, QueryTimeout: *loadTimeout}, Deadline: store.WithDeadline}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	srv := httptest.NewServer(access.Loopback(mux))
+	// A request naming a user (benchUser) is that user's, allowed every cluster: 16 users
+	// asking at once do not share a read (share), one user's 16 requests do.
+	loopback := access.Loopback(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.Header.Get(benchUser); u != "" {
+			mux.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), u, access.Everyone)))
+			return
+		}
+		loopback.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 	scope := "cluster=prod&target-version=1.32&week-ending=" + weekly.LastWeekEnding(now).String()
 	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
@@ -134,9 +144,13 @@ func settle(b *testing.B, db *sql.DB) {
 	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
 }
 
-// measure asks url b.N times alone, then b.N times 16 at once, and reports the slowest
-// request alone, the slowest served and refused of the 16, and how many were refused.
-// server reads the query log.
+// benchUser is the header that names the user of a benchmark request.
+const benchUser = "X-Bench-User"
+
+// measure asks url b.N times alone, then b.N times 16 at once as one user, then b.N times 16 at
+// once as 16 users, and reports the slowest request alone, the slowest served and refused of
+// the 16 of one user and of 16 users, and how many were refused. One user's requests share a
+// read (share); 16 users' read alone, at most MaxQueries at once. server reads the query log.
 func measure(b *testing.B, url string, server *sql.DB) {
 	const clients = 16
 	// Alone first: the page's own latency, then 16 at once.
@@ -155,15 +169,16 @@ func measure(b *testing.B, url string, server *sql.DB) {
 	if *loadQueryLog {
 		logQueries(b, server, url, aloneFrom)
 	}
-	var served, refused time.Duration
-	var nRefused int
-	for range b.N {
+	once := func(users bool) (served, refused time.Duration, nRefused int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for range clients {
+		for i := range clients {
 			wg.Go(func() {
 				start := time.Now()
 				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+				if users {
+					req.Header.Set(benchUser, fmt.Sprintf("user-%d", i))
+				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					b.Error(err)
@@ -184,11 +199,23 @@ func measure(b *testing.B, url string, server *sql.DB) {
 			})
 		}
 		wg.Wait()
+		return served, refused, nRefused
+	}
+	var served, refused, usersServed, usersRefused time.Duration
+	var nRefused, nUsersRefused int
+	for range b.N {
+		s, r, n := once(false)
+		served, refused, nRefused = max(served, s), max(refused, r), nRefused+n
+		s, r, n = once(true)
+		usersServed, usersRefused, nUsersRefused = max(usersServed, s), max(usersRefused, r), nUsersRefused+n
 	}
 	b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
 	b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
 	b.ReportMetric(float64(refused.Milliseconds()), "max-503-ms")
 	b.ReportMetric(float64(nRefused)/float64(b.N), "503/16")
+	b.ReportMetric(float64(usersServed.Milliseconds()), "max-served-16users-ms")
+	b.ReportMetric(float64(usersRefused.Milliseconds()), "max-503-16users-ms")
+	b.ReportMetric(float64(nUsersRefused)/float64(b.N), "503/16users")
 }
 
 // generated inserts findings: the parameters are the first audit id's number, the first

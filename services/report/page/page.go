@@ -16,7 +16,10 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
@@ -54,6 +57,10 @@ type Handler struct {
 
 	semOnce sync.Once
 	sem     chan struct{}
+	// flight and shared: see share.
+	flight singleflight.Group
+	shared atomic.Uint64
+	asking atomic.Int64
 }
 
 // CSP is the pages' Content-Security-Policy: nothing loads but their own inline styles and
@@ -78,7 +85,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.get(h.re
 // get adapts a page to a handler of GET and HEAD that answers its error: 400 for a bad
 // request, 403 for a cluster the user may not read, 404 for an unknown cluster, else 503
 // (logged). At most Limits.MaxQueries pages run at once (beyond: 503 with Retry-After at
-// once), each within Limits.QueryTimeout.
+// once), each within Limits.QueryTimeout; requests asking the same as one already reading
+// share its answer (share).
 func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -86,38 +94,44 @@ func (h *Handler) get(page func(w http.ResponseWriter, r *http.Request) error) h
 			http.Error(w, "use GET", http.StatusMethodNotAllowed)
 			return
 		}
-		release, ok := h.admit()
-		if !ok {
-			busy(w)
-			return
-		}
-		defer release()
-		ctx, cancel := h.deadline(r.Context())
-		defer cancel()
-		// The page's reads share one snapshot of the rollup's plans: they read the same
-		// builds, and ask for them once.
-		err := page(w, r.WithContext(console.Snapshot(ctx)))
-		var bp paramError
-		var nf notFoundError
-		switch {
-		case err == nil:
-		case errors.As(err, &bp), errors.Is(err, console.ErrInvalid), errors.Is(err, weekly.ErrInvalid):
-			http.Error(w, err.Error(), http.StatusBadRequest)
-		case errors.Is(err, errForbidden):
-			http.Error(w, err.Error(), http.StatusForbidden)
-		case errors.As(err, &nf):
-			nf.write(w)
-		case r.Context().Err() != nil:
-			// The client left: nobody reads an answer.
-		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
-			h.log().Warn("console page over its deadline", "path", r.URL.Path, "deadline", h.Limits.QueryTimeout, "err", err)
-			w.Header().Set("Retry-After", "5")
-			http.Error(w, "reading the findings took longer than the console allows; narrow the window or retry", http.StatusServiceUnavailable)
-		default:
-			h.log().Error("serve console page", "path", r.URL.Path, "err", err)
-			http.Error(w, "the findings could not be read; see the service log", http.StatusServiceUnavailable)
-		}
+		h.share(w, r, page)
 	})
+}
+
+// serve reads and answers one page: within the MaxQueries bound and the deadline, its
+// errors answered as get says.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, page func(w http.ResponseWriter, r *http.Request) error) {
+	release, ok := h.admit()
+	if !ok {
+		busy(w)
+		return
+	}
+	defer release()
+	ctx, cancel := h.deadline(r.Context())
+	defer cancel()
+	// The page's reads share one snapshot of the rollup's plans: they read the same
+	// builds, and ask for them once.
+	err := page(w, r.WithContext(console.Snapshot(ctx)))
+	var bp paramError
+	var nf notFoundError
+	switch {
+	case err == nil:
+	case errors.As(err, &bp), errors.Is(err, console.ErrInvalid), errors.Is(err, weekly.ErrInvalid):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, errForbidden):
+		http.Error(w, err.Error(), http.StatusForbidden)
+	case errors.As(err, &nf):
+		nf.write(w)
+	case r.Context().Err() != nil:
+		// The client left: nobody reads an answer.
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		h.log().Warn("console page over its deadline", "path", r.URL.Path, "deadline", h.Limits.QueryTimeout, "err", err)
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "reading the findings took longer than the console allows; narrow the window or retry", http.StatusServiceUnavailable)
+	default:
+		h.log().Error("serve console page", "path", r.URL.Path, "err", err)
+		http.Error(w, "the findings could not be read; see the service log", http.StatusServiceUnavailable)
+	}
 }
 
 func (h *Handler) log() *slog.Logger {

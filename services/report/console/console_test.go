@@ -97,8 +97,9 @@ func TestQueriesOnCluster(t *testing.T) {
 }
 
 func testQueries(t *testing.T, r console.Reader) {
-	// With a deadline, as the console reads: every query carries max_execution_time.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// With a deadline, as the console reads: every query carries max_execution_time. Ten
+	// minutes: a hang guard, which a cold CI machine compiling beside it must not reach.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	t.Run("clusters", func(t *testing.T) {
 		got, err := r.Clusters(ctx, week.To, kubeversion.MustParse("1.22"))

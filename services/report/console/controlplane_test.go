@@ -93,7 +93,7 @@ func TestControlPlaneOnCluster(t *testing.T) {
 }
 
 func testControlPlane(t *testing.T, r console.Reader) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	day := func(d int, h, m int) time.Time {
 		return weekStart.AddDate(0, 0, d).Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute)

@@ -21,7 +21,7 @@ func TestBuildOnClusterMatchesOneServer(t *testing.T) {
 	c := chtest.StartCluster(t, 2, 2)
 	cl := c.Store(t, "auditlens")
 	_, one := chtest.ServerStore(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	s := newSeed()
 	var b store.Block

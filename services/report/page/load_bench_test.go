@@ -76,16 +76,9 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Limits: Limits{Lookback: DefaultLimits().Lookback, MaxQueries: *loadQueries, QueryTimeout: *loadTimeout}, Deadline: store.WithDeadline}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	// A request naming a user (benchUser) is that user's, allowed every cluster: 16 users
+	// A request naming a user (testUser) is that user's, allowed every cluster: 16 users
 	// asking at once do not share a read (share), one user's 16 requests do.
-	loopback := access.Loopback(mux)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u := r.Header.Get(benchUser); u != "" {
-			mux.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), u, access.Everyone)))
-			return
-		}
-		loopback.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(namedUsers(mux, func(string, string) bool { return true }, access.Loopback(mux)))
 	defer srv.Close()
 	scope := "cluster=prod&target-version=1.32&week-ending=" + weekly.LastWeekEnding(now).String()
 	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
@@ -144,9 +137,6 @@ func settle(b *testing.B, db *sql.DB) {
 	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
 }
 
-// benchUser is the header that names the user of a benchmark request.
-const benchUser = "X-Bench-User"
-
 // measure asks url b.N times alone, then b.N times 16 at once as one user, then b.N times 16 at
 // once as 16 users, and reports the slowest request alone, the slowest served and refused of
 // the 16 of one user and of 16 users, and how many were refused. One user's requests share a
@@ -177,7 +167,7 @@ func measure(b *testing.B, url string, server *sql.DB) {
 				start := time.Now()
 				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
 				if users {
-					req.Header.Set(benchUser, fmt.Sprintf("user-%d", i))
+					req.Header.Set(testUser, fmt.Sprintf("user-%d", i))
 				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {

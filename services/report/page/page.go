@@ -57,7 +57,8 @@ type Handler struct {
 
 	semOnce sync.Once
 	sem     chan struct{}
-	// flight and shared: see share.
+	// flight, shared and asking (the requests of named users reading or waiting for a
+	// shared read now): see share.
 	flight singleflight.Group
 	shared atomic.Uint64
 	asking atomic.Int64

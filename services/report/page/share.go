@@ -45,9 +45,6 @@ func (h *Handler) share(w http.ResponseWriter, r *http.Request, page func(w http
 // Shared counts the requests answered from another's read (share).
 func (h *Handler) Shared() uint64 { return h.shared.Load() }
 
-// Asking is how many requests of named users are reading or waiting for a shared read now.
-func (h *Handler) Asking() int64 { return h.asking.Load() }
-
 // recorder is an answer kept to be sent to every request that shared it.
 type recorder struct {
 	header http.Header

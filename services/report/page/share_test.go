@@ -37,20 +37,12 @@ func TestConsoleSharesOneRead(t *testing.T) {
 		}}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	// The user is named by a header of this test's own (the console's listeners name it from
-	// the loopback or the token); alice may read prod, bob nothing; "anon" is a user the
-	// authorizer does not name.
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := r.Header.Get("X-Test-User")
-		a := access.AuthorizerFunc(func(_ context.Context, cluster string) (bool, error) {
-			return user == "alice" && cluster == "prod", nil
-		})
-		ctx := access.WithIdentity(r.Context(), user, a)
-		if user == "anon" {
-			ctx = access.WithAuthorizer(r.Context(), access.Everyone)
-		}
-		mux.ServeHTTP(w, r.WithContext(ctx))
-	}))
+	// alice may read prod, bob nothing; a request naming no user is one the authorizer does
+	// not name.
+	srv := httptest.NewServer(namedUsers(mux, func(user, cluster string) bool { return user == "alice" && cluster == "prod" },
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mux.ServeHTTP(w, r.WithContext(access.WithAuthorizer(r.Context(), access.Everyone)))
+		})))
 	defer srv.Close()
 	defer letGo.Do(func() { close(hold) }) // before the server closes: it waits for its requests
 	get := func(user, path string) (int, string) {
@@ -62,7 +54,9 @@ func TestConsoleSharesOneRead(t *testing.T) {
 			t.Error(err)
 			return 0, ""
 		}
-		req.Header.Set("X-Test-User", user)
+		if user != "" {
+			req.Header.Set(testUser, user)
+		}
 		resp, body := fetchReq(t, req)
 		return resp.StatusCode, body
 	}
@@ -72,9 +66,9 @@ func TestConsoleSharesOneRead(t *testing.T) {
 	for i := range clients {
 		wg.Go(func() { codes[i], bodies[i] = get("alice", page) })
 	}
-	for waited := time.Duration(0); h.Asking() < clients; waited += 10 * time.Millisecond {
+	for waited := time.Duration(0); h.asking.Load() < clients; waited += 10 * time.Millisecond {
 		if waited > time.Minute {
-			t.Fatalf("%d requests asking after a minute, want %d", h.Asking(), clients)
+			t.Fatalf("%d requests asking after a minute, want %d", h.asking.Load(), clients)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -88,7 +82,7 @@ func TestConsoleSharesOneRead(t *testing.T) {
 	if !ok {
 		t.Fatal("the second slot is taken")
 	}
-	if code, _ := get("anon", page); code != http.StatusServiceUnavailable {
+	if code, _ := get("", page); code != http.StatusServiceUnavailable {
 		t.Errorf("a request of no named user past the bound: %d, want 503", code)
 	}
 	if code, _ := get("alice", "/report?cluster=prod&target-version=1.25"); code != http.StatusServiceUnavailable {
@@ -105,7 +99,7 @@ func TestConsoleSharesOneRead(t *testing.T) {
 	if n := h.Shared(); n < 1 || n > clients-1 {
 		t.Errorf("%d requests shared a read, want 1 to %d", n, clients-1)
 	}
-	if n := h.Asking(); n != 0 {
+	if n := h.asking.Load(); n != 0 {
 		t.Errorf("%d requests still asking", n)
 	}
 	// Once the read is over, the next request reads again.
@@ -113,6 +107,24 @@ func TestConsoleSharesOneRead(t *testing.T) {
 	if code, _ := get("alice", page); code != http.StatusOK || h.Shared() != before {
 		t.Errorf("a request after the shared read: %d, shared %d -> %d", code, before, h.Shared())
 	}
+}
+
+// testUser is the header that names the user of a test's or benchmark's request.
+const testUser = "X-Test-User"
+
+// namedUsers serves next to the requests whose testUser header names a user, as that user
+// (access.WithIdentity), allowed the clusters allow says; the others go to unnamed. The
+// console's listeners name the user from the loopback or the token.
+func namedUsers(next http.Handler, allow func(user, cluster string) bool, unnamed http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user := r.Header.Get(testUser)
+		if user == "" {
+			unnamed.ServeHTTP(w, r)
+			return
+		}
+		a := access.AuthorizerFunc(func(_ context.Context, cluster string) (bool, error) { return allow(user, cluster), nil })
+		next.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), user, a)))
+	})
 }
 
 // fetchReq sends req and reads its answer (an error fails t without stopping it: it runs

@@ -641,3 +641,16 @@ FROM (
 ) AS m USING (cluster, api_group, api_version, resource, username, user_agent)
 WHERE day >= (SELECT if(d = 0, toDate('1970-01-01'), toDate(toDate(toDateTime(now(), 'UTC')) + 1 - d)) FROM (
   SELECT toUInt32(argMax(days, version)) AS d FROM auditlens.retention_settings WHERE kind = 'callers'));
+
+-- migration 20: request time in a finding's identity
+ALTER TABLE auditlens.findings ADD COLUMN request_received UInt32, MODIFY ORDER BY (cluster, rule_id, audit_id, request_received);
+CREATE MATERIALIZED VIEW IF NOT EXISTS auditlens.finding_hour_states_by_request_mv TO auditlens.finding_hour_states AS
+SELECT cluster, toStartOfHour(event_time) AS hour, cityHash64(rule_id, api_group, api_version, resource) AS blocker, cityHash64(username, user_agent, source_ip) AS caller, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message,
+       uniqExactState(if(request_received = 0, audit_id, concat(audit_id, '@', toString(request_received)))) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM auditlens.findings
+GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+         username, user_agent, namespace, source_ip;
+DROP TABLE IF EXISTS auditlens.finding_hour_states_mv;

@@ -540,7 +540,7 @@ func (s *service) classify(dec *auditevent.Decoder, d *bus.Delivery, data []byte
 	}
 	for i := range matches {
 		m := &matches[i]
-		key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)
+		key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID, m.RequestReceived(ev))
 		if m.ID != "" && s.seen.Seen(key) {
 			// A sighting already reported today (a kubelet's every request): no finding to
 			// build; the batch's check below would drop it as a duplicate anyway.

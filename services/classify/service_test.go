@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/auditlens/auditlens/lib/reason"
 	"github.com/auditlens/auditlens/lib/testkit"
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
+	"github.com/auditlens/auditlens/services/classify/dedup"
 	"github.com/auditlens/auditlens/services/classify/rules"
 )
 
@@ -114,26 +116,31 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "all events classified", func() bool {
 		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok"))+testutil.ToFloat64(svc.met.events.WithLabelValues("bad")) >= 6
 	})
-	// The same request redelivered later (after a restart, say) adds nothing.
-	if err := b.Publish(context.Background(), bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete-again", Data: event("r1", "ResponseComplete", removedBody)}); err != nil {
+	// The same request redelivered later (after a restart, say) adds nothing; another request
+	// sending the same Audit-ID five minutes later is a finding of its own.
+	reused := bytes.ReplaceAll(event("r1", "ResponseComplete", removedBody), []byte("2026-11-29T10:00:00"), []byte("2026-11-29T10:05:00"))
+	if err := b.Publish(context.Background(), bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1/ResponseComplete-again", Data: event("r1", "ResponseComplete", removedBody)},
+		bus.Message{Stream: bus.Events, Cluster: "prod", ID: "r1-reused/ResponseComplete", Data: reused}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, "the repeat classified", func() bool {
-		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 6
+		return testutil.ToFloat64(svc.met.events.WithLabelValues("ok")) >= 7
 	})
 
 	ids := map[string]*auditlensv1.Finding{}
 	for _, f := range findingsIn(t, collect(t, b, bus.Findings, 1, 300*time.Millisecond)) {
-		id := f.Cluster + "/" + f.AuditId + "/" + f.RuleId
+		id := dedup.Key(f.Cluster, f.AuditId, f.RuleId, f.RequestReceived)
 		if _, dup := ids[id]; dup {
 			t.Errorf("finding %s delivered twice", id)
 		}
 		ids[id] = f
 	}
-	if len(ids) != 2 || ids["prod/r1/removed-api"] == nil || ids["prod/t1/legacy-sa-token"] == nil {
-		t.Fatalf("findings %v, want prod/r1/removed-api and prod/t1/legacy-sa-token once each", keys(ids))
+	at10, at1005 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Unix(), time.Date(2026, 11, 29, 10, 5, 0, 0, time.UTC).Unix()
+	first, second := dedup.Key("prod", "r1", "removed-api", at10), dedup.Key("prod", "r1", "removed-api", at1005)
+	if len(ids) != 3 || ids[first] == nil || ids[second] == nil || ids[dedup.Key("prod", "t1", "legacy-sa-token", at10)] == nil {
+		t.Fatalf("findings %v, want %s, %s and prod/t1/legacy-sa-token once each", keys(ids), first, second)
 	}
-	f := ids["prod/r1/removed-api"]
+	f := ids[first]
 	if f.RemovedIn != "1.22" || f.Replacement != "networking.k8s.io/v1" || f.AuditId != "r1" || f.Username != "ci" || f.ResponseCode != 404 ||
 		f.Stage != "RequestReceived" || f.EventTime.AsTime().Format(time.RFC3339) != "2026-11-29T10:00:00Z" || !strings.Contains(f.Message, "networking.k8s.io/v1") {
 		t.Errorf("removed-api finding %+v", f)
@@ -141,7 +148,7 @@ func TestServiceThroughEmbeddedNATS(t *testing.T) {
 	if got := testutil.ToFloat64(svc.met.duplicates); got != 3 {
 		t.Errorf("duplicates suppressed %v, want 3 (two later stages and one redelivery)", got)
 	}
-	if got := testutil.ToFloat64(svc.met.findings.WithLabelValues("removed-api")); got != 1 {
+	if got := testutil.ToFloat64(svc.met.findings.WithLabelValues("removed-api")); got != 2 {
 		t.Errorf("findings_total{rule=removed-api} = %v", got)
 	}
 
@@ -331,7 +338,9 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	})
 	cancel()
 	<-done
-	if svc.seen.Seen("prod/x1/removed-api") {
+	// The key of x1's finding: its receipt time is part of it (event's requestReceivedTimestamp).
+	received := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Unix()
+	if svc.seen.Seen(dedup.Key("prod", "x1", "removed-api", received)) {
 		t.Fatal("a finding that was never stored is remembered as emitted")
 	}
 	// The bus is back: redelivered, the events are classified, published, then acked.
@@ -360,6 +369,9 @@ func TestEventsAreAckedOnlyAfterTheirFindingsAreStored(t *testing.T) {
 	}
 	if len(ids) != 2 || !ids["prod/x1/removed-api"] || !ids["prod/x2/removed-api"] {
 		t.Fatalf("published %d messages with findings %v, want prod/x1 and prod/x2 removed-api", len(fb.published), ids)
+	}
+	if !svc.seen.Seen(dedup.Key("prod", "x1", "removed-api", received)) {
+		t.Error("the stored finding of x1 is not remembered under its key")
 	}
 }
 

@@ -127,7 +127,9 @@ func (Confidence) EnumDescriptor() ([]byte, []int) {
 }
 
 // Finding is one risk that classify found in one audit event. It is identified by
-// (cluster, audit_id, rule_id): consumers must count it once, however often it is delivered.
+// (cluster, audit_id, rule_id, request_received): consumers must count it once, however often
+// it is delivered. The audit ID alone does not name a request: a client may send its own
+// Audit-ID header, and the kube-apiserver keeps it, so two requests may share one.
 // Field names are the contract of DESIGN.md and match the ClickHouse columns of auditlens.findings.
 type Finding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -167,9 +169,13 @@ type Finding struct {
 	// Node whose apiserver wrote the event (ingest --node-name), when known.
 	Node string `protobuf:"bytes,24,opt,name=node,proto3" json:"node,omitempty"`
 	// Confidence of a heuristic rule; CONFIDENCE_HIGH for exact matches.
-	Confidence    Confidence `protobuf:"varint,25,opt,name=confidence,proto3,enum=auditlens.v1.Confidence" json:"confidence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Confidence Confidence `protobuf:"varint,25,opt,name=confidence,proto3,enum=auditlens.v1.Confidence" json:"confidence,omitempty"`
+	// The second (Unix time) the request was received, its event's requestReceivedTimestamp, as
+	// part of the finding's identity; 0 when the event has none (the stages of one request would
+	// differ) and for a sighting, whose audit_id already names its caller and day.
+	RequestReceived int64 `protobuf:"varint,26,opt,name=request_received,json=requestReceived,proto3" json:"request_received,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Finding) Reset() {
@@ -377,12 +383,20 @@ func (x *Finding) GetConfidence() Confidence {
 	return Confidence_CONFIDENCE_UNSPECIFIED
 }
 
+func (x *Finding) GetRequestReceived() int64 {
+	if x != nil {
+		return x.RequestReceived
+	}
+	return 0
+}
+
 // FindingBatch is several findings in one bus message: classify publishes the findings of a
 // run of events together (one JetStream or Kafka acknowledgement for many findings), and
 // report acknowledges the message once every finding in it is stored. A message on the
 // findings stream holds a FindingBatch when its Auditlens-Message-Type header says
 // "auditlens.v1.FindingBatch", else one Finding (the format before batches).
-// Each finding keeps its identity (cluster, audit_id, rule_id); the batch has none of its own.
+// Each finding keeps its identity (cluster, audit_id, rule_id, request_received); the batch has
+// none of its own.
 type FindingBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Findings      []*Finding             `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
@@ -484,7 +498,7 @@ var File_auditlens_v1_finding_proto protoreflect.FileDescriptor
 
 const file_auditlens_v1_finding_proto_rawDesc = "" +
 	"\n" +
-	"\x1aauditlens/v1/finding.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x06\n" +
+	"\x1aauditlens/v1/finding.proto\x12\fauditlens.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x06\n" +
 	"\aFinding\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x122\n" +
 	"\bseverity\x18\x02 \x01(\x0e2\x16.auditlens.v1.SeverityR\bseverity\x12\x18\n" +
@@ -518,7 +532,8 @@ const file_auditlens_v1_finding_proto_rawDesc = "" +
 	"\x04node\x18\x18 \x01(\tR\x04node\x128\n" +
 	"\n" +
 	"confidence\x18\x19 \x01(\x0e2\x18.auditlens.v1.ConfidenceR\n" +
-	"confidence\"A\n" +
+	"confidence\x12)\n" +
+	"\x10request_received\x18\x1a \x01(\x03R\x0frequestReceived\"A\n" +
 	"\fFindingBatch\x121\n" +
 	"\bfindings\x18\x01 \x03(\v2\x15.auditlens.v1.FindingR\bfindings\"4\n" +
 	"\bEvidence\x12\x12\n" +

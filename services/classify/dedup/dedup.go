@@ -1,4 +1,4 @@
-// Package dedup remembers recently emitted finding keys (cluster/audit_id/rule_id) so that the
+// Package dedup remembers recently emitted finding keys (Key) so that the
 // several stages of one request (RequestReceived, ResponseStarted, ResponseComplete, Panic)
 // yield one finding per rule, in bounded memory.
 //
@@ -6,10 +6,13 @@
 // keys added and never more than N. Stages of one request normally arrive within milliseconds
 // (a watch's ResponseStarted and ResponseComplete can be minutes apart); a repeat that falls
 // out of the window is emitted again with the same key, which the bus's de-duplication
-// (Message.ID) and the report's counting by (cluster, audit_id, rule_id) absorb.
+// (Message.ID) and the report's counting by the same identity absorb.
 package dedup
 
-import "sync"
+import (
+	"strconv"
+	"sync"
+)
 
 // DefaultSize is the default window: 200k keys, about 20 MB at most.
 const DefaultSize = 200_000
@@ -81,7 +84,16 @@ func (w *Window) Len() int {
 	return len(w.cur) + len(w.prev)
 }
 
-// Key is the identity of a finding: "cluster/audit_id/rule_id", also its bus message id.
-func Key(cluster, auditID, ruleID string) string {
-	return cluster + "/" + auditID + "/" + ruleID
+// Key is the identity of a finding, also its bus message id: "cluster/audit_id/rule_id", and
+// "/request_received" after it when the request's receipt time (Unix seconds) is part of it.
+// A client may choose its request's Audit-ID, so one audit ID may name several requests; the
+// stages of one request share its receipt time.
+func Key(cluster, auditID, ruleID string, requestReceived int64) string {
+	if requestReceived == 0 {
+		return cluster + "/" + auditID + "/" + ruleID
+	}
+	b := make([]byte, 0, len(cluster)+len(auditID)+len(ruleID)+3+20)
+	b = append(append(append(append(append(b, cluster...), '/'), auditID...), '/'), ruleID...)
+	b = strconv.AppendInt(append(b, '/'), requestReceived, 10)
+	return string(b)
 }

@@ -46,7 +46,15 @@ func TestSeenDoesNotAdd(t *testing.T) {
 }
 
 func TestKey(t *testing.T) {
-	if got := Key("prod", "id-1", "psp"); got != "prod/id-1/psp" {
-		t.Fatal(got)
+	for _, c := range []struct {
+		received int64
+		want     string
+	}{
+		{0, "prod/id-1/psp"},
+		{1764583200, "prod/id-1/psp/1764583200"},
+	} {
+		if got := Key("prod", "id-1", "psp", c.received); got != c.want {
+			t.Errorf("Key(..., %d) = %q, want %q", c.received, got, c.want)
+		}
 	}
 }

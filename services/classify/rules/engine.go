@@ -71,6 +71,18 @@ func (m *Match) AuditID(auditID string) string {
 	return auditID
 }
 
+// RequestReceived is the request_received of the finding m makes of ev, the rest of its
+// identity beside the audit ID: ev's requestReceivedTimestamp in Unix seconds, which every
+// stage of one request carries and which tells two requests sharing a client-chosen Audit-ID
+// apart; 0 for a sighting (its ID names caller and day) and for an event without one (its
+// stages' other times differ).
+func (m *Match) RequestReceived(ev *auditevent.Event) int64 {
+	if m.ID != "" || ev.RequestReceivedTimestamp.IsZero() {
+		return 0
+	}
+	return ev.RequestReceivedTimestamp.Unix()
+}
+
 // Engine matches audit events against a catalogue. It is safe for concurrent use.
 type Engine struct {
 	cat            *Catalogue

@@ -76,6 +76,7 @@ func (e *Engine) FindingFrom(ev *auditevent.Event, m *Match, cluster, node, sour
 	if t := ev.EventTime(); !t.IsZero() {
 		f.EventTime = timestamppb.New(t)
 	}
+	f.RequestReceived = m.RequestReceived(ev)
 	if r := ev.ObjectRef; r != nil {
 		c.add(&f.Subresource, r.Subresource)
 		c.add(&f.Namespace, r.Namespace)

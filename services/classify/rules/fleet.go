@@ -15,7 +15,7 @@ import (
 // release, a client of nodes/proxy, the ingress-nginx controller's agent. Its findings are
 // keyed (Match.ID) by the caller, what was seen and the UTC day instead of the request's
 // audit ID, so the de-duplication that merges the stages of one request (package dedup, the
-// bus's message ids, the store's (cluster, audit_id, rule_id) key) also keeps one finding per
+// bus's message ids, the store's identity; a sighting's has no request time) keeps one finding per
 // caller and day: a fleet of kubelets polling every ten seconds is a few findings a day, not
 // millions, and a replay after a crash repeats the same keys. Its evidence (the request it was
 // first seen in: agent, user, URI, audit ID) is added when its finding is built

@@ -166,7 +166,7 @@ type chunkSink struct {
 
 func (k *chunkSink) match(ev *auditevent.Event, m *rules.Match, at position) {
 	cluster := k.s.cfg.Cluster
-	key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID)
+	key := dedup.Key(cluster, m.AuditID(ev.AuditID), m.Rule.ID, m.RequestReceived(ev))
 	if m.ID != "" {
 		// A sighting (a kubelet's release, once a day): its first in the chunk stands for
 		// the chunk's others, which would be dropped in input order anyway.

@@ -302,7 +302,7 @@ func (s *scanner) inputFailed(err error) {
 // match is the sink of the worker that runs in this goroutine (--parallel 1): a finding is
 // built only for a match not seen before.
 func (s *scanner) match(ev *auditevent.Event, m *rules.Match, at position) {
-	if s.seen.FirstTime(dedup.Key(s.cfg.Cluster, m.AuditID(ev.AuditID), m.Rule.ID)) {
+	if s.seen.FirstTime(dedup.Key(s.cfg.Cluster, m.AuditID(ev.AuditID), m.Rule.ID, m.RequestReceived(ev))) {
 		s.emit(s.engine.Finding(ev, m, s.cfg.Cluster, ""), nil, at)
 	}
 }

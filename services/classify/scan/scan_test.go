@@ -116,6 +116,29 @@ func TestStagesOfOneRequestGiveOneFinding(t *testing.T) {
 	}
 }
 
+// A client may send its own Audit-ID, which the kube-apiserver keeps: two requests with one
+// audit ID are two findings, told apart by their requestReceivedTimestamp, which the stages of
+// one request share; an event without one keeps its audit ID alone as its identity (its
+// stages' timestamps differ).
+func TestReusedAuditIDIsTwoRequests(t *testing.T) {
+	received := strings.Replace(removedEv, `"stage":"ResponseComplete"`, `"stage":"RequestReceived"`, 1)
+	again := strings.ReplaceAll(removedEv, "2026-11-29T10:00:00", "2026-11-29T10:05:00")
+	againReceived := strings.Replace(again, `"stage":"ResponseComplete"`, `"stage":"RequestReceived"`, 1)
+	noReceipt := strings.Replace(removedEv, `"requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z",`, "", 1)
+	noReceipt = strings.Replace(noReceipt, `"auditID":"a1"`, `"auditID":"b1"`, 1)
+	noReceiptLater := strings.Replace(noReceipt, "2026-11-29T10:00:00.000100Z", "2026-11-29T10:00:07.000100Z", 1)
+	f := write(t, "audit.log", strings.Join([]string{received, removedEv, againReceived, again, noReceipt, noReceiptLater}, "\n")+"\n")
+	for _, parallel := range []string{"1", "2"} {
+		_, out, _ := run(t, "", "--parallel", parallel, f)
+		if n := strings.Count(out, `"audit_id":"a1"`); n != 2 {
+			t.Errorf("--parallel %s: %d findings for two requests sharing audit ID a1, want 2:\n%s", parallel, n, out)
+		}
+		if n := strings.Count(out, `"audit_id":"b1"`); n != 1 {
+			t.Errorf("--parallel %s: %d findings for two stages of b1 without a receipt time, want 1:\n%s", parallel, n, out)
+		}
+	}
+}
+
 func TestTableFormatAndSummaryOnStdout(t *testing.T) {
 	f := write(t, "audit.log", removedEv+"\n"+deprecatedEv+"\n")
 	code, out, _ := run(t, "", "--format", "table", f)

@@ -79,6 +79,42 @@ func seed(t *testing.T, st *store.Store) []*auditlensv1.Finding {
 	return fs
 }
 
+// A client may send the same Audit-ID with several requests: the drill-down lists each
+// request with its own time and details, and the request page shows each request's finding.
+func TestRequestsSharingAnAuditID(t *testing.T) {
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		ingresses := console.BlockerKey{Rule: "removed-api", Group: "extensions", Version: "v1beta1", Resource: "ingresses"}
+		request := func(at time.Time, ns string) *auditlensv1.Finding {
+			return &auditlensv1.Finding{RuleId: "removed-api", Cluster: "prod", AuditId: "same-id", EventTime: timestamppb.New(at),
+				RequestReceived: at.Unix(), Verb: "list", RequestUri: "/apis/extensions/v1beta1/namespaces/" + ns + "/ingresses",
+				ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses", Namespace: ns, Username: "carol",
+				UserAgent: "curl/8.0", SourceIp: "10.0.0.3", RemovedIn: "1.22"}
+		}
+		first, second := weekStart.Add(9*time.Hour), weekStart.Add(9*time.Hour+30*time.Minute)
+		fs := []*auditlensv1.Finding{request(first, "one"), request(second, "two")}
+		for range 2 {
+			if err := st.WriteFindings(ctx, fs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := console.Reader{DB: st.DB()}
+		callers, _, err := r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week})
+		if err != nil || len(callers) != 1 || callers[0].Findings != 2 {
+			t.Fatalf("callers: %+v %v, want carol with 2 findings", callers, err)
+		}
+		id, _ := strconv.ParseUint(callers[0].ID, 10, 64)
+		got, _, err := r.Requests(ctx, console.RequestsQuery{Cluster: "prod", Key: ingresses, Caller: id, Window: week})
+		if err != nil || len(got) != 2 || !got[0].Time.Equal(second) || got[0].Namespace != "two" || !got[1].Time.Equal(first) || got[1].Namespace != "one" {
+			t.Fatalf("requests: %+v %v, want the two requests of same-id, each with its time and namespace", got, err)
+		}
+		found, err := r.Request(ctx, "prod", "same-id")
+		if err != nil || len(found) != 2 || found[0].Namespace != "two" || found[1].Namespace != "one" {
+			t.Errorf("request same-id: %+v %v, want its two requests' findings, newest first", found, err)
+		}
+	})
+}
+
 func TestQueries(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		seed(t, st)

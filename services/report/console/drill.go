@@ -125,48 +125,54 @@ WHERE cluster = ? AND rule_id = ? AND api_group = ? AND api_version = ? AND reso
 GROUP BY event_time, audit_id
 ORDER BY event_time DESC, audit_id DESC
 LIMIT ?, ?`
-	var page []string
-	at := map[string]uint32{}
+	// A request is its audit id and time: a client may send its own Audit-ID, so two
+	// requests may share one.
+	type request struct {
+		id string
+		at uint32
+	}
+	var page []request
+	var pageIDs []string
 	err = each(ctx, r.DB, "requests", ids, []any{q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
 		q.Caller, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit + 1}, func(res *sql.Rows) error {
-		var ts uint32
-		var id string
-		if err := res.Scan(&ts, &id); err != nil {
+		var rq request
+		if err := res.Scan(&rq.at, &rq.id); err != nil {
 			return err
 		}
-		page = append(page, id)
-		at[id] = ts
+		page = append(page, rq)
+		pageIDs = append(pageIDs, rq.id)
 		return nil
 	})
 	if err != nil || len(page) == 0 {
 		return nil, false, err
 	}
-	// Then those findings by their key (cluster, rule, audit id): the set is the ids as
+	// Then those findings by their key (cluster, rule, audit id, time): the ids are the
 	// literals of one array parameter.
-	details := `SELECT audit_id, any(verb), any(request_uri), any(source_ip), any(response_code),
+	details := `SELECT audit_id, toUInt32(event_time), any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(username), any(user_agent), toString(cityHash64(audit_id))
 FROM ` + t + `
 WHERE cluster = ? AND rule_id = ? AND audit_id IN (SELECT arrayJoin(?))
   AND api_group = ? AND api_version = ? AND resource = ?
-GROUP BY audit_id`
-	found := make(map[string]Request, len(page))
-	err = each(ctx, r.DB, "requests", details, []any{q.Cluster, q.Key.Rule, page, q.Key.Group, q.Key.Version, q.Key.Resource},
+GROUP BY audit_id, event_time`
+	found := make(map[request]Request, len(page))
+	err = each(ctx, r.DB, "requests", details, []any{q.Cluster, q.Key.Rule, pageIDs, q.Key.Group, q.Key.Version, q.Key.Resource},
 		func(res *sql.Rows) error {
 			var rq Request
-			if err := res.Scan(&rq.AuditID, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
+			var at uint32
+			if err := res.Scan(&rq.AuditID, &at, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
 				&rq.Username, &rq.UserAgent, &rq.AuditHash); err != nil {
 				return err
 			}
-			found[rq.AuditID] = rq
+			rq.Time = unix(at)
+			found[request{rq.AuditID, at}] = rq
 			return nil
 		})
 	if err != nil {
 		return nil, false, err
 	}
-	for _, id := range page {
+	for _, k := range page {
 		// A finding the retention dropped between the two reads is left out.
-		if rq, ok := found[id]; ok {
-			rq.Time = unix(at[id])
+		if rq, ok := found[k]; ok {
 			rows = append(rows, rq)
 		}
 	}
@@ -196,7 +202,8 @@ type Evidence struct{ Path, Value string }
 // maxRequestFindings caps the findings of one request (one per rule).
 const maxRequestFindings = 100
 
-// Request reads the findings of the request auditID of cluster, one per rule; none when
+// Request reads the findings of the request auditID of cluster, one per rule and request
+// time (a client may send the same Audit-ID with several requests), newest first; none when
 // the request is unknown.
 func (r Reader) Request(ctx context.Context, cluster, auditID string) ([]Finding, error) {
 	if auditID == "" {
@@ -222,14 +229,14 @@ func (r Reader) request(ctx context.Context, cluster, where string, args ...any)
 	if cluster == "" {
 		return nil, invalid("cluster and audit id are required")
 	}
-	stmt := `SELECT rule_id, toUInt32(any(event_time)), any(verb), any(request_uri), any(source_ip), any(response_code),
+	stmt := `SELECT rule_id, toUInt32(event_time), any(verb), any(request_uri), any(source_ip), any(response_code),
   any(namespace), any(name), any(api_group), any(api_version), any(resource), any(subresource),
   any(username), any(user_agent), any(removed_in), any(deprecated_in), any(replacement), any(message),
   any(evidence_path), any(evidence_value), any(` + callerID + `), any(audit_id)
 FROM ` + t + `
 WHERE cluster = ? AND ` + where + `
-GROUP BY rule_id
-ORDER BY rule_id
+GROUP BY rule_id, event_time
+ORDER BY event_time DESC, rule_id
 LIMIT ?`
 	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(append([]any{cluster}, args...), maxRequestFindings)...)
 	if err != nil {

@@ -6,9 +6,10 @@
 // day rows it is a sum, exact because a finding has one event_time and so lies in one day
 // and one row of that day.
 //
-// The states are kept by event-time hour (migrations 15 and 18 of package store):
+// The states are kept by event-time hour (migrations 15, 18 and 20 of package store):
 // finding_hour_states is filled by a materialized view on every insert with uniqExact states
-// of the audit ids, so a finding stored twice counts once, whenever the second copy comes, and
+// of the findings' identities (audit id and request time: package store), so a finding stored
+// twice counts once, whenever the second copy comes, and
 // with the blocker and caller hashes of each row (BlockerHash, CallerHash); a second view notes
 // in finding_hour_changes when each hour last received findings (a day's last change is its
 // hours' newest). Merging states is cheap for a day and dear for months, so Compact

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,7 +110,7 @@ FROM (`+src+`) GROUP BY d, key`, args...)
 func byUserFromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
 	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', rule_id, '|', username) AS key,
-  toUInt64(uniqExact(audit_id)), toUInt32(0), toUInt32(max(event_time))
+  toUInt64(uniqExact(audit_id, request_received)), toUInt32(0), toUInt32(max(event_time))
 FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
 }
@@ -133,7 +134,7 @@ func byHashesFromFindings(t *testing.T, db *sql.DB, cluster string, from, to tim
 	t.Helper()
 	return rows(t, db, `SELECT toString(toDate(event_time)) AS day,
   concat(cluster, '|', toString(`+rollup.BlockerHash+`), '|', toString(`+rollup.CallerHash+`)) AS key,
-  toUInt64(uniqExact(rule_id, audit_id)), toUInt32(min(event_time)), toUInt32(0)
+  toUInt64(uniqExact(rule_id, audit_id, request_received)), toUInt32(min(event_time)), toUInt32(0)
 FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
 }
@@ -142,7 +143,7 @@ GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
 func fromFindings(t *testing.T, db *sql.DB, cluster string, from, to time.Time) []row {
 	t.Helper()
 	return rows(t, db, `SELECT toString(toDate(event_time)) AS day, concat(cluster, '|', `+keyText+`) AS key,
-  toUInt64(uniqExact(audit_id)), toUInt32(min(event_time)), toUInt32(max(event_time))
+  toUInt64(uniqExact(audit_id, request_received)), toUInt32(min(event_time)), toUInt32(max(event_time))
 FROM findings WHERE (? = '' OR cluster = ?) AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
 GROUP BY day, key`, cluster, cluster, from.Unix(), to.Unix())
 }
@@ -518,7 +519,7 @@ func TestMigrationFillsTheDaysFromStoredFindings(t *testing.T) {
 		db := st.DB()
 		today := testkit.Now().UTC().Truncate(24 * time.Hour)
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
-		if err := st.WriteFindings(ctx, seed(today)); err != nil {
+		if err := writeOld(ctx, st, seed(today)); err != nil {
 			t.Fatal(err)
 		}
 		store.Migrations = all
@@ -560,7 +561,7 @@ func TestMigrationToTheViewKeepsTheCounts(t *testing.T) {
 		db := st.DB()
 		today := testkit.Now().UTC().Truncate(24 * time.Hour)
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
-		if err := st.WriteFindings(ctx, seed(today)); err != nil {
+		if err := writeOld(ctx, st, seed(today)); err != nil {
 			t.Fatal(err)
 		}
 		var daily uint64
@@ -607,7 +608,7 @@ func TestMigrationToHourStatesKeepsTheCounts(t *testing.T) {
 		from, to := old, today.AddDate(0, 0, 1)
 		defer rollup.SetNow(noon)()
 		found := append(seed(today), finding("old", "carol", "kubectl/v1.19.0", "10.0.0.8", old.Add(3*time.Hour)))
-		if err := st.WriteFindings(ctx, found); err != nil {
+		if err := writeOld(ctx, st, found); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(1100 * time.Millisecond)
@@ -752,7 +753,7 @@ func TestMigrationToHashedStatesKeepsTheCounts(t *testing.T) {
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
 		defer rollup.SetNow(noon)()
 		fs := seed(today)
-		if err := st.WriteFindings(ctx, fs); err != nil {
+		if err := writeOld(ctx, st, fs); err != nil {
 			t.Fatal(err)
 		}
 		store.Migrations = all
@@ -786,6 +787,152 @@ func TestMigrationToHashedStatesKeepsTheCounts(t *testing.T) {
 		namesKept(t, db, to)
 		namesAgree(t, db, "prod", from, to)
 	})
+}
+
+// A client may send its own Audit-ID and the kube-apiserver keeps it: two requests with one
+// audit ID (the same rule, past classify's de-duplication window) are two findings, in the raw
+// table after its replacing merges, in the hour states and in the builds, while a finding
+// delivered again, and a sighting (no request time: one per caller and day) seen again later,
+// stay one.
+func TestReusedAuditIDIsTwoFindings(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		from, to := today.AddDate(0, 0, -1), today.AddDate(0, 0, 1)
+		defer rollup.SetNow(today.Add(12 * time.Hour))()
+		request := func(id, user string, at time.Time) *auditlensv1.Finding {
+			f := finding(id, user, "kubectl/v1.20.0", "10.0.0.9", at)
+			f.RequestReceived = at.Unix()
+			return f
+		}
+		alice := request("reused", "alice", today.Add(time.Hour))
+		bob := request("reused", "bob", today.Add(5*time.Hour))
+		carol1 := request("reused-within-the-hour", "carol", today.Add(2*time.Hour))
+		carol2 := request("reused-within-the-hour", "carol", today.Add(2*time.Hour+30*time.Minute))
+		seen := finding("sighting-kubelet", "system:node:n1", "kubelet/v1.30.0", "10.0.0.2", today.Add(3*time.Hour))
+		seenLater := finding("sighting-kubelet", "system:node:n1", "kubelet/v1.30.0", "10.0.0.2", today.Add(3*time.Hour+20*time.Minute))
+		for _, batch := range [][]*auditlensv1.Finding{{alice, bob, carol1, seen}, {carol2, alice, seenLater}, {bob, carol1}} {
+			if err := st.WriteFindings(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := db.ExecContext(ctx, "OPTIMIZE TABLE findings FINAL"); err != nil {
+			t.Fatal(err)
+		}
+		var stored, kept uint64
+		if err := db.QueryRowContext(ctx, `SELECT countIf(audit_id LIKE 'reused%'), countIf(audit_id = 'sighting-kubelet') FROM findings FINAL`).Scan(&stored, &kept); err != nil {
+			t.Fatal(err)
+		}
+		if stored != 4 || kept != 1 {
+			t.Errorf("after the merges findings holds %d requests of the reused audit IDs (want 4) and %d sightings (want 1)", stored, kept)
+		}
+		// (The sighting's first time is not compared with the raw table's: a replacing merge
+		// keeps one of its two copies, the hour states the first time of both.)
+		want := map[string]uint64{"alice": 1, "bob": 1, "carol": 2, "system:node:n1": 1}
+		perUser := func(rs []row, field int) map[string]uint64 {
+			got := map[string]uint64{}
+			for _, r := range rs {
+				got[strings.Split(r.Key, "|")[field]] += r.Findings
+			}
+			return got
+		}
+		check := func(when string) {
+			t.Helper()
+			for _, c := range []struct {
+				from string
+				got  map[string]uint64
+			}{
+				{"rollup.Days", perUser(byUser(t, db, "prod", from, to), 2)},
+				{"the view", perUser(fromView(t, db, "prod", from, to), 8)},
+				{"the raw findings", perUser(byUserFromFindings(t, db, "prod", from, to), 2)},
+			} {
+				if !reflect.DeepEqual(c.got, want) {
+					t.Errorf("%s: findings by user through %s %v, want %v", when, c.from, c.got, want)
+				}
+			}
+		}
+		check("from the hour states")
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil {
+			t.Fatal(err)
+		}
+		check("compacted")
+	})
+}
+
+// Migration 20 adds the request time to a finding's identity: on a store at version 19 with
+// findings, the day rows and the view read what the raw findings count after it, the findings
+// stored before keep their identity (a second delivery adds nothing), and two requests sharing
+// an audit ID written after it are two findings.
+func TestMigrationToRequestIdentityKeepsTheCounts(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	all, before, after := cutMigrations(t, 20)
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		noon := today.Add(12 * time.Hour)
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		defer rollup.SetNow(noon)()
+		fs := seed(today)
+		if err := writeOld(ctx, st, fs); err != nil {
+			t.Fatal(err)
+		}
+		wantDays := fromDays(t, db, "", from, to)
+		store.Migrations = all
+		did, err := st.Migrate(ctx, store.MigrateOptions{})
+		store.Migrations = before
+		if err != nil || !slices.Equal(did, after) || after[0] != 20 {
+			t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
+		}
+		sameRows(t, "after the migration", fromDays(t, db, "", from, to), wantDays)
+		sameRows(t, "the raw findings after the migration", fromFindings(t, db, "", from, to), wantDays)
+		sameRows(t, "the view after the migration", fromView(t, db, "", from, to), wantDays)
+		var views []string
+		if err := db.QueryRowContext(ctx, `SELECT groupArray(name) FROM system.tables WHERE database = ? AND name LIKE 'finding\\_hour\\_states%\\_mv'`, st.Database()).Scan(&views); err != nil || !slices.Equal(views, []string{"finding_hour_states_by_request_mv"}) {
+			t.Errorf("the hour states' views: %v (%v), want only finding_hour_states_by_request_mv", views, err)
+		}
+		// A finding stored before, delivered again by a report of the version before (no
+		// request time), adds nothing; two requests sharing an audit ID are two.
+		again := fs[0]
+		reused := finding(again.AuditId, "erin", "kubectl/v1.21.0", "10.0.0.11", today.Add(7*time.Hour))
+		reused.RequestReceived = today.Add(7 * time.Hour).Unix()
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{again, reused}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil {
+			t.Fatal(err)
+		}
+		sameRows(t, "compacted after the migration", fromDays(t, db, "", from, to), fromFindings(t, db, "", from, to))
+		var total uint64
+		if err := db.QueryRowContext(ctx, `SELECT uniqExact(cluster, rule_id, audit_id, request_received) FROM findings`).Scan(&total); err != nil {
+			t.Fatal(err)
+		}
+		var before uint64
+		for _, r := range wantDays {
+			before += r.Findings
+		}
+		if total != before+1 {
+			t.Errorf("%d findings after a redelivery and a reused audit ID, want %d", total, before+1)
+		}
+	})
+}
+
+// writeOld writes fs into a store at a version before migration 20, whose findings have no
+// request_received column.
+func writeOld(ctx context.Context, st *store.Store, fs []*auditlensv1.Finding) error {
+	cols := store.FindingColumns[:len(store.FindingColumns)-1]
+	if store.FindingColumns[len(cols)] != "request_received" {
+		return fmt.Errorf("the last finding column is %s, not request_received", store.FindingColumns[len(cols)])
+	}
+	var rows [][]any
+	for _, f := range fs {
+		rows = append(rows, store.FindingRow(f, time.Now())[:len(cols)])
+	}
+	return st.Insert(ctx, "findings", cols, rows)
 }
 
 // cutMigrations makes store.Migrations the steps before version until t ends (a store at the

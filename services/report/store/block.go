@@ -40,8 +40,10 @@ type Block struct {
 	conf []int32
 	// times holds each finding's event time in Unix seconds, or noTime.
 	times []int64
-	codes []int32
-	keys  []uint32
+	// received holds each finding's request_received (Unix seconds, 0 for none).
+	received []uint32
+	codes    []int32
+	keys     []uint32
 	// evPath and evValue hold the evidence of every finding in order; finding i's ends at
 	// evEnd[i].
 	evPath, evValue strCol
@@ -125,6 +127,7 @@ const (
 	fieldResponseCode = 17
 	fieldEvidence     = 22
 	fieldConfidence   = 25
+	fieldReceived     = 26
 )
 
 // strFields maps a Finding field number to its string column, -1 for the other fields.
@@ -133,7 +136,7 @@ var strFields = [...]int8{
 	10: colResource, 11: colSub, 12: colNamespace, 13: colName, 14: colUser, 15: colAgent,
 	16: colIP, 18: colDeprecated, 19: colRemoved, 20: colReplacement, 21: colMessage,
 	23: colStage, 24: colNode,
-	0: -1, 2: -1, 5: -1, 17: -1, 22: -1, 25: -1,
+	0: -1, 2: -1, 5: -1, 17: -1, 22: -1, 25: -1, 26: -1,
 }
 
 // Len is the number of findings in the block.
@@ -151,6 +154,7 @@ func (b *Block) truncate(n int) {
 		b.str[i].truncate(n)
 	}
 	b.sev, b.conf, b.times, b.codes, b.keys = b.sev[:n], b.conf[:n], b.times[:n], b.codes[:n], b.keys[:n]
+	b.received = b.received[:n]
 	ev := 0
 	if n > 0 {
 		ev = b.evEnd[n-1]
@@ -193,12 +197,14 @@ func (b *Block) Append(f *auditlensv1.Finding) {
 	if ts := f.GetEventTime(); ts != nil {
 		secs, nanos = ts.GetSeconds(), ts.GetNanos()
 	}
-	b.finish(int32(f.GetSeverity()), int32(f.GetConfidence()), f.GetResponseCode(), secs, nanos, f.GetRemovedIn())
+	b.finish(int32(f.GetSeverity()), int32(f.GetConfidence()), f.GetResponseCode(), secs, nanos,
+		uint32(min(max(f.GetRequestReceived(), 0), MaxEventTime)), f.GetRemovedIn())
 }
 
 // finish adds the columns of the finding whose strings and evidence were just appended.
-func (b *Block) finish(sev, conf, code int32, secs int64, nanos int32, removed string) {
+func (b *Block) finish(sev, conf, code int32, secs int64, nanos int32, received uint32, removed string) {
 	b.sev = append(b.sev, sev)
+	b.received = append(b.received, received)
 	b.conf = append(b.conf, conf)
 	b.codes = append(b.codes, code)
 	t := int64(noTime)
@@ -262,6 +268,9 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 		err = fmt.Errorf("%w: %s (kept: 1970-01-01 to %s)", ErrEventTime,
 			time.Unix(w.seconds, int64(w.nanos)).UTC().Format(time.RFC3339), time.Unix(b.notAfter(), 0).UTC().Format(time.RFC3339))
 	}
+	if err == nil && (w.received < 0 || w.received > MaxEventTime) {
+		err = fmt.Errorf("%w: request_received %d (kept: 0 to %d)", ErrEventTime, w.received, int64(MaxEventTime))
+	}
 	if err == nil && (w.seconds != 0 || w.nanos != 0) && w.seconds < b.NotBefore {
 		err = &ExpiredError{At: time.Unix(w.seconds, int64(w.nanos)), KeptFrom: time.Unix(b.NotBefore, 0)}
 	}
@@ -277,7 +286,7 @@ func (b *Block) AppendWire(data []byte, cluster string) error {
 	if string(w.str[colRemoved]) != removed || b.n == 0 {
 		removed = string(w.str[colRemoved])
 	}
-	b.finish(w.sev, w.conf, w.code, w.seconds, w.nanos, removed)
+	b.finish(w.sev, w.conf, w.code, w.seconds, w.nanos, uint32(w.received), removed)
 	return nil
 }
 
@@ -301,6 +310,7 @@ type wireFinding struct {
 	sev, conf, code int32
 	seconds         int64
 	nanos           int32
+	received        int64
 }
 
 // decode reads data into w, appending evidence to the block's evidence columns.
@@ -321,7 +331,7 @@ func (b *Block) decode(w *wireFinding, data []byte) error {
 				return fmt.Errorf("field %d: invalid UTF-8", num)
 			}
 			w.str[strFields[num]] = v
-		case typ == protowire.VarintType && (num == fieldSeverity || num == fieldConfidence || num == fieldResponseCode):
+		case typ == protowire.VarintType && (num == fieldSeverity || num == fieldConfidence || num == fieldResponseCode || num == fieldReceived):
 			v, err := r.varint()
 			if err != nil {
 				return err
@@ -331,6 +341,8 @@ func (b *Block) decode(w *wireFinding, data []byte) error {
 				w.sev = int32(v)
 			case fieldConfidence:
 				w.conf = int32(v)
+			case fieldReceived:
+				w.received = int64(v)
 			default:
 				w.code = int32(v)
 			}
@@ -499,5 +511,5 @@ func (b *Block) row(i int, ingested time.Time) []any {
 	return []any{s(colRule), severityName(b.sev[i]), s(colCluster), s(colAudit), t, s(colVerb), s(colURI),
 		s(colGroup), s(colVersion), s(colResource), s(colSub), s(colNamespace), s(colName), s(colUser),
 		s(colAgent), s(colIP), b.codes[i], s(colDeprecated), s(colRemoved), b.keys[i], s(colReplacement),
-		s(colMessage), s(colStage), s(colNode), confidenceName(b.conf[i]), paths, values, ingested}
+		s(colMessage), s(colStage), s(colNode), confidenceName(b.conf[i]), paths, values, ingested, b.received[i]}
 }

@@ -24,7 +24,7 @@ func sample() []*auditlensv1.Finding {
 		Username: "system:serviceaccount:team-a:ctl", UserAgent: "ctl/v0.1 <script>", SourceIp: "10.0.0.1",
 		ResponseCode: 403, DeprecatedIn: "1.14", RemovedIn: "1.22", Replacement: "networking.k8s.io/v1",
 		Message: "migrate: ünïcödé ✓", Stage: "ResponseComplete", Node: "master-1",
-		Confidence: auditlensv1.Confidence_CONFIDENCE_MEDIUM,
+		Confidence: auditlensv1.Confidence_CONFIDENCE_MEDIUM, RequestReceived: 1_795_420_862,
 		Evidence: []*auditlensv1.Evidence{{Path: "objectRef.apiGroup", Value: "extensions"},
 			{Path: "objectRef.apiVersion", Value: "v1beta1"}, {}}}
 	return []*auditlensv1.Finding{
@@ -74,6 +74,9 @@ func TestAppendWireMatchesAppend(t *testing.T) {
 	}
 	if r[0][19] != uint32(1022) || r[2][19] != uint32(1025) || r[1][19] != uint32(0) || r[3][19] != uint32(1022) {
 		t.Errorf("removed_in_key %v %v %v %v", r[0][19], r[1][19], r[2][19], r[3][19])
+	}
+	if r[0][28] != uint32(1_795_420_862) || r[1][28] != uint32(0) {
+		t.Errorf("request_received %v %v", r[0][28], r[1][28])
 	}
 	if !reflect.DeepEqual(r[0][25], []string{"objectRef.apiGroup", "objectRef.apiVersion", ""}) || len(r[1][25].([]string)) != 0 ||
 		!reflect.DeepEqual(r[3][26], []string{"v"}) {
@@ -167,6 +170,23 @@ func TestAppendWireEdgeCases(t *testing.T) {
 			}
 			c.check(t, rows(&b)[1])
 		})
+	}
+}
+
+// request_received is part of a finding's identity and a DateTime's second: before 1970 or
+// past 2106 it is refused like an event time out of range, not wrapped.
+func TestAppendWireRequestReceivedInRange(t *testing.T) {
+	for _, v := range []int64{-1, MaxEventTime + 1, -1 << 62} {
+		var b Block
+		f := &auditlensv1.Finding{RuleId: "psp", Cluster: "prod", AuditId: "a1", RequestReceived: v}
+		if err := b.AppendWire(mustMarshal(t, f), ""); !errors.Is(err, ErrEventTime) || b.Len() != 0 {
+			t.Errorf("request_received %d: %v (%d findings), want ErrEventTime", v, err, b.Len())
+		}
+	}
+	var b Block
+	f := &auditlensv1.Finding{RuleId: "psp", Cluster: "prod", AuditId: "a1", RequestReceived: MaxEventTime}
+	if err := b.AppendWire(mustMarshal(t, f), ""); err != nil || rows(&b)[0][28] != uint32(MaxEventTime) {
+		t.Errorf("request_received at the last second: %v", err)
 	}
 }
 

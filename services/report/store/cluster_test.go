@@ -50,7 +50,7 @@ func TestClusterSchema(t *testing.T) {
 		"finding_rows": "Distributed", "finding_rows_local": "ReplicatedMergeTree",
 		"finding_builds": "Distributed", "finding_builds_local": "ReplicatedMergeTree",
 		"finding_requests": "Distributed", "finding_requests_local": "ReplicatedReplacingMergeTree", "finding_requests_mv": "MaterializedView",
-		"finding_hour_states": "Distributed", "finding_hour_states_local": "ReplicatedAggregatingMergeTree", "finding_hour_states_mv": "MaterializedView",
+		"finding_hour_states": "Distributed", "finding_hour_states_local": "ReplicatedAggregatingMergeTree", "finding_hour_states_by_request_mv": "MaterializedView",
 		"blocker_names": "Distributed", "blocker_names_local": "ReplicatedReplacingMergeTree",
 		"caller_names": "Distributed", "caller_names_local": "ReplicatedReplacingMergeTree",
 		"finding_hour_changes": "Distributed", "finding_hour_changes_local": "ReplicatedAggregatingMergeTree", "finding_hour_changes_mv": "MaterializedView",

@@ -16,7 +16,7 @@ var FindingColumns = []string{
 	"api_group", "api_version", "resource", "subresource", "namespace", "name", "username",
 	"user_agent", "source_ip", "response_code", "deprecated_in", "removed_in", "removed_in_key",
 	"replacement", "message", "stage", "node", "confidence", "evidence_path", "evidence_value",
-	"ingested_at",
+	"ingested_at", "request_received",
 }
 
 // FindingRow is f as a row of FindingColumns. A finding without event_time takes ingested.

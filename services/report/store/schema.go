@@ -32,6 +32,8 @@ type schemaVars struct {
 	// Cluster is the ClickHouse cluster (remote_servers) the schema spans; empty on a
 	// single server.
 	Cluster string
+	// Modern is true from ClickHouse 20.3 on.
+	Modern bool
 }
 
 func varsFor(database string, v Version, cluster string) schemaVars {
@@ -39,7 +41,7 @@ func varsFor(database string, v Version, cluster string) schemaVars {
 	if v.Modern() {
 		lc = "LowCardinality(String)"
 	}
-	return schemaVars{DB: database, LC: lc, Cluster: cluster}
+	return schemaVars{DB: database, LC: lc, Cluster: cluster, Modern: v.Modern()}
 }
 
 // Local is the name of the table that stores name's rows: name on a single server,
@@ -712,7 +714,42 @@ GROUP BY caller`}},
 		`DROP TABLE IF EXISTS {{.DB}}.finding_hours_state{{.On}}`,
 		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.{{.Local "finding_hours_state"}}{{.On}}{{end}}`,
 		rollup.ViewSQL}},
+	// The request time in a finding's identity. A client may send its own Audit-ID header and
+	// the kube-apiserver keeps it, so two requests may share an audit ID: ordered by (cluster,
+	// rule_id, audit_id), the second replaced the first when parts merged, while the hour
+	// states, counting audit IDs per caller and hour, counted the two once where they met and
+	// twice where they did not. A finding now carries request_received, its request's
+	// requestReceivedTimestamp in Unix seconds (every stage of one request has the same; 0 for a
+	// sighting and an event without one), added to the sorting key: ClickHouse adds to a
+	// sorting key only a column added in the same ALTER, without a default expression, so the
+	// findings stored before hold 0 and keep their identity. On a cluster the Distributed
+	// findings table is created again over its local tables to show the column (as migration
+	// 17); a cluster of ClickHouse 18.16 does not distribute MODIFY ORDER BY (its distributed
+	// DDL takes only column, partition and mutation alters), so there the column is added and
+	// the sorting key stays: the raw table keeps one of two requests sharing an audit ID
+	// once parts merge, while the hour states and builds count both. The hour states count
+	// the same identity through a new view, created before the old one is dropped: an insert
+	// in between reaches both, and one that has no request_received (a report of the version
+	// before, still running) counts the same key in both, its audit ID.
+	{Version: 20, Name: "request time in a finding's identity", SQL: []string{
+		`ALTER TABLE {{.DB}}.{{.Local "findings"}}{{.On}} ADD COLUMN request_received UInt32` +
+			`{{if or .Modern (not .Cluster)}}, MODIFY ORDER BY (cluster, rule_id, audit_id, request_received){{end}}`,
+		`{{if .Cluster}}DROP TABLE IF EXISTS {{.DB}}.findings{{.On}}{{end}}`,
+		`{{.Distributed "findings" "cityHash64(cluster, audit_id)"}}`, `
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{.DB}}.finding_hour_states_by_request_mv{{.On}} TO {{.DB}}.finding_hour_states AS
+SELECT cluster, toStartOfHour(event_time) AS hour, ` + hashSelect + `, ` + requestStateSelect + `
+GROUP BY cluster, hour, ` + dayKeyGroup,
+		`DROP TABLE IF EXISTS {{.DB}}.finding_hour_states_mv{{.On}}`}},
 }
+
+// requestStateSelect is dayStateSelect counting a finding by its whole identity (migration 20):
+// the audit ID, and its request_received after it when there is one.
+const requestStateSelect = `rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
+       username, user_agent, namespace, source_ip,
+       anyState(message) AS message,
+       uniqExactState(if(request_received = 0, audit_id, concat(audit_id, '@', toString(request_received)))) AS findings,
+       minState(event_time) AS first_seen, maxState(event_time) AS last_seen
+FROM {{.DB}}.findings`
 
 // hashSelect gives the blocker and caller hashes (rollup.BlockerHash and rollup.CallerHash)
 // as columns of migration 18's hour states.

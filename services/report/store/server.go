@@ -127,7 +127,7 @@ func (b *serverBackend) insertBlock(ctx context.Context, table string, blk *Bloc
 // the others.
 var findingStrCols = [...]int{colRule, -1, colCluster, colAudit, -1, colVerb, colURI, colGroup,
 	colVersion, colResource, colSub, colNamespace, colName, colUser, colAgent, colIP, -1,
-	colDeprecated, colRemoved, -1, colReplacement, colMessage, colStage, colNode, -1, -1, -1, -1}
+	colDeprecated, colRemoved, -1, colReplacement, colMessage, colStage, colNode, -1, -1, -1, -1, -1}
 
 // appendColumns fills clickhouse-go's columns of an INSERT INTO findings (FindingColumns,
 // in order). Strings go in as *[]byte, the one way that neither boxes nor copies them into
@@ -214,6 +214,8 @@ func (b *Block) appendColumns(cols []column.Interface, ingested time.Time) error
 			_, err = c.Append(b.codes)
 		case name == "removed_in_key":
 			_, err = c.Append(b.keys)
+		case name == "request_received":
+			_, err = c.Append(b.received)
 		case name == "evidence_path":
 			err = appendEvidence(c, &b.evPath)
 		case name == "evidence_value":

@@ -6,16 +6,19 @@
 //
 // # Counting exactly once
 //
-// Delivery is at-least-once, so the same finding, identified by (cluster, audit_id,
-// rule_id), may be inserted several times. The raw table is a ReplacingMergeTree ordered by
-// exactly that identity, so duplicates collapse when parts merge, but until then they are
-// separate rows. Every query that counts findings must therefore count the identity, never
-// rows:
+// Delivery is at-least-once, so the same finding, identified by (cluster, audit_id, rule_id,
+// request_received), may be inserted several times. request_received is the second its
+// request was received: a client may send its own Audit-ID, which the kube-apiserver keeps,
+// so one audit ID may name several requests (0 for a sighting, one finding per caller and
+// day, and for the findings stored before migration 20). The raw table is a
+// ReplacingMergeTree ordered by exactly that identity, so duplicates collapse when parts
+// merge, but until then they are separate rows. Every query that counts findings must
+// therefore count the identity, never rows:
 //
-//	uniqExact(cluster, rule_id, audit_id)   -- or uniqExact(audit_id) inside GROUP BY cluster, rule_id
+//	uniqExact(cluster, rule_id, audit_id, request_received)
 //
 // (FINAL also works but reads slower). The day rows of package rollup hold uniqExact states
-// of audit_id per cluster, day, rule, API and caller, so a re-inserted finding adds nothing:
+// of the identity per cluster, day, rule, API and caller, so a re-inserted finding adds nothing:
 // read them through rollup.Days, or outside Go through the view finding_days_current (sum
 // its findings).
 //

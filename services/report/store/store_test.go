@@ -343,6 +343,7 @@ func TestWriteBlockStoresEveryColumn(t *testing.T) {
 	full.Severity, full.Confidence = auditlensv1.Severity_SEVERITY_WARNING, 9
 	full.Subresource, full.Namespace, full.Name, full.Node = "status", "team-a", "web", "cp-1"
 	full.ResponseCode, full.RemovedIn = 422, "v1.22.3"
+	full.RequestReceived = day.Unix() + 1
 	full.Evidence = append(full.Evidence, &auditlensv1.Evidence{Path: "p2", Value: "v2"}, &auditlensv1.Evidence{})
 	bare := &auditlensv1.Finding{RuleId: "psp", AuditId: "bare"} // no event time, cluster from the message
 	chtest.EachEngine(t, func(t *testing.T, e chtest.Engine, st *store.Store) {
@@ -372,13 +373,14 @@ func TestWriteBlockStoresEveryColumn(t *testing.T) {
 			repl, msg, stage, node, conf                       string
 			paths, values                                      []string
 			ingested                                           time.Time
+			received                                           uint32
 		}
 		read := func(audit string) row {
 			var r row
 			err := st.DB().QueryRowContext(ctx, "SELECT "+strings.Join(store.FindingColumns, ", ")+" FROM findings WHERE audit_id = ?", audit).Scan(
 				&r.rule, &r.sev, &r.cluster, &r.audit, &r.et, &r.verb, &r.uri, &r.group, &r.version, &r.resource, &r.sub, &r.ns, &r.name,
 				&r.user, &r.agent, &r.ip, &r.code, &r.depr, &r.removed, &r.key, &r.repl, &r.msg, &r.stage, &r.node, &r.conf,
-				&r.paths, &r.values, &r.ingested)
+				&r.paths, &r.values, &r.ingested, &r.received)
 			if err != nil {
 				t.Fatalf("read %s: %v", audit, err)
 			}
@@ -388,7 +390,7 @@ func TestWriteBlockStoresEveryColumn(t *testing.T) {
 		want := row{"removed-api", "warning", "prod", "full", day.Add(time.Second), "list", full.RequestUri, "policy", "v1beta1",
 			"podsecuritypolicies", "status", "team-a", "web", full.Username, "kubectl/v1.24.0", "10.0.0.1", 422, "1.21", "v1.22.3", 1022,
 			"Pod Security Admission", "migrate", "ResponseComplete", "cp-1", "9",
-			[]string{"objectRef.apiVersion", "p2", ""}, []string{"v1beta1", "v2", ""}, got.ingested}
+			[]string{"objectRef.apiVersion", "p2", ""}, []string{"v1beta1", "v2", ""}, got.ingested, uint32(day.Unix() + 1)}
 		if !got.et.Equal(want.et) || !got.ingested.After(before.Add(-time.Second)) {
 			t.Errorf("event_time %v, ingested_at %v", got.et, got.ingested)
 		}
@@ -397,7 +399,7 @@ func TestWriteBlockStoresEveryColumn(t *testing.T) {
 			t.Errorf("stored\n%+v\nwant\n%+v", got, want)
 		}
 		b2 := read("bare")
-		if b2.cluster != "staging" || !b2.et.Equal(b2.ingested) || len(b2.paths) != 0 || b2.sev != "" || b2.conf != "" {
+		if b2.cluster != "staging" || !b2.et.Equal(b2.ingested) || len(b2.paths) != 0 || b2.sev != "" || b2.conf != "" || b2.received != 0 {
 			t.Errorf("finding without event time, cluster, evidence: %+v", b2)
 		}
 	})

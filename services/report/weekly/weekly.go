@@ -14,7 +14,8 @@
 //
 // # Counting
 //
-// Every count is of distinct findings by identity (cluster, audit_id, rule_id), never of rows:
+// Every count is of distinct findings by identity (cluster, audit_id, rule_id, request_received:
+// package store), never of rows:
 // a finding delivered twice is stored twice until the ReplacingMergeTree merges. The queries
 // read the day rows of package rollup: per day and caller, the distinct findings. A finding
 // has one event_time, so per-day distinct counts add up exactly to weeks. Weeks are seven
@@ -30,7 +31,7 @@ import (
 )
 
 // Report is one week of findings for one cluster, judged against a target Kubernetes version.
-// Every count counts a finding once by its identity (cluster, audit_id, rule_id).
+// Every count counts a finding once by its identity (package store).
 type Report struct {
 	Cluster string  `json:"cluster"`
 	Target  Version `json:"target_version"`

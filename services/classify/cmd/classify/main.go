@@ -22,7 +22,7 @@ classify catalogue --from X.Y --to X.Y   what is removed and deprecated between 
 
 classify consumes audit events (stream AUDIT_EVENTS, consumer group --classify-group, shared
 by replicas), matches them against the embedded rule catalogue (plus --rules-file), and
-publishes one protobuf Finding per (cluster, audit_id, rule_id) to AUDIT_FINDINGS, acknowledging
+publishes one protobuf Finding per request and rule to AUDIT_FINDINGS, acknowledging
 each event once its findings are stored. Undecodable events go to AUDIT_DEADLETTER.`
 
 // pluginName is the binary's name as a kubectl plugin (the release's krew archive): kubectl

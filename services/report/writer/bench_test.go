@@ -30,10 +30,11 @@ const benchMessageBytes = 32 << 10
 
 // realistic returns a finding like classify emits for a removed API (~700 bytes).
 func realistic(i int) *auditlensv1.Finding {
+	at := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Millisecond)
 	return &auditlensv1.Finding{RuleId: "removed-api", Severity: auditlensv1.Severity_SEVERITY_CRITICAL,
 		Cluster: "prod", AuditId: fmt.Sprintf("5c1d0a7e-3f0b-4a8e-9d51-%012d", i),
-		EventTime: timestamppb.New(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Millisecond)),
-		Verb:      "list", RequestUri: "/apis/extensions/v1beta1/namespaces/team-a/ingresses?limit=500&resourceVersion=0",
+		EventTime: timestamppb.New(at), RequestReceived: at.Unix(),
+		Verb: "list", RequestUri: "/apis/extensions/v1beta1/namespaces/team-a/ingresses?limit=500&resourceVersion=0",
 		ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses", Namespace: fmt.Sprintf("team-%d", i%50),
 		Username:  fmt.Sprintf("system:serviceaccount:team-%d:ingress-controller", i%50),
 		UserAgent: "nginx-ingress-controller/v0.34.1 (linux/amd64) ingress-nginx/c3ce1e7b5b1e0f6bd7d8e7e0e8d9bd3a2b3c8e1f",

@@ -748,14 +748,8 @@ func TestMigrationToHashedStatesKeepsTheCounts(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		db := st.DB()
-		today := testkit.Now().UTC().Truncate(24 * time.Hour)
-		noon := today.Add(12 * time.Hour)
+		today, fs := seedOld(ctx, t, st)
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
-		defer rollup.SetNow(noon)()
-		fs := seed(today)
-		if err := writeOld(ctx, st, fs); err != nil {
-			t.Fatal(err)
-		}
 		migrateRest(ctx, t, st, all, before, after)
 		for _, c := range []string{"prod", "staging", ""} {
 			sameRows(t, c+", after the migration", fromDays(t, db, c, from, to), fromFindings(t, db, c, from, to))
@@ -867,14 +861,8 @@ func TestMigrationToRequestIdentityKeepsTheCounts(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		ctx := context.Background()
 		db := st.DB()
-		today := testkit.Now().UTC().Truncate(24 * time.Hour)
-		noon := today.Add(12 * time.Hour)
+		today, fs := seedOld(ctx, t, st)
 		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
-		defer rollup.SetNow(noon)()
-		fs := seed(today)
-		if err := writeOld(ctx, st, fs); err != nil {
-			t.Fatal(err)
-		}
 		wantDays := fromDays(t, db, "", from, to)
 		migrateRest(ctx, t, st, all, before, after)
 		sameRows(t, "after the migration", fromDays(t, db, "", from, to), wantDays)
@@ -921,6 +909,19 @@ func migrateRest(ctx context.Context, t *testing.T, st *store.Store, all, before
 	if err != nil || !slices.Equal(did, after) || len(after) == 0 || after[0] != before[len(before)-1].Version+1 {
 		t.Fatalf("migrate applied %v (%v), want %v", did, err, after)
 	}
+}
+
+// seedOld writes seed(today) into st, a store at a version before migration 20, with the
+// rollup's clock at today's noon until t ends.
+func seedOld(ctx context.Context, t *testing.T, st *store.Store) (today time.Time, fs []*auditlensv1.Finding) {
+	t.Helper()
+	today = testkit.Now().UTC().Truncate(24 * time.Hour)
+	t.Cleanup(rollup.SetNow(today.Add(12 * time.Hour)))
+	fs = seed(today)
+	if err := writeOld(ctx, st, fs); err != nil {
+		t.Fatal(err)
+	}
+	return today, fs
 }
 
 // writeOld writes fs into a store at a version before migration 20, whose findings have no

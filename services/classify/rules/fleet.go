@@ -14,11 +14,11 @@ import (
 // A sighting rule reports who does something, not each request that does it: a kubelet's
 // release, a client of nodes/proxy, the ingress-nginx controller's agent. Its findings are
 // keyed (Match.ID) by the caller, what was seen and the UTC day instead of the request's
-// audit ID, so the de-duplication that merges the stages of one request (package dedup, the
-// bus's message ids, the store's identity; a sighting's has no request time) keeps one finding per
-// caller and day: a fleet of kubelets polling every ten seconds is a few findings a day, not
-// millions, and a replay after a crash repeats the same keys. Its evidence (the request it was
-// first seen in: agent, user, URI, audit ID) is added when its finding is built
+// audit ID and with no request time, so the de-duplication that merges the stages of one
+// request (package dedup, the bus's message ids, the store's identity) also keeps one finding
+// per caller and day: a fleet of kubelets polling every ten seconds is a few findings a day,
+// not millions, and a replay after a crash repeats the same keys. Its evidence (the request it
+// was first seen in: agent, user, URI, audit ID) is added when its finding is built
 // (FindingFrom), once per key, not per request.
 
 // sightingID is the key of a sighting of what by the event's caller on the event's UTC day:

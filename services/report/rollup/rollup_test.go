@@ -933,7 +933,7 @@ func writeOld(ctx context.Context, st *store.Store, fs []*auditlensv1.Finding) e
 	}
 	var rows [][]any
 	for _, f := range fs {
-		rows = append(rows, store.FindingRow(f, time.Now())[:len(cols)])
+		rows = append(rows, store.FindingRow(f, testkit.Now())[:len(cols)])
 	}
 	return st.Insert(ctx, "findings", cols, rows)
 }

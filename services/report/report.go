@@ -192,7 +192,7 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			Limits: cfg.Console.Page, Deadline: store.WithDeadline, Accept: files.Acceptor, Owners: files.teamFilter()}
 		if reg != nil {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_report_console_requests_shared_total",
-				Help: "Console requests answered from another request's read of the same page for the same user, under way when they came."},
+				Help: "Console requests answered from another request's read of the same page, under way when they came, for a user decided the same on every cluster it looked at."},
 				func() float64 { return float64(h.Shared()) }))
 		}
 		mux := http.NewServeMux()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,9 +77,12 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Limits: Limits{Lookback: DefaultLimits().Lookback, MaxQueries: *loadQueries, QueryTimeout: *loadTimeout}, Deadline: store.WithDeadline}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	// A request naming a user (testUser) is that user's, allowed every cluster: 16 users
-	// asking at once do not share a read (share), one user's 16 requests do.
-	srv := httptest.NewServer(namedUsers(mux, func(string, string) bool { return true }, access.Loopback(mux)))
+	// A request naming a user (testUser) is that user's, allowed every cluster but those of
+	// the "prod-only" users: 16 users allowed the same share a read (share), users of two
+	// kinds read twice.
+	srv := httptest.NewServer(namedUsers(mux, func(user, cluster string) bool {
+		return cluster == "prod" || !strings.HasPrefix(user, "prod-only")
+	}, access.Loopback(mux)))
 	defer srv.Close()
 	scope := "cluster=prod&target-version=1.32&week-ending=" + weekly.LastWeekEnding(now).String()
 	key := "&rule=removed-api&group=extensions&version=v1beta1&resource=ingresses"
@@ -137,10 +141,11 @@ func settle(b *testing.B, db *sql.DB) {
 	b.Logf("background merges over after %v", time.Since(t0).Round(time.Second))
 }
 
-// measure asks url b.N times alone, then b.N times 16 at once as one user, then b.N times 16 at
-// once as 16 users, and reports the slowest request alone, the slowest served and refused of
-// the 16 of one user and of 16 users, and how many were refused. One user's requests share a
-// read (share); 16 users' read alone, at most MaxQueries at once. server reads the query log.
+// measure asks url b.N times alone, then b.N times 16 at once as one user, as 16 users allowed
+// the same clusters, and as 16 users of two kinds (half of them refused the second cluster),
+// and reports the slowest request alone, the slowest served and refused of each 16, and how
+// many were refused. Requests of users decided the same share a read (share): one user's, 16
+// users allowed the same; 16 users of two kinds are two reads. server reads the query log.
 func measure(b *testing.B, url string, server *sql.DB) {
 	const clients = 16
 	// Alone first: the page's own latency, then 16 at once.
@@ -159,15 +164,19 @@ func measure(b *testing.B, url string, server *sql.DB) {
 	if *loadQueryLog {
 		logQueries(b, server, url, aloneFrom)
 	}
-	once := func(users bool) (served, refused time.Duration, nRefused int) {
+	const oneUser, users, twoKinds = 0, 1, 2
+	once := func(who int) (served, refused time.Duration, nRefused int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for i := range clients {
 			wg.Go(func() {
 				start := time.Now()
 				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-				if users {
+				switch {
+				case who == users || (who == twoKinds && i%2 == 0):
 					req.Header.Set(testUser, fmt.Sprintf("user-%d", i))
+				case who == twoKinds:
+					req.Header.Set(testUser, fmt.Sprintf("prod-only-%d", i))
 				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -191,13 +200,15 @@ func measure(b *testing.B, url string, server *sql.DB) {
 		wg.Wait()
 		return served, refused, nRefused
 	}
-	var served, refused, usersServed, usersRefused time.Duration
-	var nRefused, nUsersRefused int
+	var served, refused, usersServed, usersRefused, kindsServed, kindsRefused time.Duration
+	var nRefused, nUsersRefused, nKindsRefused int
 	for range b.N {
-		s, r, n := once(false)
+		s, r, n := once(oneUser)
 		served, refused, nRefused = max(served, s), max(refused, r), nRefused+n
-		s, r, n = once(true)
+		s, r, n = once(users)
 		usersServed, usersRefused, nUsersRefused = max(usersServed, s), max(usersRefused, r), nUsersRefused+n
+		s, r, n = once(twoKinds)
+		kindsServed, kindsRefused, nKindsRefused = max(kindsServed, s), max(kindsRefused, r), nKindsRefused+n
 	}
 	b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
 	b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
@@ -206,6 +217,9 @@ func measure(b *testing.B, url string, server *sql.DB) {
 	b.ReportMetric(float64(usersServed.Milliseconds()), "max-served-16users-ms")
 	b.ReportMetric(float64(usersRefused.Milliseconds()), "max-503-16users-ms")
 	b.ReportMetric(float64(nUsersRefused)/float64(b.N), "503/16users")
+	b.ReportMetric(float64(kindsServed.Milliseconds()), "max-served-2kinds-ms")
+	b.ReportMetric(float64(kindsRefused.Milliseconds()), "max-503-2kinds-ms")
+	b.ReportMetric(float64(nKindsRefused)/float64(b.N), "503/2kinds")
 }
 
 // generated inserts findings: the parameters are the first audit id's number, the first

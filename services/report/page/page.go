@@ -19,8 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/auditlens/auditlens/services/report/console"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
@@ -57,11 +55,12 @@ type Handler struct {
 
 	semOnce sync.Once
 	sem     chan struct{}
-	// flight, shared and asking (the requests of named users reading or waiting for a
-	// shared read now): see share.
-	flight singleflight.Group
-	shared atomic.Uint64
-	asking atomic.Int64
+	// flight (the reads under way by what they ask), shared and asking (the requests
+	// reading or waiting for a shared read now): see share.
+	flightMu sync.Mutex
+	flight   map[string][]*flight
+	shared   atomic.Uint64
+	asking   atomic.Int64
 }
 
 // CSP is the pages' Content-Security-Policy: nothing loads but their own inline styles and

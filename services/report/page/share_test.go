@@ -11,42 +11,60 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/access"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/store"
 	"github.com/auditlens/auditlens/services/report/weekly"
 )
 
-// TestConsoleSharesOneRead: requests asking the same page of the same user while it is read
-// share that read; another user's request, or one of no named user, reads alone (and past
-// the bound gets 503), so an answer never goes to a user it was not read for.
+// TestConsoleSharesOneRead: requests asking the same page while it is read share that read
+// when their users are decided as the read's were (the same user, another allowed the same
+// clusters); a user refused the cluster asked for reads alone at once, and one decided
+// otherwise about a cluster the read looked at (the report's list of clusters, the first
+// screen's) reads alone after it, so an answer never goes to a user it does not hold for.
 func TestConsoleSharesOneRead(t *testing.T) {
 	_, st := chtest.ServerStore(t)
 	seedConsole(t, st)
-	// A read of alice's waits in its deadline (the first thing it does with its slot) until
-	// the test lets it go.
-	hold := make(chan struct{})
-	var letGo sync.Once
+	staging := &auditlensv1.Finding{RuleId: "removed-api", Cluster: "staging", AuditId: "staging-1",
+		EventTime: timestamppb.New(consoleNow.Add(-time.Hour)), Verb: "list", RequestUri: "/apis/extensions/v1beta1/ingresses",
+		ApiGroup: "extensions", ApiVersion: "v1beta1", Resource: "ingresses", Username: "stager", UserAgent: "kubectl/v1.21.0",
+		SourceIp: "10.0.0.2", ResponseCode: 200, RemovedIn: "1.22", Replacement: "networking.k8s.io/v1"}
+	if err := st.WriteFindings(context.Background(), []*auditlensv1.Finding{staging}); err != nil {
+		t.Fatal(err)
+	}
+	// A read of a user in holds waits in its deadline (the first thing it does with its
+	// slot) until the test closes the user's channel.
+	var holds sync.Map
 	h := &Handler{DB: st.DB(), Cluster: "prod", Releases: []weekly.Version{{Major: 1, Minor: 22}},
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return consoleNow }, Limits: Limits{MaxQueries: 2, QueryTimeout: time.Minute},
 		Deadline: func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-			if id, _ := access.Identity(ctx); id == "alice" {
-				<-hold
+			id, _ := access.Identity(ctx)
+			if ch, ok := holds.Load(id); ok {
+				<-ch.(chan struct{})
 			}
 			return store.WithDeadline(ctx, d)
 		}}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	// alice may read prod, bob nothing; a request naming no user is one the authorizer does
-	// not name.
-	srv := httptest.NewServer(namedUsers(mux, func(user, cluster string) bool { return user == "alice" && cluster == "prod" },
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mux.ServeHTTP(w, r.WithContext(access.WithAuthorizer(r.Context(), access.Everyone)))
-		})))
+	// erin may read both clusters, bob nothing, the others prod; a request naming no user
+	// is one the authorizer does not name, allowed everything.
+	srv := httptest.NewServer(namedUsers(mux, func(user, cluster string) bool {
+		return user == "erin" || (user != "bob" && cluster == "prod")
+	}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(access.WithAuthorizer(r.Context(), access.Everyone)))
+	})))
 	defer srv.Close()
-	defer letGo.Do(func() { close(hold) }) // before the server closes: it waits for its requests
+	hold := func(user string) func() {
+		ch := make(chan struct{})
+		holds.Store(user, ch)
+		var once sync.Once
+		return func() { once.Do(func() { close(ch) }) }
+	}
 	get := func(user, path string) (int, string) {
-		// A request that waits on alice's held read when it should not fails after 30 s.
+		// A request that waits on a held read when it should not fails after 30 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
@@ -60,44 +78,63 @@ func TestConsoleSharesOneRead(t *testing.T) {
 		resp, body := fetchReq(t, req)
 		return resp.StatusCode, body
 	}
+	waitAsking := func(n int64) {
+		t.Helper()
+		for waited := time.Duration(0); h.asking.Load() < n; waited += 10 * time.Millisecond {
+			if waited > time.Minute {
+				t.Fatalf("%d requests asking after a minute, want %d", h.asking.Load(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	ask := func(wg *sync.WaitGroup, user, path string) *answer {
+		a := &answer{}
+		wg.Go(func() { a.code, a.body = get(user, path) })
+		return a
+	}
+
+	// One cluster's page: alice's twelve requests and carol's share one read; bob, refused
+	// prod, is answered at once beside it; a request of no named user, allowed staging too
+	// (its page lists the clusters), waits for the read and then reads alone.
+	letGo := hold("alice")
+	defer letGo() // before the server closes: it waits for its requests
 	const page, clients = "/report?cluster=prod&target-version=1.22", 12
 	var wg sync.WaitGroup
-	codes, bodies := make([]int, clients), make([]string, clients)
-	for i := range clients {
-		wg.Go(func() { codes[i], bodies[i] = get("alice", page) })
+	var alices []*answer
+	for range clients {
+		alices = append(alices, ask(&wg, "alice", page))
 	}
-	for waited := time.Duration(0); h.asking.Load() < clients; waited += 10 * time.Millisecond {
-		if waited > time.Minute {
-			t.Fatalf("%d requests asking after a minute, want %d", h.asking.Load(), clients)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// alice's read holds one slot: bob asking the same page reads alone, with the other,
-	// and is refused prod; then the second slot is held by a request of no named user, so
-	// one more of that user is refused at once.
+	waitAsking(clients)
 	if code, body := get("bob", page); code != http.StatusForbidden || strings.Contains(body, "extensions") {
 		t.Errorf("bob, while alice's read is under way: %d %.200q", code, body)
 	}
+	carol, anyone := ask(&wg, "carol", page), ask(&wg, "", page)
+	waitAsking(clients + 2)
+	// alice's read holds one slot, the second is taken here: another page is refused at once.
 	release, ok := h.admit()
 	if !ok {
 		t.Fatal("the second slot is taken")
-	}
-	if code, _ := get("", page); code != http.StatusServiceUnavailable {
-		t.Errorf("a request of no named user past the bound: %d, want 503", code)
 	}
 	if code, _ := get("alice", "/report?cluster=prod&target-version=1.25"); code != http.StatusServiceUnavailable {
 		t.Errorf("alice asking another page past the bound: %d, want 503", code)
 	}
 	release()
-	letGo.Do(func() { close(hold) })
+	letGo()
 	wg.Wait()
-	for i := range clients {
-		if codes[i] != http.StatusOK || bodies[i] != bodies[0] || !strings.Contains(bodies[i], "extensions/v1beta1") {
-			t.Errorf("alice's request %d: %d, %d bytes (the first %d)", i, codes[i], len(bodies[i]), len(bodies[0]))
+	for i, a := range append(alices, carol) {
+		if a.code != http.StatusOK || a.body != alices[0].body || !strings.Contains(a.body, "extensions/v1beta1") || strings.Contains(a.body, "staging") {
+			t.Errorf("request %d of the shared page: %d, %d bytes (the first %d)", i, a.code, len(a.body), len(alices[0].body))
 		}
 	}
-	if n := h.Shared(); n < 1 || n > clients-1 {
-		t.Errorf("%d requests shared a read, want 1 to %d", n, clients-1)
+	if anyone.code != http.StatusOK || !strings.Contains(anyone.body, "staging") {
+		t.Errorf("the request of no named user: %d, names staging %v", anyone.code, strings.Contains(anyone.body, "staging"))
+	}
+	if n := h.Shared(); n < 1 || n > clients {
+		t.Errorf("%d requests shared a read, want 1 (carol's) to %d", n, clients)
 	}
 	if n := h.asking.Load(); n != 0 {
 		t.Errorf("%d requests still asking", n)
@@ -106,6 +143,30 @@ func TestConsoleSharesOneRead(t *testing.T) {
 	before := h.Shared()
 	if code, _ := get("alice", page); code != http.StatusOK || h.Shared() != before {
 		t.Errorf("a request after the shared read: %d, shared %d -> %d", code, before, h.Shared())
+	}
+
+	// The first screen names no cluster: dora's read decides on prod and staging. frank,
+	// decided as she is, shares it; erin, allowed staging too, waits for it and then reads
+	// alone, and only she sees staging.
+	before = h.Shared()
+	letGo = hold("dora")
+	defer letGo()
+	dora := ask(&wg, "dora", "/")
+	waitAsking(1)
+	erin, frank := ask(&wg, "erin", "/"), ask(&wg, "frank", "/")
+	waitAsking(3)
+	letGo()
+	wg.Wait()
+	for who, a := range map[string]*answer{"dora": dora, "erin": erin, "frank": frank} {
+		if a.code != http.StatusOK || !strings.Contains(a.body, "prod") || strings.Contains(a.body, "staging") != (who == "erin") {
+			t.Errorf("%s's first screen: %d, names staging %v", who, a.code, strings.Contains(a.body, "staging"))
+		}
+	}
+	if frank.body != dora.body {
+		t.Error("frank's first screen is not dora's")
+	}
+	if n := h.Shared() - before; n != 1 {
+		t.Errorf("%d requests shared dora's read, want 1 (frank's)", n)
 	}
 }
 

@@ -63,6 +63,11 @@ func appendJSON(dst []byte, f *auditlensv1.Finding) []byte {
 		str("node", f.Node)
 	}
 	str("confidence", confidenceName(f.Confidence))
+	if f.RequestReceived != 0 {
+		dst = append(dst, `,"request_received":"`...)
+		dst = time.Unix(f.RequestReceived, 0).UTC().AppendFormat(dst, time.RFC3339) // nothing to escape
+		dst = append(dst, '"')
+	}
 	return append(dst, '}', '\n')
 }
 

@@ -36,7 +36,7 @@ func TestAppendJSONIsEncodingJSON(t *testing.T) {
 			RuleId: s, Severity: auditlensv1.Severity(i % 4), Cluster: s, AuditId: s, Verb: s, RequestUri: s, ApiGroup: s,
 			ApiVersion: s, Resource: s, Subresource: s, Namespace: s, Name: s, Username: s, UserAgent: s, SourceIp: s,
 			ResponseCode: int32(i*100 - 300), DeprecatedIn: s, RemovedIn: s, Replacement: s, Message: s, Stage: s, Node: s,
-			Confidence: auditlensv1.Confidence(i % 4), EventTime: timestamppb.New(timestamppb.Now().AsTime().Add(-1)),
+			Confidence: auditlensv1.Confidence(i % 4), EventTime: timestamppb.New(timestamppb.Now().AsTime().Add(-1)), RequestReceived: int64(i%2) * (1764583200 + int64(i)),
 			Evidence: []*auditlensv1.Evidence{{Path: s, Value: s}, {Path: "b", Value: s + "x"}}[:i%3],
 		})
 	}

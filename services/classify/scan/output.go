@@ -34,6 +34,10 @@ type JSONFinding struct {
 	Stage        string         `json:"stage"`
 	Node         string         `json:"node,omitempty"`
 	Confidence   string         `json:"confidence"`
+	// RequestReceived is the request's requestReceivedTimestamp (RFC 3339, seconds), which
+	// with audit_id and rule_id names the finding: two requests may share a client-chosen
+	// Audit-ID. Absent for a sighting and for an event without one.
+	RequestReceived string `json:"request_received,omitempty"`
 }
 
 // JSONEvidence is one matched path and value.
@@ -80,6 +84,9 @@ func ToJSON(f *auditlensv1.Finding) JSONFinding {
 	}
 	if f.EventTime != nil {
 		j.EventTime = f.EventTime.AsTime().UTC().Format(time.RFC3339Nano)
+	}
+	if f.RequestReceived != 0 {
+		j.RequestReceived = time.Unix(f.RequestReceived, 0).UTC().Format(time.RFC3339)
 	}
 	for _, e := range f.Evidence {
 		j.Evidence = append(j.Evidence, JSONEvidence{e.Path, e.Value})

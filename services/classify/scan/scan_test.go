@@ -136,6 +136,15 @@ func TestReusedAuditIDIsTwoRequests(t *testing.T) {
 		if n := strings.Count(out, `"audit_id":"b1"`); n != 1 {
 			t.Errorf("--parallel %s: %d findings for two stages of b1 without a receipt time, want 1:\n%s", parallel, n, out)
 		}
+		// Each line says which request it is; one without a receipt time says none.
+		for _, want := range []string{`"request_received":"2026-11-29T10:00:00Z"`, `"request_received":"2026-11-29T10:05:00Z"`} {
+			if n := strings.Count(out, want); n != 1 {
+				t.Errorf("--parallel %s: %d lines with %s, want 1:\n%s", parallel, n, want, out)
+			}
+		}
+		if n := strings.Count(out, `"request_received"`); n != 2 {
+			t.Errorf("--parallel %s: %d lines with a request_received, want 2 (b1 has none):\n%s", parallel, n, out)
+		}
 	}
 }
 

@@ -23,9 +23,9 @@ import (
 // it joins, on each other decision as the read makes it (most early, as a page checks its
 // clusters before its heavy reads), and on all of them at the end. An answer never goes to a
 // user it does not hold for, and users of two kinds asking at once cost two reads side by
-// side. A team opening a link posted in a channel, or a
-// dashboard's viewers refreshing at once, cost one read, not a 503 each past the bound.
-// Nothing is kept once a read ends: a request after it reads again.
+// side. A team opening a link posted in a channel, or a dashboard's viewers refreshing at
+// once, cost one read, not a 503 each past the bound. Nothing is kept once a read ends: a
+// request after it reads again.
 //
 // A shared read runs without its first client's cancellation (its deadline stays): the
 // others still wait for it when that client leaves.

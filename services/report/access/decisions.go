@@ -8,7 +8,7 @@ import (
 // Decisions are the access decisions a read made (Recording): which clusters its user was
 // allowed or refused, in the order made. A page is a function of what it asked, the store
 // and these decisions only, so its answer may go to another user whose authorizer decides
-// the same (Same).
+// the same (SameFrom).
 type Decisions struct {
 	mu     sync.Mutex
 	made   []decision
@@ -58,17 +58,12 @@ func (d *Decisions) record(cluster string, ok bool, err error) {
 	d.changed = make(chan struct{})
 }
 
-// Same reports whether the user of ctx is decided as every decision made so far: each
-// cluster asked of ctx's authorizer again (its own cache answers those it knows). False when a
-// recorded decision failed (an error: nothing to compare) or ctx's authorizer fails.
-func (d *Decisions) Same(ctx context.Context) bool {
-	ok, _, _ := d.SameFrom(ctx, 0)
-	return ok
-}
-
-// SameFrom is Same for the decisions made from the from'th on (those before it already
-// compared), and returns how many are compared now and a channel closed when more are made.
-// A request waiting for a read asks it each time the channel closes, each decision once.
+// SameFrom reports whether the user of ctx is decided as each decision made so far from the
+// from'th on (those before it already compared): each cluster asked of ctx's authorizer again
+// (its own cache answers those it knows). False when a recorded decision failed (an error:
+// nothing to compare) or ctx's authorizer fails. It returns how many are compared now and a
+// channel closed when more are made: a request waiting for a read asks it each time the
+// channel closes, each decision once.
 func (d *Decisions) SameFrom(ctx context.Context, from int) (same bool, next int, changed <-chan struct{}) {
 	d.mu.Lock()
 	failed, made, changed := d.failed, d.made[min(from, len(d.made)):], d.changed

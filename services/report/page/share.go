@@ -17,7 +17,7 @@ import (
 // The first reads (as serve: one MaxQueries slot, the deadline), recording its answer and
 // every access decision it made (access.Recording); those that arrive while it reads wait
 // for it, without a slot of their own, and get a copy when their own authorizer decides each
-// of those clusters the same (access.Decisions.Same): a page is a function of what it asked,
+// of those clusters the same (access.Decisions.SameFrom): a page is a function of what it asked,
 // the store and those decisions only. A request decided otherwise joins another read of the
 // same under way whose decisions hold for it, or begins one: on the cluster it names before
 // it joins, on each other decision as the read makes it (most early, as a page checks its
@@ -45,14 +45,14 @@ func (h *Handler) share(w http.ResponseWriter, r *http.Request, page func(w http
 	// sends it round again, at once: to another read under way whose decisions hold, or its
 	// own. Each round leaves a read of another kind; a few rounds, then it reads alone.
 	for range maxRounds {
-		c, lead := h.join(key, r.Context())
+		c, compared, lead := h.join(key, r.Context())
 		if lead {
 			h.serve(c.rec, r.WithContext(c.ctx), page)
 			h.leave(key, c)
 			c.rec.replay(w)
 			return
 		}
-		same, left := h.wait(r.Context(), c)
+		same, left := h.wait(r.Context(), c, compared)
 		if left {
 			return // the client left: nobody reads an answer
 		}
@@ -69,10 +69,10 @@ func (h *Handler) share(w http.ResponseWriter, r *http.Request, page func(w http
 const maxRounds = 4
 
 // wait waits for c to end while its decisions hold for the user of ctx, comparing each
-// decision once as it is made; same: c's answer holds, left: ctx ended.
-func (h *Handler) wait(ctx context.Context, c *flight) (same, left bool) {
+// decision from the from'th (those before it were compared when it joined) once as it is
+// made; same: c's answer holds, left: ctx ended.
+func (h *Handler) wait(ctx context.Context, c *flight, from int) (same, left bool) {
 	defer h.asking.Add(-1)
-	from := 0
 	for {
 		ok, next, changed := c.decisions.SameFrom(ctx, from)
 		if !ok {
@@ -100,18 +100,18 @@ type flight struct {
 	done      chan struct{}
 }
 
-// join finds a read of key under way whose decisions so far hold for the user of ctx, else
-// begins one (lead: the caller reads, then leaves). Either way the request is counted as
-// asking until it leaves or its wait ends.
-func (h *Handler) join(key string, ctx context.Context) (c *flight, lead bool) {
+// join finds a read of key under way whose decisions so far (compared: how many) hold for
+// the user of ctx, else begins one (lead: the caller reads, then leaves). Either way the
+// request is counted as asking until it leaves or its wait ends.
+func (h *Handler) join(key string, ctx context.Context) (c *flight, compared int, lead bool) {
 	h.flightMu.Lock()
 	under := slices.Clone(h.flight[key])
 	h.flightMu.Unlock()
 	for _, c := range under {
 		// Asked outside the lock: an authorizer may ask the apiserver.
-		if c.decisions.Same(ctx) {
+		if same, n, _ := c.decisions.SameFrom(ctx, 0); same {
 			h.asking.Add(1)
-			return c, false
+			return c, n, false
 		}
 	}
 	c = &flight{rec: &recorder{header: http.Header{}}, done: make(chan struct{})}
@@ -123,7 +123,7 @@ func (h *Handler) join(key string, ctx context.Context) (c *flight, lead bool) {
 	}
 	h.flight[key] = append(h.flight[key], c)
 	h.asking.Add(1)
-	return c, true
+	return c, 0, true
 }
 
 // leave ends the read c of key: no request joins it any more, those waiting get its answer.

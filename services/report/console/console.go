@@ -327,13 +327,6 @@ func (r Reader) daysOf(ctx context.Context, t, cluster string, w Window, m rollu
 	return src, all, nil
 }
 
-// hashOf groups the day rows by the columns cols (SQL) as one 64-bit hash: a GROUP BY over
-// several string columns (user agents among them) measured about three times slower than
-// over their hash on ClickHouse 18.16. The selected values come with any(); two groups
-// would merge only if their columns hashed alike (about one chance in 10^7 with a million
-// groups), as two callers' links (Caller.ID) would already.
-func hashOf(cols string) string { return "cityHash64(" + cols + ")" }
-
 // Snapshot returns ctx under which the reads of one page share one snapshot of the rollup
 // (package rollup's Snapshot): the retention, the read plans and the moved callers are read
 // once, and every read takes the same builds.

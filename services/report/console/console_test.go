@@ -15,6 +15,7 @@ import (
 	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/console"
+	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
 )
 
@@ -118,7 +119,9 @@ func TestRequestsSharingAnAuditID(t *testing.T) {
 func TestQueries(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		seed(t, st)
-		testQueries(t, console.Reader{DB: st.DB()})
+		r := console.Reader{DB: st.DB()}
+		testQueries(t, r)
+		searchNamesKept(t, r, "findings", nil)
 	})
 }
 
@@ -129,7 +132,27 @@ func TestQueriesOnCluster(t *testing.T) {
 	st := c.Store(t, "auditlens")
 	seed(t, st)
 	c.WaitReplicated(t, "auditlens")
-	testQueries(t, console.Reader{DB: st.DB(), Table: "auditlens.findings"})
+	r := console.Reader{DB: st.DB(), Table: "auditlens.findings"}
+	testQueries(t, r)
+	searchNamesKept(t, r, "auditlens.findings", c.WaitReplicated)
+}
+
+// searchNamesKept compacts the days of r's findings, then searches them again: ordered by
+// the names the compaction kept, no page is read over the strings of the day rows.
+func searchNamesKept(t *testing.T, r console.Reader, table string, settle func(testing.TB, string)) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rollup.Compact(ctx, r.DB, rollup.TablesFor(table)); err != nil {
+		t.Fatal(err)
+	}
+	if settle != nil {
+		settle(t, "auditlens")
+	}
+	before := console.SearchesOverStrings()
+	t.Run("search with the names kept", func(t *testing.T) { testSearch(ctx, t, r) })
+	if n := console.SearchesOverStrings() - before; n != 0 {
+		t.Errorf("%d searches read over the strings, though every name is kept", n)
+	}
 }
 
 func testQueries(t *testing.T, r console.Reader) {
@@ -311,36 +334,7 @@ func testQueries(t *testing.T, r console.Reader) {
 			t.Errorf("b1 of another cluster: %+v %v", got, err)
 		}
 	})
-	t.Run("search", func(t *testing.T) {
-		for _, c := range []struct {
-			by   console.SearchBy
-			text string
-			want []string // user@ip rule
-		}{
-			{console.ByUser, "BOB", []string{"bob@10.0.0.9 psp", "bob@10.0.0.9 removed-api"}},
-			{console.ByAgent, "<SCRIPT>", []string{"system:serviceaccount:ci:deployer@10.0.0.1 removed-api", "system:serviceaccount:ci:deployer@10.0.0.2 removed-api"}},
-			{console.ByNamespace, "team-", []string{"bob@10.0.0.9 removed-api"}},
-			{console.ByNamespace, "%", []string{"bob@10.0.0.9 removed-api"}}, // a character, not a wildcard
-			{console.ByUser, "_", nil},
-			{console.ByUser, "alice", nil}, // the week before
-		} {
-			got, more, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: c.by, Text: c.text, Window: week})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, m := range got {
-				names = append(names, fmt.Sprintf("%s@%s %s", m.Username, m.SourceIP, m.Key.Rule))
-			}
-			if more || !reflect.DeepEqual(names, c.want) {
-				t.Errorf("search %s %q: %q (more %v), want %q", c.by, c.text, names, more, c.want)
-			}
-		}
-		got, _, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: console.ByAgent, Text: "script", Window: week})
-		if err != nil || len(got) == 0 || !reflect.DeepEqual(got[0].Namespaces, []string{"ci", "web"}) || got[0].Findings != 3 {
-			t.Errorf("namespaces of the first match: %+v %v", got, err)
-		}
-	})
+	t.Run("search", func(t *testing.T) { testSearch(ctx, t, r) })
 	t.Run("bad queries", func(t *testing.T) {
 		for name, err := range map[string]error{
 			"limit":     second(r.Callers(ctx, console.CallersQuery{Cluster: "prod", Key: ingresses, Window: week, Page: console.Page{Limit: console.MaxLimit + 1}})),
@@ -356,6 +350,39 @@ func testQueries(t *testing.T, r console.Reader) {
 			}
 		}
 	})
+}
+
+// testSearch checks the searches of seed's findings.
+func testSearch(ctx context.Context, t *testing.T, r console.Reader) {
+	for _, c := range []struct {
+		by   console.SearchBy
+		text string
+		want []string // user@ip rule
+	}{
+		{console.ByUser, "BOB", []string{"bob@10.0.0.9 psp", "bob@10.0.0.9 removed-api"}},
+		{console.ByAgent, "<SCRIPT>", []string{"system:serviceaccount:ci:deployer@10.0.0.1 removed-api", "system:serviceaccount:ci:deployer@10.0.0.2 removed-api"}},
+		{console.ByNamespace, "team-", []string{"bob@10.0.0.9 removed-api"}},
+		{console.ByNamespace, "%", []string{"bob@10.0.0.9 removed-api"}}, // a character, not a wildcard
+		{console.ByUser, "_", nil},
+		{console.ByUser, "alice", nil}, // the week before
+	} {
+		got, more, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: c.by, Text: c.text, Window: week})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, m := range got {
+			names = append(names, fmt.Sprintf("%s@%s %s", m.Username, m.SourceIP, m.Key.Rule))
+		}
+		if more || !reflect.DeepEqual(names, c.want) {
+			t.Errorf("search %s %q: %q (more %v), want %q", c.by, c.text, names, more, c.want)
+		}
+	}
+	got, _, err := r.Search(ctx, console.SearchQuery{Cluster: "prod", By: console.ByAgent, Text: "script", Window: week})
+	if err != nil || len(got) == 0 || !reflect.DeepEqual(got[0].Namespaces, []string{"ci", "web"}) || got[0].Findings != 3 ||
+		got[0].UserAgent != hostile || got[0].RemovedIn != "1.22" || got[0].Key != ingresses {
+		t.Errorf("the first match, its namespaces, user agent and removal: %+v %v", got, err)
+	}
 }
 
 func second[T any](_ T, _ bool, err error) error { return err }

@@ -307,8 +307,9 @@ func (n Names) Cover(blockers, callers []uint64) bool {
 // NamesOf reads what the hashes of blockers and callers of cluster stand for: from the names
 // the compaction kept (blocker_names, caller_names), and those it has not kept yet (of hours
 // not built, or built on a replica that lags) from the key columns of the hour states that
-// block target (Blocking's parameter) on the days given ("YYYY-MM-DD", those the callers were
-// last seen, whose states hold their keys), or, when days is nil, over the days [from, to).
+// block target (Blocking's parameter; 0: every state, blocking or not) on the days given
+// ("YYYY-MM-DD", those the callers were last seen, whose states hold their keys), or, when
+// days is nil, over the days [from, to).
 func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
 	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
 	err := n.read(ctx, db, "", t.BlockerNames, t.CallerNames, "seen", "1", nil, blockers, callers)
@@ -316,6 +317,31 @@ func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []s
 		return n, err
 	}
 	return n, n.fromStates(ctx, db, t, cluster, days, from, to, target, blockers, callers)
+}
+
+// WithNames is the SQL of the rows of src (a query whose rows have the columns blocker and
+// caller) with the names the compaction kept for their hashes: c_user, c_agent, c_ip and
+// c_named (1 when the caller has a name) and b_rule, b_group, b_version, b_resource,
+// b_removed (the newest) and b_named; a hash without a name yet (an hour not built, or
+// built on a replica that lags) has empty names and 0. Its one parameter, after src's, is the
+// first day ("YYYY-MM-DD") of src's rows: a name kept holds the newest day it was seen, so
+// the names last seen before it are not read. The names are read whole, not looked up by
+// hash: for a reader that orders many rows by name (console.Search), in the same query.
+func WithNames(t Tables, src string) string {
+	return `SELECT * FROM (
+  SELECT * FROM (` + src + `) AS rows
+  ANY LEFT JOIN (
+    SELECT caller, username AS c_user, user_agent AS c_agent, source_ip AS c_ip, toUInt8(1) AS c_named
+    FROM ` + t.CallerNames + `
+    WHERE seen >= toDate(?)
+  ) AS callers USING caller
+) AS named_rows
+ANY LEFT JOIN (
+  SELECT blocker, any(rule_id) AS b_rule, any(api_group) AS b_group, any(api_version) AS b_version, any(resource) AS b_resource,
+    argMax(removed_in, seen) AS b_removed, toUInt8(1) AS b_named
+  FROM ` + t.BlockerNames + `
+  GROUP BY blocker
+) AS blockers USING blocker`
 }
 
 // read adds to n the names of blockers and callers (their hashes; none read when empty)
@@ -392,7 +418,11 @@ func (n Names) fromStates(ctx context.Context, db *sql.DB, t Tables, cluster str
 			}
 		}
 	}
-	where, args := `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?) AND `+Blocking, []any{cluster, from.Unix(), to.Unix(), target}
+	where, args := `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}
+	if target != 0 {
+		where += ` AND ` + Blocking
+		args = append(args, target)
+	}
 	if days != nil {
 		where += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
 		args = append(args, days)

@@ -162,9 +162,17 @@ ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...),
 	for blocker := range moved {
 		named = append(named, blocker)
 	}
-	names, err := r.namesOf(ctx, t, cluster, w, target.Key(), named, callers, days)
+	names, err := r.blockerNames(ctx, t, cluster, w, target, named, callers, namesOn(days))
 	if err != nil {
 		return nil, nil, 0, err
+	}
+	if !names.Cover(named, callers) {
+		// On a replicated store the counts may come from one replica and the names from
+		// another, which may not yet hold a key written a moment ago: once more, over the
+		// whole window.
+		if names, err = r.blockerNames(ctx, t, cluster, w, target, named, callers, nil); err != nil {
+			return nil, nil, 0, err
+		}
 	}
 	for i := range out {
 		b := &out[i]
@@ -283,19 +291,11 @@ func lessKey(a, b BlockerKey) bool {
 	return a.Resource < b.Resource
 }
 
-// namesOf reads the names of the blockers and callers given by their hashes (package
-// rollup's NamesOf), of rows that block target (its Key; 0: of any row): first on the days
-// given (those the callers were last seen, whose hour states hold the names the compaction
-// has not kept yet), then, when some are missing, over w's days: on a replicated store the
-// counts may come from one replica and the names from another, which may not yet hold a key
-// written a moment ago.
-func (r Reader) namesOf(ctx context.Context, t, cluster string, w Window, target int, blockers, callers []uint64, days []string) (rollup.Names, error) {
+// blockerNames reads the names of the blockers and callers given by their hashes (package
+// rollup's NamesOf) on the days given, or over w's days when days is nil.
+func (r Reader) blockerNames(ctx context.Context, t, cluster string, w Window, target kubeversion.Version, blockers, callers []uint64, days []string) (rollup.Names, error) {
 	from, to := rollup.Span(w.From, w.To)
-	names, err := rollup.NamesOf(ctx, r.DB, rollup.TablesFor(t), cluster, namesOn(days), from, to, target, blockers, callers)
-	if err != nil || names.Cover(blockers, callers) {
-		return names, err
-	}
-	return rollup.NamesOf(ctx, r.DB, rollup.TablesFor(t), cluster, nil, from, to, target, blockers, callers)
+	return rollup.NamesOf(ctx, r.DB, rollup.TablesFor(t), cluster, days, from, to, target.Key(), blockers, callers)
 }
 
 // callerHash is the hash a Caller.ID of Blockers spells.

@@ -121,7 +121,7 @@ func TestQueries(t *testing.T) {
 		seed(t, st)
 		r := console.Reader{DB: st.DB()}
 		testQueries(t, r)
-		searchNamesKept(t, r, "findings", nil)
+		searchWithNamesKept(t, r, "findings", nil)
 	})
 }
 
@@ -134,12 +134,12 @@ func TestQueriesOnCluster(t *testing.T) {
 	c.WaitReplicated(t, "auditlens")
 	r := console.Reader{DB: st.DB(), Table: "auditlens.findings"}
 	testQueries(t, r)
-	searchNamesKept(t, r, "auditlens.findings", c.WaitReplicated)
+	searchWithNamesKept(t, r, "auditlens.findings", c.WaitReplicated)
 }
 
-// searchNamesKept compacts the days of r's findings, then searches them again: ordered by
+// searchWithNamesKept compacts the days of r's findings, then searches them again: ordered by
 // the names the compaction kept, no page is read over the strings of the day rows.
-func searchNamesKept(t *testing.T, r console.Reader, table string, settle func(testing.TB, string)) {
+func searchWithNamesKept(t *testing.T, r console.Reader, table string, settle func(testing.TB, string)) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := rollup.Compact(ctx, r.DB, rollup.TablesFor(table)); err != nil {

@@ -307,9 +307,8 @@ func (n Names) Cover(blockers, callers []uint64) bool {
 // NamesOf reads what the hashes of blockers and callers of cluster stand for: from the names
 // the compaction kept (blocker_names, caller_names), and those it has not kept yet (of hours
 // not built, or built on a replica that lags) from the key columns of the hour states that
-// block target (Blocking's parameter; 0: every state, blocking or not) on the days given
-// ("YYYY-MM-DD", those the callers were last seen, whose states hold their keys), or, when
-// days is nil, over the days [from, to).
+// block target (Blocking's parameter) on the days given ("YYYY-MM-DD", those the callers were
+// last seen, whose states hold their keys), or, when days is nil, over the days [from, to).
 func NamesOf(ctx context.Context, db *sql.DB, t Tables, cluster string, days []string, from, to time.Time, target int, blockers, callers []uint64) (Names, error) {
 	n := Names{Blockers: map[uint64]BlockerName{}, Callers: map[uint64]CallerName{}}
 	err := n.read(ctx, db, "", t.BlockerNames, t.CallerNames, "seen", "1", nil, blockers, callers)
@@ -418,11 +417,7 @@ func (n Names) fromStates(ctx context.Context, db *sql.DB, t Tables, cluster str
 			}
 		}
 	}
-	where, args := `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}
-	if target != 0 {
-		where += ` AND ` + Blocking
-		args = append(args, target)
-	}
+	where, args := `cluster = ? AND hour >= toDateTime(?) AND hour < toDateTime(?) AND `+Blocking, []any{cluster, from.Unix(), to.Unix(), target}
 	if days != nil {
 		where += ` AND toDate(hour) IN (SELECT toDate(arrayJoin(?)))`
 		args = append(args, days)

@@ -654,3 +654,6 @@ FROM auditlens.findings
 GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resource, removed_in, replacement,
          username, user_agent, namespace, source_ip;
 DROP TABLE IF EXISTS auditlens.finding_hour_states_mv;
+
+-- migration 21: move key at build
+ALTER TABLE auditlens.finding_rows ADD COLUMN move_key UInt64 DEFAULT cityHash64(cluster, api_group, api_version, resource, username, user_agent);

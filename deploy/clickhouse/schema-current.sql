@@ -655,6 +655,9 @@ GROUP BY cluster, hour, rule_id, removed_in_key, api_group, api_version, resourc
          username, user_agent, namespace, source_ip;
 DROP TABLE IF EXISTS auditlens.finding_hour_states_mv;
 
+-- migration 21: move key at build
+ALTER TABLE auditlens.finding_rows ADD COLUMN move_key UInt64 DEFAULT cityHash64(cluster, api_group, api_version, resource, username, user_agent);
+
 -- retention (report --retention-days 400): every table naming a caller
 ALTER TABLE auditlens.findings MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);
 ALTER TABLE auditlens.finding_requests MODIFY TTL toStartOfDay(event_time) + toIntervalDay(400);

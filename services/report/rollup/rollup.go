@@ -175,11 +175,13 @@ func (f Filter) columns() (keys, values []string, err error) {
 	return keys, values, nil
 }
 
-// merged is the state column c merged.
+// merged is the state column c merged; move_key, a column of the build rows, is computed
+// from the states' key (the same in every state merged).
 var merged = map[string]string{
 	"message":    "anyMerge(message)",
 	"first_seen": "toUInt32(minMerge(first_seen))",
 	"last_seen":  "toUInt32(maxMerge(last_seen))",
+	"move_key":   "cityHash64(cluster, any(" + strings.Join(moveColumns, "), any(") + "))",
 }
 
 // Days returns a subquery, and its arguments, giving the day rows f asks for: the columns
@@ -200,7 +202,7 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	}
 	given := append(append([]string{"cluster", "day"}, keys...), append(values, "findings")...)
 	if f.Migrated != AllRows {
-		keys, values = withMoveColumns(keys, values)
+		values = withMoveColumns(values)
 	}
 	kept, _, err := KeptFrom(ctx, db, t)
 	if err != nil {

@@ -955,6 +955,44 @@ func cutMigrations(t *testing.T, version int) (all, before []store.Migration, af
 	return all, before, after
 }
 
+// Migration 21 adds the move key to the build rows: the days built before it (their parts
+// without the column, whose default is computed when read) and after it meet their callers'
+// moves as the raw findings and the sightings say.
+func TestMigrationToStoredMoveKeyKeepsTheMoves(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	all, before, after := cutMigrations(t, 21)
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		ctx := context.Background()
+		db := st.DB()
+		today := testkit.Now().UTC().Truncate(24 * time.Hour)
+		defer rollup.SetNow(today.Add(12 * time.Hour))()
+		from, to := today.AddDate(0, 0, -5), today.AddDate(0, 0, 1)
+		if err := st.WriteFindings(ctx, seed(today)); err != nil {
+			t.Fatal(err)
+		}
+		writeMoves(t, st, today)
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil {
+			t.Fatal(err)
+		}
+		migrateRest(ctx, t, st, all, before, after)
+		movesAgree(t, db, today, "prod", "built before the migration", from, to)
+		late := finding("late", "dave", "kubectl/v1.21.0", "10.0.0.10", today.AddDate(0, 0, -2).Add(5*time.Hour))
+		if err := st.WriteFindings(ctx, []*auditlensv1.Finding{late}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if n, err := rollup.Compact(ctx, db, rollup.TablesFor("findings")); err != nil || n.Days == 0 {
+			t.Fatalf("compaction after the migration built %+v (%v), want the late finding's day", n, err)
+		}
+		movesAgree(t, db, today, "prod", "built before and after the migration", from, to)
+		var stored uint64
+		if err := db.QueryRowContext(ctx, `SELECT count() FROM finding_rows WHERE move_key != 0`).Scan(&stored); err != nil || stored == 0 {
+			t.Errorf("build rows with a move key: %d (%v)", stored, err)
+		}
+	})
+}
+
 // The lookups over every day kept name no build: 50 clusters of 400 days built (a fleet at the
 // default retention) are 20,000 current builds, whose ids alone would not fit in a query
 // (ClickHouse's max_query_size, 256 KiB by default).

@@ -194,6 +194,9 @@ func New(cfg Config, d daemon.Deps) ([]daemon.Component, error) {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_report_console_requests_shared_total",
 				Help: "Console requests answered from another request's read of the same page, under way when they came, for a user decided the same on every cluster it looked at."},
 				func() float64 { return float64(h.Shared()) }))
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "auditlens_report_console_reads_shared_total",
+				Help: "Store reads of console pages answered from another page's read of the same query, under way when they asked: users of two kinds share the reads of the clusters both may see."},
+				func() float64 { return float64(h.SharedReads()) }))
 		}
 		mux := http.NewServeMux()
 		h.Register(mux)

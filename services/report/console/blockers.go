@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sort"
 	"strconv"
@@ -123,7 +122,7 @@ FROM (
   GROUP BY blocker, caller
 )
 GROUP BY blocker
-ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...), func(rows *sql.Rows) error {
+ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...), func(rows rollup.Row) error {
 		var b Blocker
 		var blocker uint64
 		var last uint32

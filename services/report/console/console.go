@@ -205,7 +205,7 @@ func (r Reader) withEvents(ctx context.Context, out []ClusterSummary) ([]Cluster
 GROUP BY c
 ORDER BY c
 LIMIT ?`
-	err := each(ctx, r.DB, "newest events", q, []any{MaxClusters}, func(rows *sql.Rows) error {
+	err := each(ctx, r.DB, "newest events", q, []any{MaxClusters}, func(rows rollup.Row) error {
 		var name string
 		var newest uint32
 		if err := rows.Scan(&name, &newest); err != nil {
@@ -230,7 +230,7 @@ LIMIT ?`
 
 // each runs q and calls f for each row; what names the query in errors (package rollup's
 // Query: bounded by ctx's deadline).
-func each(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
+func each(ctx context.Context, db *sql.DB, what, q string, args []any, f func(rollup.Row) error) error {
 	return rollup.Query(ctx, db, what, q, args, f)
 }
 
@@ -296,7 +296,7 @@ func (r Reader) Names(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	err = each(ctx, r.DB, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+r.eventMinutes(t)+` ORDER BY c LIMIT ?`, []any{MaxClusters},
-		func(rows *sql.Rows) error {
+		func(rows rollup.Row) error {
 			var n string
 			if err := rows.Scan(&n); err != nil {
 				return err
@@ -331,6 +331,13 @@ func (r Reader) daysOf(ctx context.Context, t, cluster string, w Window, m rollu
 // (package rollup's Snapshot): the retention, the read plans and the moved callers are read
 // once, and every read takes the same builds.
 func Snapshot(ctx context.Context) context.Context { return rollup.Snapshot(ctx) }
+
+// Reads lets the pages read at the same time share their reads of the store (package
+// rollup's Reads): users of two kinds asking at once read the clusters both may see once.
+type Reads = rollup.Reads
+
+// Shared returns ctx under which the console's reads are shared through s (rollup.Shared).
+func Shared(ctx context.Context, s *Reads) context.Context { return rollup.Shared(ctx, s) }
 
 // NewestBlocker is the time of cluster's newest finding that blocks target (zero: none): the
 // index asks it for a cluster judged against its own target (the release after its own),

@@ -2,13 +2,13 @@ package console
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // controlPlaneTable is the table of the control plane's sightings (from classify's
@@ -50,7 +50,7 @@ FROM `+controlPlaneTable(t)+`
 WHERE cluster = ? AND seen <= toDateTime(?)
 GROUP BY c
 ORDER BY c
-LIMIT ?`, []any{cluster, until.Unix(), maxComponents}, func(rows *sql.Rows) error {
+LIMIT ?`, []any{cluster, until.Unix(), maxComponents}, func(rows rollup.Row) error {
 		var s kubeversion.Sighting
 		var version string
 		var seen uint32

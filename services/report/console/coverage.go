@@ -2,12 +2,12 @@ package console
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // coverageTable is the table of the kinds of events classify saw (its heartbeats) beside the
@@ -60,7 +60,7 @@ FROM `+coverageTable(t)+`
 WHERE cluster = ? AND seen >= toDateTime(?) AND seen < toDateTime(?)
 GROUP BY i, l, wr
 ORDER BY i, l, wr
-LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows *sql.Rows) error {
+LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows rollup.Row) error {
 		var input, level, writes string
 		if err := rows.Scan(&input, &level, &writes); err != nil {
 			return err
@@ -86,7 +86,7 @@ LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows
 	slices.Sort(c.Levels)
 	err = each(ctx, r.DB, "reviewed through", `SELECT DISTINCT through FROM `+reviewTable(t)+`
 WHERE cluster = ? AND seen >= toDateTime(?) AND seen < toDateTime(?)
-LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows *sql.Rows) error {
+LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxCoverageRows}, func(rows rollup.Row) error {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			return err

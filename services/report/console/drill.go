@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -59,22 +58,18 @@ func (r Reader) Callers(ctx context.Context, q CallersQuery) (rows []Caller, mor
 )
 ORDER BY n DESC, c_user, c_agent, c_ip
 LIMIT ?, ?`
-	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(args, p.Offset, p.Limit+1)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("query callers: %w", err)
-	}
-	defer res.Close()
-	for res.Next() {
+	err = each(ctx, r.DB, "callers", stmt, append(args, p.Offset, p.Limit+1), func(res rollup.Row) error {
 		var c Caller
 		var first, last uint32
 		if err := res.Scan(&c.Username, &c.UserAgent, &c.SourceIP, &c.Findings, &first, &last, &c.ID); err != nil {
-			return nil, false, fmt.Errorf("read callers: %w", err)
+			return err
 		}
 		c.FirstSeen, c.LastSeen = unix(first), unix(last)
 		rows = append(rows, c)
-	}
-	if err := res.Err(); err != nil {
-		return nil, false, fmt.Errorf("read callers: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	rows, more = trim(rows, p.Limit)
 	return rows, more, nil
@@ -135,7 +130,7 @@ LIMIT ?, ?`
 	var page []request
 	var pageIDs []string
 	err = each(ctx, r.DB, "requests", ids, []any{q.Cluster, q.Key.Rule, q.Key.Group, q.Key.Version, q.Key.Resource,
-		q.Caller, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit + 1}, func(res *sql.Rows) error {
+		q.Caller, q.Window.From.Unix(), q.Window.To.Unix(), p.Offset, p.Limit + 1}, func(res rollup.Row) error {
 		var rq request
 		if err := res.Scan(&rq.at, &rq.id); err != nil {
 			return err
@@ -157,7 +152,7 @@ WHERE cluster = ? AND rule_id = ? AND audit_id IN (SELECT arrayJoin(?))
 GROUP BY audit_id, event_time`
 	found := make(map[request]Request, len(page))
 	err = each(ctx, r.DB, "requests", details, []any{q.Cluster, q.Key.Rule, pageIDs, q.Key.Group, q.Key.Version, q.Key.Resource},
-		func(res *sql.Rows) error {
+		func(res rollup.Row) error {
 			var rq Request
 			var at uint32
 			if err := res.Scan(&rq.AuditID, &at, &rq.Verb, &rq.RequestURI, &rq.SourceIP, &rq.ResponseCode, &rq.Namespace, &rq.Name,
@@ -239,20 +234,15 @@ WHERE cluster = ? AND ` + where + `
 GROUP BY rule_id, event_time
 ORDER BY event_time DESC, rule_id
 LIMIT ?`
-	res, err := r.DB.QueryContext(ctx, rollup.Bounded(ctx, stmt), append(append([]any{cluster}, args...), maxRequestFindings)...)
-	if err != nil {
-		return nil, fmt.Errorf("query request: %w", err)
-	}
-	defer res.Close()
 	var out []Finding
-	for res.Next() {
+	err = each(ctx, r.DB, "request", stmt, append(append([]any{cluster}, args...), maxRequestFindings), func(res rollup.Row) error {
 		var f Finding
 		var at uint32
 		var paths, values []string
 		if err := res.Scan(&f.Key.Rule, &at, &f.Verb, &f.RequestURI, &f.SourceIP, &f.ResponseCode, &f.Namespace, &f.Name,
 			&f.Key.Group, &f.Key.Version, &f.Key.Resource, &f.Subresource, &f.Username, &f.UserAgent,
 			&f.RemovedIn, &f.DeprecatedIn, &f.Replacement, &f.Message, &paths, &values, &f.CallerID, &f.AuditID); err != nil {
-			return nil, fmt.Errorf("read request: %w", err)
+			return err
 		}
 		f.Time = unix(at)
 		for i, p := range paths {
@@ -263,9 +253,10 @@ LIMIT ?`
 			f.Evidence = append(f.Evidence, e)
 		}
 		out = append(out, f)
-	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("read request: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -396,7 +387,7 @@ var (
 // says whether the row is named, and *named becomes false at the first that is not.
 func searchRows(ctx context.Context, db *sql.DB, what, stmt string, args []any, named *bool) ([]Match, error) {
 	var rows []Match
-	err := each(ctx, db, what, stmt, args, func(res *sql.Rows) error {
+	err := each(ctx, db, what, stmt, args, func(res rollup.Row) error {
 		var m Match
 		var first, last uint32
 		var ok uint8

@@ -2,11 +2,11 @@ package console
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"strings"
 
 	"github.com/auditlens/auditlens/lib/kubeversion"
+	"github.com/auditlens/auditlens/services/report/rollup"
 )
 
 // FleetRelease is how many callers last ran one release of a component in a window: nodes
@@ -42,7 +42,7 @@ FROM (
 )
 GROUP BY comp, rel
 ORDER BY comp, rel
-LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxFleetRows}, func(rows *sql.Rows) error {
+LIMIT ?`, []any{cluster, w.From.Unix(), w.To.Unix(), maxFleetRows}, func(rows rollup.Row) error {
 		var f FleetRelease
 		var rel string
 		if err := rows.Scan(&f.Component, &rel, &f.Callers); err != nil {

@@ -79,7 +79,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 	h.Register(mux)
 	// A request naming a user (testUser) is that user's, allowed every cluster but those of
 	// the "prod-only" users: 16 users allowed the same share a read (share), users of two
-	// kinds read twice.
+	// kinds read two pages, sharing their store reads of prod.
 	srv := httptest.NewServer(namedUsers(mux, func(user, cluster string) bool {
 		return cluster == "prod" || !strings.HasPrefix(user, "prod-only")
 	}, access.Loopback(mux)))
@@ -114,7 +114,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		{"search-lookback", "/search?" + q.Encode()},
 	}
 	for _, p := range pages {
-		b.Run(p.name, func(b *testing.B) { measure(b, srv.URL+p.path, server) })
+		b.Run(p.name, func(b *testing.B) { measure(b, h, srv.URL+p.path, server) })
 	}
 	if *loadEndOfDay {
 		// Today is read from the build of its hours that are over and the states of the
@@ -123,7 +123,7 @@ func BenchmarkConsoleUnderLoad(b *testing.B) {
 		chtest.CompactDays(b, st.DB())
 		settle(b, st.DB())
 		for _, p := range pages {
-			b.Run(p.name+"-end-of-day", func(b *testing.B) { measure(b, srv.URL+p.path, server) })
+			b.Run(p.name+"-end-of-day", func(b *testing.B) { measure(b, h, srv.URL+p.path, server) })
 		}
 	}
 }
@@ -145,8 +145,10 @@ func settle(b *testing.B, db *sql.DB) {
 // the same clusters, and as 16 users of two kinds (half of them refused the second cluster),
 // and reports the slowest request alone, the slowest served and refused of each 16, and how
 // many were refused. Requests of users decided the same share a read (share): one user's, 16
-// users allowed the same; 16 users of two kinds are two reads. server reads the query log.
-func measure(b *testing.B, url string, server *sql.DB) {
+// users allowed the same; 16 users of two kinds are two page reads, which share their store
+// reads of the cluster both may see (reads-shared/2kinds counts them). server reads the
+// query log.
+func measure(b *testing.B, h *Handler, url string, server *sql.DB) {
 	const clients = 16
 	// Alone first: the page's own latency, then 16 at once.
 	if *loadQueryLog {
@@ -202,13 +204,16 @@ func measure(b *testing.B, url string, server *sql.DB) {
 	}
 	var served, refused, usersServed, usersRefused, kindsServed, kindsRefused time.Duration
 	var nRefused, nUsersRefused, nKindsRefused int
+	var kindsShared uint64
 	for range b.N {
 		s, r, n := once(oneUser)
 		served, refused, nRefused = max(served, s), max(refused, r), nRefused+n
 		s, r, n = once(users)
 		usersServed, usersRefused, nUsersRefused = max(usersServed, s), max(usersRefused, r), nUsersRefused+n
+		before := h.SharedReads()
 		s, r, n = once(twoKinds)
 		kindsServed, kindsRefused, nKindsRefused = max(kindsServed, s), max(kindsRefused, r), nKindsRefused+n
+		kindsShared += h.SharedReads() - before
 	}
 	b.ReportMetric(float64(alone.Milliseconds()), "max-alone-ms")
 	b.ReportMetric(float64(served.Milliseconds()), "max-served-ms")
@@ -220,6 +225,7 @@ func measure(b *testing.B, url string, server *sql.DB) {
 	b.ReportMetric(float64(kindsServed.Milliseconds()), "max-served-2kinds-ms")
 	b.ReportMetric(float64(kindsRefused.Milliseconds()), "max-503-2kinds-ms")
 	b.ReportMetric(float64(nKindsRefused)/float64(b.N), "503/2kinds")
+	b.ReportMetric(float64(kindsShared)/float64(b.N), "reads-shared/2kinds")
 }
 
 // generated inserts findings: the parameters are the first audit id's number, the first

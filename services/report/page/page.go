@@ -61,6 +61,8 @@ type Handler struct {
 	flight   map[string][]*flight
 	shared   atomic.Uint64
 	asking   atomic.Int64
+	// reads are the store reads under way that pages read at the same time share.
+	reads console.Reads
 }
 
 // CSP is the pages' Content-Security-Policy: nothing loads but their own inline styles and
@@ -111,7 +113,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, page func(w http
 	defer cancel()
 	// The page's reads share one snapshot of the rollup's plans: they read the same
 	// builds, and ask for them once.
-	err := page(w, r.WithContext(console.Snapshot(ctx)))
+	// Pages read at the same time for users decided otherwise (so not shared as a whole)
+	// still share the reads they have in common: the clusters both may see.
+	err := page(w, r.WithContext(console.Snapshot(console.Shared(ctx, &h.reads))))
 	var bp paramError
 	var nf notFoundError
 	switch {

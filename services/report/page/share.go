@@ -22,8 +22,9 @@ import (
 // same under way whose decisions hold for it, or begins one: on the cluster it names before
 // it joins, on each other decision as the read makes it (most early, as a page checks its
 // clusters before its heavy reads), and on all of them at the end. An answer never goes to a
-// user it does not hold for, and users of two kinds asking at once cost two reads side by
-// side. A team opening a link posted in a channel, or a dashboard's viewers refreshing at
+// user it does not hold for. Users of two kinds asking at once read two pages side by side,
+// but those share their reads of the store that are the same (console.Reads: the clusters
+// both may see), so they cost about one. A team opening a link posted in a channel, or a dashboard's viewers refreshing at
 // once, cost one read, not a 503 each past the bound. Nothing is kept once a read ends: a
 // request after it reads again.
 //
@@ -140,6 +141,10 @@ func (h *Handler) leave(key string, c *flight) {
 
 // Shared counts the requests answered from another's read (share).
 func (h *Handler) Shared() uint64 { return h.shared.Load() }
+
+// SharedReads counts the store reads answered from another page's read of the same
+// (console.Reads).
+func (h *Handler) SharedReads() uint64 { return h.reads.Shared() }
 
 // recorder is an answer kept to be sent to every request that shared it.
 type recorder struct {

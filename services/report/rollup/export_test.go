@@ -62,3 +62,18 @@ WHERE (? = '' OR cluster = ?) AND hour >= toDateTime(?) AND hour < toDateTime(?)
 func Remember[T any](ctx context.Context, key string, read func() (T, error)) (T, error) {
 	return remember(ctx, key, read)
 }
+
+// Waiting returns how many requests wait for s's read of what, q and args under way (-1: no
+// such read under way).
+func Waiting(s *Reads, what, q string, args []any) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.under[readKey(what, q, args)]
+	if !ok {
+		return -1
+	}
+	return r.waiting
+}
+
+// Replayed is a recorded row (Reads) to scan again.
+func Replayed(vals ...any) Row { return replayed(vals) }

@@ -38,29 +38,11 @@ func Bounded(ctx context.Context, q string) string {
 	return q + "\nSETTINGS max_execution_time = " + strconv.Itoa(secs)
 }
 
-// Query runs q (Bounded) and calls f for each row; what names the query in errors.
-func Query(ctx context.Context, db *sql.DB, what, q string, args []any, f func(*sql.Rows) error) error {
-	rs, err := db.QueryContext(ctx, Bounded(ctx, q), args...)
-	if err != nil {
-		return fmt.Errorf("query %s: %w", what, err)
-	}
-	defer rs.Close()
-	for rs.Next() {
-		if err := f(rs); err != nil {
-			return fmt.Errorf("read %s: %w", what, err)
-		}
-	}
-	if err := rs.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", what, err)
-	}
-	return nil
-}
-
 // Clusters lists the clusters that have day rows, at most limit, by name.
 func Clusters(ctx context.Context, db *sql.DB, t Tables, limit int) ([]string, error) {
 	var out []string
 	err := Query(ctx, db, "cluster names", `SELECT DISTINCT toString(cluster) AS c FROM `+t.HourChanges+` ORDER BY c LIMIT ?`, []any{limit},
-		func(r *sql.Rows) error {
+		func(r Row) error {
 			var n string
 			if err := r.Scan(&n); err != nil {
 				return err
@@ -84,7 +66,7 @@ func WeeksOf(ctx context.Context, db *sql.DB, t Tables, weekStart time.Time) (ma
 	err := Query(ctx, db, "clusters' weeks", `SELECT toString(cluster) AS c, toUInt8(max(hour >= toDateTime(?))), toUInt8(min(hour) < toDateTime(?))
 FROM `+t.HourChanges+`
 WHERE hour >= toDateTime(?)
-GROUP BY c`, []any{ws.Unix(), ws.Unix(), ws.AddDate(0, 0, -7).Unix()}, func(r *sql.Rows) error {
+GROUP BY c`, []any{ws.Unix(), ws.Unix(), ws.AddDate(0, 0, -7).Unix()}, func(r Row) error {
 		var name string
 		var this, last uint8
 		if err := r.Scan(&name, &this, &last); err != nil {
@@ -121,7 +103,7 @@ func NewestOf(ctx context.Context, db *sql.DB, t Tables, target, limit int) ([]N
 	// The clusters are those whose hours changed (finding_hour_changes, kept as long as the
 	// day rows): those without a blocker among the recent days are read over every day.
 	var rest []string
-	err = Query(ctx, db, "clusters", `SELECT DISTINCT toString(cluster) FROM `+t.HourChanges, nil, func(r *sql.Rows) error {
+	err = Query(ctx, db, "clusters", `SELECT DISTINCT toString(cluster) FROM `+t.HourChanges, nil, func(r Row) error {
 		var c string
 		if err := r.Scan(&c); err != nil {
 			return err
@@ -161,7 +143,7 @@ func newestOf(ctx context.Context, db *sql.DB, t Tables, f Filter, target int, f
 	}
 	return Query(ctx, db, "clusters", `SELECT toString(cluster) AS c, toUInt32(max(last_seen)), toUInt32(maxIf(last_seen, `+Blocking+`))
 FROM (`+src+`)
-GROUP BY c`, append([]any{target}, args...), func(r *sql.Rows) error {
+GROUP BY c`, append([]any{target}, args...), func(r Row) error {
 		var n Newest
 		if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
 			return err
@@ -213,7 +195,7 @@ func NewestBlocker(ctx context.Context, db *sql.DB, t Tables, cluster string, ta
 		}
 		var last uint32
 		err = Query(ctx, db, "newest blocker", `SELECT toUInt32(max(last_seen)) FROM (`+src+`)`, args,
-			func(r *sql.Rows) error { return r.Scan(&last) })
+			func(r Row) error { return r.Scan(&last) })
 		if err != nil || last > 0 {
 			return last, err
 		}
@@ -232,7 +214,7 @@ func RemovedIn(ctx context.Context, db *sql.DB, t Tables, cluster string, limit 
 	var out []uint32
 	err = Query(ctx, db, "releases", `SELECT DISTINCT removed_in_key FROM (`+src+`)
 ORDER BY removed_in_key
-LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
+LIMIT ?`, append(args, limit), func(r Row) error {
 		var k uint32
 		if err := r.Scan(&k); err != nil {
 			return err
@@ -262,7 +244,7 @@ func Agents(ctx context.Context, db *sql.DB, t Tables, cluster string, from, to 
 	}
 	var out []string
 	err = Query(ctx, db, "user agents", `SELECT DISTINCT substring(user_agent, 1, 64) FROM (`+src+`)
-LIMIT ?`, append(args, limit), func(r *sql.Rows) error {
+LIMIT ?`, append(args, limit), func(r Row) error {
 		var ua string
 		if err := r.Scan(&ua); err != nil {
 			return err
@@ -357,7 +339,7 @@ func (n Names) read(ctx context.Context, db *sql.DB, what, blockerTable, callerT
 		err := Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
 FROM `+blockerTable+`
 WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
-GROUP BY blocker`, append(slices.Clip(args), blockers), func(r *sql.Rows) error {
+GROUP BY blocker`, append(slices.Clip(args), blockers), func(r Row) error {
 			var b uint64
 			var k BlockerName
 			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
@@ -376,7 +358,7 @@ GROUP BY blocker`, append(slices.Clip(args), blockers), func(r *sql.Rows) error 
 	return Query(ctx, db, "caller names"+what, `SELECT caller, `+last("username", "user_agent", "source_ip")+`
 FROM `+callerTable+`
 WHERE `+where+` AND caller IN (SELECT arrayJoin(?))
-GROUP BY caller`, append(slices.Clip(args), callers), func(r *sql.Rows) error {
+GROUP BY caller`, append(slices.Clip(args), callers), func(r Row) error {
 		var c uint64
 		var who CallerName
 		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {

@@ -95,7 +95,7 @@ func anyMoved(ctx context.Context, db *sql.DB, t Tables, cluster string, from ti
 		where, args := sightingsOf(cluster, from)
 		var n uint64
 		err := Query(ctx, db, "moved callers", `SELECT count() FROM `+t.Migrations+` WHERE `+where, args,
-			func(r *sql.Rows) error { return r.Scan(&n) })
+			func(r Row) error { return r.Scan(&n) })
 		return n > 0, err
 	})
 }

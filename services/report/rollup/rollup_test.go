@@ -709,7 +709,7 @@ func namesAgree(t *testing.T, db *sql.DB, cluster string, from, to time.Time) {
 	var blockers, callers []uint64
 	err := rollup.Query(ctx, db, "names", `SELECT `+rollup.BlockerHash+` AS b, `+rollup.CallerHash+` AS c,
   rule_id, api_group, api_version, resource, removed_in, replacement, username, user_agent, source_ip
-FROM findings WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}, func(r *sql.Rows) error {
+FROM findings WHERE cluster = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)`, []any{cluster, from.Unix(), to.Unix()}, func(r rollup.Row) error {
 		var b, c uint64
 		var k rollup.BlockerName
 		var who rollup.CallerName
@@ -1070,7 +1070,7 @@ func TestNewestLooksPastTheRecentDays(t *testing.T) {
 			t.Helper()
 			want := map[string]rollup.Newest{}
 			err := rollup.Query(ctx, db, "raw", `SELECT toString(cluster), toUInt32(max(event_time)), toUInt32(maxIf(event_time, `+rollup.Blocking+`))
-FROM findings GROUP BY cluster`, []any{target}, func(r *sql.Rows) error {
+FROM findings GROUP BY cluster`, []any{target}, func(r rollup.Row) error {
 				var n rollup.Newest
 				if err := r.Scan(&n.Cluster, &n.Finding, &n.Blocker); err != nil {
 					return err

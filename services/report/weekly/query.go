@@ -235,31 +235,26 @@ func trend(ctx context.Context, db *sql.DB, o Options, r *Report) error {
 	q := `SELECT rule_id, toUInt8(` + blockingExpr + `) AS blocking, toString(day) AS d, toUInt64(sum(findings)) AS n
 FROM (` + src + `)
 GROUP BY rule_id, blocking, d`
-	rows, err := db.QueryContext(ctx, q, append([]any{o.Target.Key()}, srcArgs...)...)
-	if err != nil {
-		return fmt.Errorf("query trend: %w", err)
-	}
-	defer rows.Close()
 	days := 7 * o.TrendWeeks
 	daily := make([]Point, days)
 	for i := range daily {
 		daily[i].Start = from.AddDate(0, 0, i)
 	}
 	byRule := map[string]*RuleCount{}
-	for rows.Next() {
+	err = rollup.Query(ctx, db, "trend", q, append([]any{o.Target.Key()}, srcArgs...), func(rows rollup.Row) error {
 		var rule, day string
 		var blocking uint8
 		var n uint64
 		if err := rows.Scan(&rule, &blocking, &day, &n); err != nil {
-			return fmt.Errorf("read trend: %w", err)
+			return err
 		}
 		at, err := time.Parse(rollup.DayFormat, day)
 		if err != nil {
-			return fmt.Errorf("read trend: day %q: %w", day, err)
+			return fmt.Errorf("day %q: %w", day, err)
 		}
 		d := int(at.Sub(from) / (24 * time.Hour))
 		if d < 0 || d >= days {
-			return fmt.Errorf("read trend: day %s outside the %d days asked", day, days)
+			return fmt.Errorf("day %s outside the %d days asked", day, days)
 		}
 		daily[d].Findings += n
 		thisWeek := d >= days-7
@@ -287,9 +282,10 @@ GROUP BY rule_id, blocking, d`
 				r.Totals.PreviousBlocking += n
 			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read trend: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	r.Daily = daily[days-7:]
 	for w := 0; w < o.TrendWeeks; w++ {
@@ -361,35 +357,31 @@ func blockers(ctx context.Context, db *sql.DB, o Options, r *Report) error {
   toUInt32(max(last_seen))
 FROM (` + callerAgg(src) + `)
 GROUP BY ` + keyCols
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("query blockers: %w", err)
-	}
-	defer rows.Close()
 	idx := map[Key]int{}
 	r.Blockers, r.New, r.Resolved = []Blocker{}, []Change{}, []Change{}
-	for rows.Next() {
+	err = rollup.Query(ctx, db, "blockers", q, args, func(rows rollup.Row) error {
 		var b Blocker
 		var prev, callers, newCallers, resolved uint64
 		var last uint32
 		if err := rows.Scan(&b.RuleID, &b.APIGroup, &b.APIVersion, &b.Resource, &b.RemovedIn, &b.Replacement, &b.Message,
 			&b.Findings, &prev, &callers, &newCallers, &resolved, &last); err != nil {
-			return fmt.Errorf("read blockers: %w", err)
+			return err
 		}
 		r.NewCount += int(newCallers)
 		r.ResolvedCount += int(resolved)
 		r.Totals.BlockerCallers += int(callers)
 		if b.Findings == 0 {
-			continue // nobody relies on it any more: its callers are in Resolved
+			return nil // nobody relies on it any more: its callers are in Resolved
 		}
 		b.New = prev == 0
 		b.CallerCount = int(callers)
 		b.LastSeen = time.Unix(int64(last), 0).UTC()
 		idx[b.Key] = len(r.Blockers)
 		r.Blockers = append(r.Blockers, b)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read blockers: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	sort.SliceStable(r.Blockers, func(i, j int) bool {
 		a, b := r.Blockers[i], r.Blockers[j]
@@ -425,7 +417,7 @@ LIMIT ? BY `+keyCols+`, kind`, append(args, per), func(c listedCaller) {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("query blocker callers: %w", err)
+		return err
 	}
 	busiest := func(cs []listedCaller, n func(listedCaller) uint64) {
 		sort.SliceStable(cs, func(i, j int) bool { return n(cs[i]) > n(cs[j]) })
@@ -460,12 +452,7 @@ type listedCaller struct {
 
 // eachCaller runs q (callerAgg's columns and kind) and calls f for each row.
 func eachCaller(ctx context.Context, db *sql.DB, q string, args []any, f func(listedCaller)) error {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return rollup.Query(ctx, db, "blocker callers", q, args, func(rows rollup.Row) error {
 		var c listedCaller
 		var repl, msg string
 		var first, last uint32
@@ -478,6 +465,6 @@ func eachCaller(ctx context.Context, db *sql.DB, q string, args []any, f func(li
 			c.caller.LastSeen = time.Unix(int64(last), 0).UTC()
 		}
 		f(c)
-	}
-	return rows.Err()
+		return nil
+	})
 }

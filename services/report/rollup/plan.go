@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -113,6 +114,8 @@ WHERE `+where, args, func(c, d string, until, built uint32, id uint64) {
 		}
 	}
 	sort.Strings(p.tail)
+	// In order, so that two reads of the same plan write the same SQL (Reads shares them).
+	slices.Sort(p.builds)
 	return p, nil
 }
 

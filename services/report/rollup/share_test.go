@@ -3,11 +3,13 @@ package rollup_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	auditlensv1 "github.com/auditlens/auditlens/proto/auditlens/v1"
 	"github.com/auditlens/auditlens/services/report/chtest"
 	"github.com/auditlens/auditlens/services/report/rollup"
 	"github.com/auditlens/auditlens/services/report/store"
@@ -184,4 +186,39 @@ func TestReplayedRow(t *testing.T) {
 	if err := rollup.Replayed("x").Scan(s); err == nil {
 		t.Error("a destination that is not a pointer: no error")
 	}
+}
+
+// Two requests reading the same span of the same builds write the same SQL and arguments,
+// whatever order the plan met the days in: else no read of theirs is ever shared (Reads).
+func TestDaysWriteTheSameRead(t *testing.T) {
+	defer rollup.SetMargin(0)()
+	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
+		db := st.DB()
+		tables := rollup.TablesFor("findings")
+		yesterday := chtest.ServerNow(t, db).Truncate(24*time.Hour).AddDate(0, 0, -1)
+		var fs []*auditlensv1.Finding
+		for i := range 8 {
+			fs = append(fs, finding(fmt.Sprintf("d%d", i), "alice", "kubectl/v1.20.0", "10.0.0.9", yesterday.AddDate(0, 0, -i).Add(time.Hour)))
+		}
+		if err := st.WriteFindings(context.Background(), fs); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // a build in the second of a change is not current
+		if _, err := rollup.Compact(context.Background(), db, tables); err != nil {
+			t.Fatal(err)
+		}
+		from, to := yesterday.AddDate(0, 0, -7), yesterday.AddDate(0, 0, 1)
+		var first string
+		for i := range 20 {
+			src, args, err := rollup.Days(rollup.Snapshot(context.Background()), db, tables, rollup.Filter{Cluster: "prod", From: from, To: to})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key := fmt.Sprint(src, args); i == 0 {
+				first = key
+			} else if key != first {
+				t.Fatalf("read %d of the same builds:\n%s\nthe first:\n%s", i, key, first)
+			}
+		}
+	})
 }

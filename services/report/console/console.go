@@ -336,8 +336,11 @@ func Snapshot(ctx context.Context) context.Context { return rollup.Snapshot(ctx)
 // rollup's Reads): users of two kinds asking at once read the clusters both may see once.
 type Reads = rollup.Reads
 
-// Shared returns ctx under which the console's reads are shared through s (rollup.Shared).
-func Shared(ctx context.Context, s *Reads) context.Context { return rollup.Shared(ctx, s) }
+// Shared returns ctx under which the console's reads are shared through s for a request that
+// arrived at arrived (rollup.Shared).
+func Shared(ctx context.Context, s *Reads, arrived time.Time) context.Context {
+	return rollup.Shared(ctx, s, arrived)
+}
 
 // NewestBlocker is the time of cluster's newest finding that blocks target (zero: none): the
 // index asks it for a cluster judged against its own target (the release after its own),

@@ -114,8 +114,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, page func(w http
 	// The page's reads share one snapshot of the rollup's plans: they read the same
 	// builds, and ask for them once.
 	// Pages read at the same time for users decided otherwise (so not shared as a whole)
-	// still share the reads they have in common: the clusters both may see.
-	err := page(w, r.WithContext(console.Snapshot(console.Shared(ctx, &h.reads))))
+	// still share the store reads they have in common (the clusters both may see): those
+	// under way, and those that ended after the request arrived.
+	arrived, _ := r.Context().Value(arrivedKey{}).(time.Time)
+	err := page(w, r.WithContext(console.Snapshot(console.Shared(ctx, &h.reads, arrived))))
 	var bp paramError
 	var nf notFoundError
 	switch {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/auditlens/auditlens/services/report/access"
 )
@@ -31,6 +32,8 @@ import (
 // A shared read runs without its first client's cancellation (its deadline stays): the
 // others still wait for it when that client leaves.
 func (h *Handler) share(w http.ResponseWriter, r *http.Request, page func(w http.ResponseWriter, r *http.Request) error) {
+	// The store reads a page takes from other pages ended after its request arrived (serve).
+	r = r.WithContext(context.WithValue(r.Context(), arrivedKey{}, time.Now()))
 	key := strings.Join([]string{r.Method, r.URL.Path, r.URL.RawQuery}, "\x00")
 	if cluster := r.URL.Query().Get("cluster"); cluster != "" {
 		// The decision on the cluster asked for is known before any read: a user decided
@@ -65,6 +68,9 @@ func (h *Handler) share(w http.ResponseWriter, r *http.Request, page func(w http
 	}
 	h.serve(w, r, page)
 }
+
+// arrivedKey is the context key of the time a request arrived (share).
+type arrivedKey struct{}
 
 // maxRounds bounds the reads a request joins before it reads alone (share).
 const maxRounds = 4

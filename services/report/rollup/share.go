@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Row is one row of a read's answer as Query hands it to its caller: a row of the store's
@@ -16,55 +18,85 @@ type Row interface {
 	Scan(dest ...any) error
 }
 
-// Reads lets the requests of one process that ask the store the same at the same time read
-// it once (Shared): the console's users of two kinds, one allowed a cluster the other is not,
-// ask different pages but the same reads of the clusters both may see, side by side. A read
-// is the same when its name, its SQL and its arguments are; the first asking reads and
-// records the rows its caller scanned, the others asking while it reads wait for it and scan
-// the recorded rows. Nothing is kept once a read ends: a read after it asks the store again,
-// so an answer is never older than the read under way when it was asked. Two reads of the
-// same SQL at the same moment answer the same (the builds named in it are fixed, the hours
-// not built are read as they are at that moment): sharing one changes no answer.
+// Reads lets the requests of one process that ask the store the same read it once
+// (Shared): the console's users of two kinds, one allowed a cluster the other is not, ask
+// different pages but the same reads of the clusters both may see, side by side. A read is
+// the same when its name, its SQL and its arguments are; the first asking reads and records
+// the rows its caller scanned, the others asking while it reads wait for it and scan the
+// recorded rows. A request also takes the answer of a read that ended after it arrived (it
+// was under way while the request was): a page begun a little after another, as the second
+// kind's is (it reads once it knows it is decided otherwise), meets the first one's reads
+// ended. An answer is never of a read that ended before its request arrived, and is kept at
+// most Keep. Two reads of the same SQL at the same moment answer the same (the builds named
+// in it are fixed, the hours not built are read as they are at that moment): sharing one
+// changes no answer but by the moments it was read at, all within the request's time.
 //
 // The zero value is ready to use.
 type Reads struct {
-	mu     sync.Mutex
-	under  map[string]*sharedRead
+	mu    sync.Mutex
+	under map[string]*sharedRead
+	// ended are the answers of reads that ended (without error) in the last Keep, by key,
+	// oldest first in order.
+	ended  map[string]*sharedRead
+	order  []string
 	shared atomic.Uint64
 }
 
-// sharedRead is one read under way: done closes when rows and err are final; waiting
-// counts the requests that joined it (under Reads.mu).
+// Keep bounds how long an ended read's answer is kept for the requests that arrived while it
+// was under way (Reads); MaxEnded bounds how many are kept.
+const (
+	Keep     = 10 * time.Second
+	MaxEnded = 256
+)
+
+// sharedRead is one read: done closes when rows, err and end are final; waiting counts the
+// requests that joined it while it was under way (under Reads.mu).
 type sharedRead struct {
 	done    chan struct{}
 	rows    [][]any
 	err     error
+	end     time.Time
 	waiting int
 }
 
 type readsKey struct{}
 
-// Shared returns ctx under which Query shares its reads through s (nil s: ctx unchanged).
-func Shared(ctx context.Context, s *Reads) context.Context {
+// sharing is what a context given Shared carries: the reads and when its request arrived.
+type sharing struct {
+	reads   *Reads
+	arrived time.Time
+}
+
+// Shared returns ctx under which Query shares its reads through s (nil s: ctx unchanged)
+// for a request that arrived at arrived (zero: now): it takes the answers of reads that
+// ended after that.
+func Shared(ctx context.Context, s *Reads, arrived time.Time) context.Context {
 	if s == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, readsKey{}, s)
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	return context.WithValue(ctx, readsKey{}, sharing{reads: s, arrived: arrived})
 }
 
 // Shared counts the reads answered from another request's read (Reads).
 func (s *Reads) Shared() uint64 { return s.shared.Load() }
 
-// query runs one read of Query under s: the first asking reads (through read, recording the
-// rows f scans), the others asking meanwhile replay them. A read that failed (its
-// deadline, a server error) is read again by each waiting request under its own context,
-// so none gets another's error.
-func (s *Reads) query(ctx context.Context, key string, read func(f func(Row) error) error, f func(Row) error) error {
+// query runs one read of Query under s for a request that arrived at arrived: a read of key
+// under way is waited for, one that ended after arrived is taken, else it reads (through
+// read, recording the rows f scans). A read that failed (its deadline, a server error) is
+// read again by each waiting request under its own context, so none gets another's error.
+func (s *Reads) query(ctx context.Context, arrived time.Time, key string, read func(f func(Row) error) error, f func(Row) error) error {
 	s.mu.Lock()
 	r, waiting := s.under[key]
-	if waiting {
+	switch e := s.ended[key]; {
+	case waiting:
 		r.waiting++
-	} else {
+	case e != nil && !e.end.Before(arrived):
+		s.mu.Unlock()
+		return s.replay(e, f)
+	default:
 		if s.under == nil {
 			s.under = map[string]*sharedRead{}
 		}
@@ -81,20 +113,9 @@ func (s *Reads) query(ctx context.Context, key string, read func(f func(Row) err
 		if r.err != nil {
 			return read(f)
 		}
-		s.shared.Add(1)
-		for _, vals := range r.rows {
-			if err := f(replayed(vals)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.replay(r, f)
 	}
-	defer func() {
-		s.mu.Lock()
-		delete(s.under, key)
-		s.mu.Unlock()
-		close(r.done)
-	}()
+	defer s.end(key, r)
 	r.err = read(func(row Row) error {
 		rec := &recording{Row: row}
 		err := f(rec)
@@ -104,6 +125,44 @@ func (s *Reads) query(ctx context.Context, key string, read func(f func(Row) err
 		return err
 	})
 	return r.err
+}
+
+// replay calls f for each row of the ended read r.
+func (s *Reads) replay(r *sharedRead, f func(Row) error) error {
+	s.shared.Add(1)
+	for _, vals := range r.rows {
+		if err := f(replayed(vals)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// end ends the read r of key: those waiting get its answer, and (read without error) it is
+// kept for the requests that arrived while it was under way; answers older than Keep, and
+// the oldest past MaxEnded, are dropped.
+func (s *Reads) end(key string, r *sharedRead) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.end = time.Now()
+	delete(s.under, key)
+	close(r.done)
+	if r.err == nil {
+		if s.ended == nil {
+			s.ended = map[string]*sharedRead{}
+		}
+		if _, again := s.ended[key]; again {
+			s.order = slices.DeleteFunc(s.order, func(k string) bool { return k == key })
+		}
+		s.ended[key] = r
+		s.order = append(s.order, key)
+	}
+	drop := 0
+	for drop < len(s.order) && (len(s.order)-drop > MaxEnded || r.end.Sub(s.ended[s.order[drop]].end) > Keep) {
+		delete(s.ended, s.order[drop])
+		drop++
+	}
+	s.order = slices.Delete(s.order, 0, drop)
 }
 
 // readKey is what makes two reads the same: the name, the SQL (before Bounded: requests'
@@ -177,8 +236,8 @@ func (r replayed) Scan(dest ...any) error {
 // context given Reads (Shared), a read asked by several requests at once runs once.
 func Query(ctx context.Context, db *sql.DB, what, q string, args []any, f func(Row) error) error {
 	read := func(f func(Row) error) error { return query(ctx, db, what, q, args, f) }
-	if s, ok := ctx.Value(readsKey{}).(*Reads); ok {
-		return s.query(ctx, readKey(what, q, args), read, f)
+	if sh, ok := ctx.Value(readsKey{}).(sharing); ok {
+		return sh.reads.query(ctx, sh.arrived, readKey(what, q, args), read, f)
 	}
 	return read(f)
 }

@@ -64,14 +64,17 @@ func waitFor(t *testing.T, s *rollup.Reads, limit, n int) {
 }
 
 // Reads asked the same (name, SQL, arguments) while one is under way wait for it and scan
-// its rows (copies of them): the store is read once. A read asked otherwise, or after it
-// ended, reads the store itself; a read that failed is read again by each that waited for
-// it; one that stops waiting (its client left) returns at once.
+// its rows (copies of them): the store is read once. A request that arrived before a read
+// ended takes its answer after it ended too; one that arrived after it reads the store
+// itself, as does a read asked otherwise. A read that failed is read again by each that
+// waited for it; one that stops waiting (its client left) returns at once.
 func TestReadsShareOneRead(t *testing.T) {
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
 		var s rollup.Reads
-		ctx := rollup.Shared(context.Background(), &s)
-		if rollup.Shared(ctx, nil) != ctx {
+		// fresh is the context of a request arriving now.
+		fresh := func() context.Context { return rollup.Shared(context.Background(), &s, time.Now()) }
+		ctx := fresh()
+		if rollup.Shared(ctx, nil, time.Time{}) != ctx {
 			t.Error("Shared with no Reads changed the context")
 		}
 
@@ -116,16 +119,23 @@ func TestReadsShareOneRead(t *testing.T) {
 			t.Error("a slice scanned by one reader changed another's")
 		}
 
-		// After it ended, a read asks the store again.
+		// A request that arrived before it ended takes its answer after it ended too; one
+		// that arrived after asks the store again.
+		late, err := readShared(ctx, st, 3, nil)
+		if err != nil || !reflect.DeepEqual(late, answers[0]) || s.Shared() != 4 {
+			t.Errorf("a request under way when the read ended: %+v, %v (shared %d), want the read's %+v", late, err, s.Shared(), answers[0])
+		}
+		ctx = fresh()
 		again, err := readShared(ctx, st, 3, nil)
 		if err != nil || len(again) != 3 {
 			t.Fatalf("a read after: %d rows, %v", len(again), err)
 		}
-		if again[0].r == answers[0][0].r || s.Shared() != 3 {
-			t.Errorf("a read after the shared one took its answer (shared %d)", s.Shared())
+		if again[0].r == answers[0][0].r || s.Shared() != 4 {
+			t.Errorf("a request that arrived after the read ended took its answer (shared %d)", s.Shared())
 		}
 
 		// The first read fails after one other joined it: that one reads itself.
+		ctx = fresh()
 		boom := errors.New("boom")
 		var joined []sharedRow
 		var joinedErr error
@@ -138,11 +148,12 @@ func TestReadsShareOneRead(t *testing.T) {
 		waitFor(t, &s, 3, 0)
 		wg.Go(func() { joined, joinedErr = readShared(ctx, st, 3, nil) })
 		wg.Wait()
-		if joinedErr != nil || len(joined) != 3 || s.Shared() != 3 {
+		if joinedErr != nil || len(joined) != 3 || s.Shared() != 4 {
 			t.Errorf("after the read it waited for failed: %d rows, %v, shared %d", len(joined), joinedErr, s.Shared())
 		}
 
 		// One waiting whose client leaves returns at once, without waiting for the read.
+		ctx = fresh()
 		left, leave := context.WithCancel(ctx)
 		release := make(chan struct{})
 		wg.Go(func() {
@@ -165,6 +176,21 @@ func TestReadsShareOneRead(t *testing.T) {
 		}
 		close(release)
 		wg.Wait()
+
+		// At most MaxEnded answers are kept, the newest: the oldest is read again.
+		ctx = fresh()
+		for limit := range rollup.MaxEnded + 1 {
+			if _, err := readShared(ctx, st, limit+1, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := s.Shared()
+		if _, err := readShared(ctx, st, rollup.MaxEnded+1, nil); err != nil || s.Shared() != before+1 {
+			t.Errorf("the newest answer: %v, shared %d -> %d, want it taken", err, before, s.Shared())
+		}
+		if _, err := readShared(ctx, st, 1, nil); err != nil || s.Shared() != before+1 {
+			t.Errorf("the oldest answer past MaxEnded: %v, shared %d -> %d, want it read again", err, before, s.Shared())
+		}
 	})
 }
 

@@ -29,7 +29,9 @@ type Row interface {
 // ended. An answer is never of a read that ended before its request arrived, and is kept at
 // most Keep. Two reads of the same SQL at the same moment answer the same (the builds named
 // in it are fixed, the hours not built are read as they are at that moment): sharing one
-// changes no answer but by the moments it was read at, all within the request's time.
+// changes no answer but by the moments it was read at, all within the request's time. Nor
+// does it give a user more: a request takes only the answer of a read it asks itself, which
+// its page uses (and filters by its user's access) as it would its own.
 //
 // The zero value is ready to use.
 type Reads struct {

@@ -348,40 +348,35 @@ func (r Reader) Search(ctx context.Context, q SearchQuery) (rows []Match, more b
 	// position() over lowerUTF8 on both sides: a plain substring, where LIKE would read % and
 	// _ in the text as wildcards.
 	where := `position(lowerUTF8(` + col + `), lowerUTF8(?)) > 0`
-	if searchNamesKept {
-		src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"blocker", "caller", "namespace", "first_seen", "last_seen"}, where, q.Text)
-		if err != nil {
-			return nil, false, err
-		}
-		pairs := `SELECT blocker, caller, toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS f, toUInt32(max(last_seen)) AS l,
+	src, args, err := r.days(ctx, t, q.Cluster, q.Window, []string{"blocker", "caller", "namespace", "first_seen", "last_seen"}, where, q.Text)
+	if err != nil {
+		return nil, false, err
+	}
+	pairs := `SELECT blocker, caller, toUInt64(sum(findings)) AS n, toUInt32(min(first_seen)) AS f, toUInt32(max(last_seen)) AS l,
   arraySlice(arraySort(groupUniqArray(toString(namespace))), 1, 3) AS ns
 FROM (` + src + `)
 GROUP BY blocker, caller`
-		stmt := `SELECT b_rule, b_group, b_version, b_resource, b_removed, c_user, c_agent, c_ip, n, f, l, ns, toString(caller),
+	stmt := `SELECT b_rule, b_group, b_version, b_resource, b_removed, c_user, c_agent, c_ip, n, f, l, ns, toString(caller),
   toUInt8(c_named AND b_named)
 FROM (` + rollup.WithNames(rollup.TablesFor(t), pairs) + `)
 ORDER BY n DESC, b_rule, b_group, b_version, b_resource, c_user, c_agent, c_ip
 LIMIT ?, ?`
-		from, _ := rollup.Span(q.Window.From, q.Window.To)
-		named := true
-		rows, err = searchRows(ctx, r.DB, "search", stmt, append(args, rollup.Day(from), p.Offset, p.Limit+1), &named)
-		if err != nil {
-			return nil, false, err
-		}
-		if named {
-			rows, more = trim(rows, p.Limit)
-			return rows, more, nil
-		}
+	from, _ := rollup.Span(q.Window.From, q.Window.To)
+	named := true
+	rows, err = searchRows(ctx, r.DB, "search", stmt, append(args, rollup.Day(from), p.Offset, p.Limit+1), &named)
+	if err != nil {
+		return nil, false, err
+	}
+	if named {
+		rows, more = trim(rows, p.Limit)
+		return rows, more, nil
 	}
 	return r.searchByName(ctx, t, q, where, p)
 }
 
-// searchNamesKept is false in tests that read every search over the strings;
-// searchesOverStrings counts the searches read so (tests see which way a page took).
-var (
-	searchNamesKept     = true
-	searchesOverStrings atomic.Int64
-)
+// searchesOverStrings counts the searches read over the strings (tests see which way a page
+// took).
+var searchesOverStrings atomic.Int64
 
 // searchRows reads the matches stmt selects; when named is given, the query's last column
 // says whether the row is named, and *named becomes false at the first that is not.

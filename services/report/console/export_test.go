@@ -8,12 +8,5 @@ func MissNames() (restore func()) {
 	return func() { namesOn = old }
 }
 
-// SearchByName makes Search read every page over the strings of the day rows, as it does
-// for a page that lists a pair without a name kept, until restore.
-func SearchByName() (restore func()) {
-	searchNamesKept = false
-	return func() { searchNamesKept = true }
-}
-
 // SearchesOverStrings counts the searches read over the strings of the day rows.
 func SearchesOverStrings() int64 { return searchesOverStrings.Load() }

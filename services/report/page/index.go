@@ -209,18 +209,15 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	row.Target, row.TargetWhy = chosen, "chosen above"
 	// The reads run side by side where one needs nothing of another: the release the
 	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it
-	// (one read of the window's day rows), and, for a target of the cluster's own, its newest
-	// use. With no target chosen, the release sets the target: the second part waits for it.
+	// (one read of the window's day rows, the longest), and, for a target of the cluster's
+	// own, its newest use. With no target chosen, the release sets the target: the blockers
+	// wait for it only, not for the fleet and the coverage.
 	var fleet []console.FleetRelease
 	var cov console.Coverage
 	var bs []console.Blocker
-	window := []func() error{
-		func() (err error) {
-			row.Current, row.CurrentWhy, err = h.reader().ClusterRelease(ctx, c.Name, win.To)
-			return err
-		},
-		func() (err error) { fleet, err = h.reader().Fleet(ctx, c.Name, win); return err },
-		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
+	release := func() (err error) {
+		row.Current, row.CurrentWhy, err = h.reader().ClusterRelease(ctx, c.Name, win.To)
+		return err
 	}
 	against := []func() error{
 		func() (err error) {
@@ -228,26 +225,32 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 			return err
 		},
 	}
-	if !chosen.IsZero() {
-		if err := together(append(window, against...)...); err != nil {
-			return row, err
-		}
-	} else {
-		if err := together(window...); err != nil {
-			return row, err
-		}
-		row.Target, row.TargetWhy = h.clusterTarget(row.Current)
-		if row.Target != listTarget {
-			// The list judged every cluster against one target: the newest use of what
-			// blocks this one is the cluster's own.
-			against = append(against, func() (err error) {
-				c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target)
+	if chosen.IsZero() {
+		blocking := against
+		against = []func() error{func() error {
+			if err := release(); err != nil {
 				return err
-			})
-		}
-		if err := together(against...); err != nil {
-			return row, err
-		}
+			}
+			row.Target, row.TargetWhy = h.clusterTarget(row.Current)
+			if row.Target != listTarget {
+				// The list judged every cluster against one target: the newest use of what
+				// blocks this one is the cluster's own.
+				blocking = append(blocking, func() (err error) {
+					c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target)
+					return err
+				})
+			}
+			return together(blocking...)
+		}}
+	} else {
+		against = append(against, release)
+	}
+	err := together(append(against,
+		func() (err error) { fleet, err = h.reader().Fleet(ctx, c.Name, win); return err },
+		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
+	)...)
+	if err != nil {
+		return row, err
 	}
 	row.Fleet = fleetLine(fleet)
 	row.Newer = newerThan(fleet, row.Current)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // What the console and the weekly report ask of the day rows beside their counts (Days):
@@ -327,7 +329,8 @@ ANY LEFT JOIN (
 
 // read adds to n the names of blockers and callers (their hashes; none read when empty)
 // from the rows of blockerTable and callerTable that satisfy where (with args), the newest by
-// the column newest where a hash has several; what names the source in errors.
+// the column newest where a hash has several; what names the source in errors. The two are
+// read side by side.
 func (n Names) read(ctx context.Context, db *sql.DB, what, blockerTable, callerTable, newest, where string, args []any, blockers, callers []uint64) error {
 	last := func(cols ...string) string {
 		for i, c := range cols {
@@ -335,23 +338,33 @@ func (n Names) read(ctx context.Context, db *sql.DB, what, blockerTable, callerT
 		}
 		return strings.Join(cols, ", ")
 	}
-	if len(blockers) > 0 {
-		err := Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
+	var g errgroup.Group
+	g.Go(func() error { return n.readBlockers(ctx, db, what, blockerTable, last, where, args, blockers) })
+	g.Go(func() error { return n.readCallers(ctx, db, what, callerTable, last, where, args, callers) })
+	return g.Wait()
+}
+
+// readBlockers is read's half for the blockers.
+func (n Names) readBlockers(ctx context.Context, db *sql.DB, what, blockerTable string, last func(...string) string, where string, args []any, blockers []uint64) error {
+	if len(blockers) == 0 {
+		return nil
+	}
+	return Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
 FROM `+blockerTable+`
 WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
 GROUP BY blocker`, append(slices.Clip(args), blockers), func(r Row) error {
-			var b uint64
-			var k BlockerName
-			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
-				return err
-			}
-			n.Blockers[b] = k
-			return nil
-		})
-		if err != nil {
+		var b uint64
+		var k BlockerName
+		if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
 			return err
 		}
-	}
+		n.Blockers[b] = k
+		return nil
+	})
+}
+
+// readCallers is read's half for the callers.
+func (n Names) readCallers(ctx context.Context, db *sql.DB, what, callerTable string, last func(...string) string, where string, args []any, callers []uint64) error {
 	if len(callers) == 0 {
 		return nil
 	}

@@ -25,9 +25,9 @@ import (
 // clusters before its heavy reads), and on all of them at the end. An answer never goes to a
 // user it does not hold for. Users of two kinds asking at once read two pages side by side,
 // but those share their reads of the store that are the same (console.Reads: the clusters
-// both may see), so they cost about one. A team opening a link posted in a channel, or a dashboard's viewers refreshing at
-// once, cost one read, not a 503 each past the bound. Nothing is kept once a read ends: a
-// request after it reads again.
+// both may see), so they cost about one. A team opening a link posted in a channel, or a
+// dashboard's viewers refreshing at once, cost one read, not a 503 each past the bound. No
+// page is kept once its read ends: a request after it reads again.
 //
 // A shared read runs without its first client's cancellation (its deadline stays): the
 // others still wait for it when that client leaves.

@@ -339,47 +339,41 @@ func (n Names) read(ctx context.Context, db *sql.DB, what, blockerTable, callerT
 		return strings.Join(cols, ", ")
 	}
 	var g errgroup.Group
-	g.Go(func() error { return n.readBlockers(ctx, db, what, blockerTable, last, where, args, blockers) })
-	g.Go(func() error { return n.readCallers(ctx, db, what, callerTable, last, where, args, callers) })
-	return g.Wait()
-}
-
-// readBlockers is read's half for the blockers.
-func (n Names) readBlockers(ctx context.Context, db *sql.DB, what, blockerTable string, last func(...string) string, where string, args []any, blockers []uint64) error {
-	if len(blockers) == 0 {
-		return nil
-	}
-	return Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
+	g.Go(func() error {
+		if len(blockers) == 0 {
+			return nil
+		}
+		return Query(ctx, db, "blocker names"+what, `SELECT blocker, `+last("rule_id", "api_group", "api_version", "resource", "removed_in", "replacement")+`
 FROM `+blockerTable+`
 WHERE `+where+` AND blocker IN (SELECT arrayJoin(?))
 GROUP BY blocker`, append(slices.Clip(args), blockers), func(r Row) error {
-		var b uint64
-		var k BlockerName
-		if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
-			return err
-		}
-		n.Blockers[b] = k
-		return nil
+			var b uint64
+			var k BlockerName
+			if err := r.Scan(&b, &k.RuleID, &k.APIGroup, &k.APIVersion, &k.Resource, &k.RemovedIn, &k.Replacement); err != nil {
+				return err
+			}
+			n.Blockers[b] = k
+			return nil
+		})
 	})
-}
-
-// readCallers is read's half for the callers.
-func (n Names) readCallers(ctx context.Context, db *sql.DB, what, callerTable string, last func(...string) string, where string, args []any, callers []uint64) error {
-	if len(callers) == 0 {
-		return nil
-	}
-	return Query(ctx, db, "caller names"+what, `SELECT caller, `+last("username", "user_agent", "source_ip")+`
+	g.Go(func() error {
+		if len(callers) == 0 {
+			return nil
+		}
+		return Query(ctx, db, "caller names"+what, `SELECT caller, `+last("username", "user_agent", "source_ip")+`
 FROM `+callerTable+`
 WHERE `+where+` AND caller IN (SELECT arrayJoin(?))
 GROUP BY caller`, append(slices.Clip(args), callers), func(r Row) error {
-		var c uint64
-		var who CallerName
-		if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
-			return err
-		}
-		n.Callers[c] = who
-		return nil
+			var c uint64
+			var who CallerName
+			if err := r.Scan(&c, &who.Username, &who.UserAgent, &who.SourceIP); err != nil {
+				return err
+			}
+			n.Callers[c] = who
+			return nil
+		})
 	})
+	return g.Wait()
 }
 
 // fromStates adds to n the names of the blockers and callers it lacks, from the hour states

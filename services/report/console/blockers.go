@@ -62,6 +62,19 @@ func (r Reader) BlockersAndMoves(ctx context.Context, cluster string, w Window, 
 	return r.blockersAndMoves(ctx, cluster, w, target, true, limit)
 }
 
+// PrepareBlockers has what BlockersAndMoves reads of the store before cluster's day rows
+// (the read plan of w, whether a caller moved) read under ctx's snapshot (Snapshot), so that
+// a page has it read while the target is still being decided: the blockers read then starts
+// at once. Without a snapshot it reads nothing.
+func (r Reader) PrepareBlockers(ctx context.Context, cluster string, w Window) error {
+	t, _, err := r.check(cluster, w, Page{})
+	if err != nil {
+		return err
+	}
+	from, to := rollup.Span(w.From, w.To)
+	return rollup.Prepare(ctx, r.DB, rollup.TablesFor(t), rollup.Filter{Cluster: cluster, From: from, To: to, Migrated: rollup.WithMigratedAt})
+}
+
 // movedPair is a blocker's caller (its hash) with a call of the blocker's successor
 // (MigratedAt) in the window, and its findings and newest call of the blocker there.
 type movedPair struct {

@@ -210,8 +210,9 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 	// The reads run side by side where one needs nothing of another: the release the
 	// cluster runs, its fleet and its coverage; what blocks the target and who moved off it
 	// (one read of the window's day rows, the longest), and, for a target of the cluster's
-	// own, its newest use. With no target chosen, the release sets the target: the blockers
-	// wait for it only, not for the fleet and the coverage.
+	// own, its newest use. With no target chosen, the release sets the target: the blockers'
+	// read plan is read beside the release, and the fleet and the coverage after it, beside
+	// the blockers, so that what the blockers wait for does not share the cores with them.
 	var fleet []console.FleetRelease
 	var cov console.Coverage
 	var bs []console.Blocker
@@ -219,15 +220,19 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 		row.Current, row.CurrentWhy, err = h.reader().ClusterRelease(ctx, c.Name, win.To)
 		return err
 	}
-	against := []func() error{
+	reads := []func() error{
 		func() (err error) {
 			bs, row.Migrated, row.MigratedCount, err = h.reader().BlockersAndMoves(ctx, c.Name, win, row.Target, console.TopCallers)
 			return err
 		},
+		func() (err error) { fleet, err = h.reader().Fleet(ctx, c.Name, win); return err },
+		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
 	}
 	if chosen.IsZero() {
-		blocking := against
-		against = []func() error{func() error {
+		after := reads
+		reads = []func() error{func() error {
+			return h.reader().PrepareBlockers(ctx, c.Name, win)
+		}, func() error {
 			if err := release(); err != nil {
 				return err
 			}
@@ -235,20 +240,17 @@ func (h *Handler) clusterRow(ctx context.Context, c console.ClusterSummary, chos
 			if row.Target != listTarget {
 				// The list judged every cluster against one target: the newest use of what
 				// blocks this one is the cluster's own.
-				blocking = append(blocking, func() (err error) {
+				after = append(after, func() (err error) {
 					c.NewestBlocker, err = h.reader().NewestBlocker(ctx, c.Name, row.Target)
 					return err
 				})
 			}
-			return together(blocking...)
+			return together(after...)
 		}}
 	} else {
-		against = append(against, release)
+		reads = append(reads, release)
 	}
-	err := together(append(against,
-		func() (err error) { fleet, err = h.reader().Fleet(ctx, c.Name, win); return err },
-		func() (err error) { cov, err = h.reader().Coverage(ctx, c.Name, win); return err },
-	)...)
+	err := together(reads...)
 	if err != nil {
 		return row, err
 	}

@@ -34,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Margin is how much newer than a day's last change its build must be to be read: the time
@@ -204,17 +206,7 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	if f.Migrated != AllRows {
 		values = withMoveColumns(values)
 	}
-	kept, _, err := KeptFrom(ctx, db, t)
-	if err != nil {
-		return "", nil, err
-	}
-	if f.From.Before(kept) {
-		f.From = kept
-	}
-	if f.To.Before(f.From) {
-		f.To = f.From
-	}
-	p, err := plan(ctx, db, t, f.Cluster, f.From, f.To)
+	f, p, moved, err := f.prepared(ctx, db, t)
 	if err != nil {
 		return "", nil, err
 	}
@@ -252,16 +244,55 @@ func Days(ctx context.Context, db *sql.DB, t Tables, f Filter) (string, []any, e
 	if f.Migrated == AllRows {
 		return src, all, nil
 	}
-	moved, err := anyMoved(ctx, db, t, f.Cluster, f.From)
-	if err != nil {
-		return "", nil, err
-	}
 	if !moved {
 		// No caller moved in the span: every row blocks as it is, and none was fixed.
 		return f.Migrated.none(src, given), all, nil
 	}
 	src, more := f.Migrated.join(src, given, t.Migrations, f.Cluster, f.From)
 	return src, append(all, more...), nil
+}
+
+// Prepare reads under ctx's snapshot what Days asks of the store before f's rows (the
+// retention, f's read plan and, with f.Migrated, whether any caller moved), so that a page
+// has them read while it waits for something else, the target of a blockers read: Days then
+// finds them read. Without a snapshot it reads nothing, as nothing would be kept.
+func Prepare(ctx context.Context, db *sql.DB, t Tables, f Filter) error {
+	if _, ok := ctx.Value(snapshotKey{}).(*snapshot); !ok {
+		return nil
+	}
+	_, _, _, err := f.prepared(ctx, db, t)
+	return err
+}
+
+// prepared is f with its days bounded by the retention, its read plan and, with f.Migrated,
+// whether a caller moved in its span (false without): the plan and the moves are read side
+// by side, as neither needs the other.
+func (f Filter) prepared(ctx context.Context, db *sql.DB, t Tables) (Filter, readPlan, bool, error) {
+	kept, _, err := KeptFrom(ctx, db, t)
+	if err != nil {
+		return f, readPlan{}, false, err
+	}
+	if f.From.Before(kept) {
+		f.From = kept
+	}
+	if f.To.Before(f.From) {
+		f.To = f.From
+	}
+	var p readPlan
+	moved := false
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		p, err = plan(ctx, db, t, f.Cluster, f.From, f.To)
+		return err
+	})
+	if f.Migrated != AllRows {
+		g.Go(func() (err error) {
+			moved, err = anyMoved(ctx, db, t, f.Cluster, f.From)
+			return err
+		})
+	}
+	err = g.Wait()
+	return f, p, moved, err
 }
 
 // KeptFrom is the first UTC day the retention keeps by the server's clock, and the retention

@@ -122,9 +122,13 @@ func (r Reader) blockersAndMoves(ctx context.Context, cluster string, w Window, 
 		}
 	}
 	// The blockers fully moved off (total 0) come too, last, for their moves; the query has
-	// no LIMIT for them: a cluster's blockers are bounded by the rule catalogue.
+	// no LIMIT for them: a cluster's blockers are bounded by the rule catalogue. A blocker's
+	// callers are sorted for its candidates only from those at least as busy as its
+	// topCandidates-th busiest (found by a sort of numbers): ordering every caller by count
+	// and id took a fifth of the read (a month of 46,000 callers: 100 ms median, 82 without).
 	err = each(ctx, r.DB, "blockers", `SELECT blocker, toUInt64(sum(n)) AS total, toUInt64(countIf(n > 0)), toUInt32(max(l)),
-  arrayMap(c -> toUInt64(c.1), arraySlice(arraySort(c -> (-toInt64(c.1), c.2), groupArrayIf((n, caller, f, l), n > 0)), 1, ?) AS top),
+  arrayMap(c -> toUInt64(c.1), arraySlice(arraySort(c -> (-toInt64(c.1), c.2),
+    arrayFilter(c -> c.1 >= arrayReverseSort(groupArrayIf(n, n > 0))[?], groupArrayIf((n, caller, f, l), n > 0))), 1, ?) AS top),
   arrayMap(c -> c.2, top), arrayMap(c -> toUInt64(c.3), top), arrayMap(c -> toUInt64(c.4), top),
   arrayMap(c -> c.1, groupArrayIf((caller, all_n, all_l, m), m > 0 AND ?) AS moved),
   arrayMap(c -> toUInt64(c.2), moved), arrayMap(c -> toUInt64(c.3), moved), arrayMap(c -> toUInt64(c.4), moved)
@@ -135,7 +139,7 @@ FROM (
   GROUP BY blocker, caller
 )
 GROUP BY blocker
-ORDER BY total DESC, blocker`, append([]any{topCandidates, withMoves}, args...), func(rows rollup.Row) error {
+ORDER BY total DESC, blocker`, append([]any{topCandidates, topCandidates, withMoves}, args...), func(rows rollup.Row) error {
 		var b Blocker
 		var blocker uint64
 		var last uint32

@@ -56,7 +56,8 @@ func TestSnapshotReadsOnce(t *testing.T) {
 }
 
 // A page's reads under one snapshot read the same builds: a build that lands between two of
-// them changes neither, and a read under a new snapshot (the next page) counts it.
+// them changes neither, nor a read after the plan was read ahead (Prepare), and a read under
+// a new snapshot (the next page) counts it.
 func TestSnapshotReadsTheSameBuilds(t *testing.T) {
 	defer rollup.SetMargin(0)()
 	chtest.EachEngine(t, func(t *testing.T, _ chtest.Engine, st *store.Store) {
@@ -94,9 +95,17 @@ func TestSnapshotReadsTheSameBuilds(t *testing.T) {
 		if n := total(page); n != 2 {
 			t.Fatalf("before: %d findings, want 2", n)
 		}
+		// A page that had the plan read ahead (Prepare) reads the rows by that plan.
+		prepared := rollup.Snapshot(context.Background())
+		if err := rollup.Prepare(prepared, db, tables, rollup.Filter{Cluster: "prod", From: from, To: to}); err != nil {
+			t.Fatal(err)
+		}
 		write("a3")
 		if n := total(page); n != 2 {
 			t.Errorf("the same page after a build landed: %d findings, want the 2 of its first read", n)
+		}
+		if n := total(prepared); n != 2 {
+			t.Errorf("a page that read its plan ahead, after a build landed: %d findings, want the 2 of that plan", n)
 		}
 		if n := total(rollup.Snapshot(context.Background())); n != 3 {
 			t.Errorf("the next page: %d findings, want 3", n)
